@@ -1,0 +1,505 @@
+"""The text-env base that every llm_zoo env stands on.
+
+A :class:`TextEnv` is a PettingZoo AEC env whose action is the agent's reply, a ``str``, and whose
+observation is a dict holding ``"messages"``: everything this agent may see, starting with its
+system prompt, as ``{"role", "content"}`` dicts ready for a chat template. The base owns the
+bookkeeping every env needs and the subclass owns the game:
+
+* spaces (``Text`` actions, ``Dict`` of ``Sequence``/``Text`` observations) with a broad charset,
+  and sanitising of text before it enters an observation;
+* reward bookkeeping in PettingZoo's convention (``rewards``, ``_cumulative_rewards``, dead steps);
+* bad replies: an error message and a retry, then a forfeit after ``max_retries``;
+* tool calls written as ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, checked
+  against JSON schemas; a tool call keeps the turn and its result comes back as a ``tool`` message;
+* a step cap (``max_steps``) so that no policy can keep an episode alive forever;
+* the transcript behind ``render()``.
+
+The shapes it was designed against: a turn-based two-player game (Kuhn poker), a solver followed by
+a judge who both use tools in one workspace (agentic judge), one proposer then N solvers who never
+see each other (proposer-solver), and a long tool-using conversation (user simulation). Each is a
+subclass that implements the hooks in the first section below and calls the helpers in the second.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+from pettingzoo import AECEnv
+
+__all__ = [
+    "CHARSET",
+    "InvalidReply",
+    "TextEnv",
+    "Tool",
+    "ToolCall",
+    "ToolError",
+    "message_space",
+    "parse_tool_calls",
+    "sanitize",
+    "text_space",
+    "tools_prompt",
+]
+
+# Characters an observation may hold. Broad enough for prose, code, JSON, card suits and common
+# punctuation in European languages; anything else is replaced by U+FFFD before it reaches an
+# observation. Kept to ~1.5k characters because gymnasium's Text space copies its charset into a
+# frozenset per instance and samples from it with numpy.
+_RANGES = [(0x20, 0x7E), (0xA0, 0x17F), (0x2000, 0x206F), (0x20A0, 0x20BF), (0x2190, 0x21FF),
+           (0x2200, 0x22FF), (0x2500, 0x25FF), (0x2600, 0x26FF), (0x2700, 0x27BF)]
+CHARSET: str = "\t\n" + "".join(chr(c) for lo, hi in _RANGES for c in range(lo, hi + 1)) + "\ufffd"
+_CHARSET_SET = frozenset(CHARSET)
+_REPLACEMENT = "\ufffd"
+_TRUNCATION_MARK = " …[truncated]"
+
+
+def sanitize(text: str, max_chars: int) -> str:
+    """Return ``text`` with characters outside :data:`CHARSET` replaced and its length clipped."""
+    if len(text) > max_chars:
+        keep = max(0, max_chars - len(_TRUNCATION_MARK))
+        text = text[:keep] + _TRUNCATION_MARK[: max_chars - keep]
+    if all(c in _CHARSET_SET for c in text):
+        return text
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return "".join(c if c in _CHARSET_SET else _REPLACEMENT for c in text)
+
+
+def text_space(max_length: int, min_length: int = 0) -> spaces.Text:
+    """Build a ``Text`` space over :data:`CHARSET`."""
+    return spaces.Text(max_length=max_length, min_length=min_length, charset=CHARSET)
+
+
+def message_space(max_chars: int) -> spaces.Sequence:
+    """Build the space of a chat transcript: a tuple of ``{"role", "content"}`` dicts."""
+    return spaces.Sequence(
+        spaces.Dict({"role": text_space(16, 1), "content": text_space(max_chars)}), stack=False
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Tool calls
+# ---------------------------------------------------------------------------------------------
+
+_TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
+    "array": (list,), "object": (dict,), "null": (type(None),),
+}
+
+
+class ToolError(Exception):
+    """Raised by a tool for a bad call; the message goes back to the agent as the tool's result."""
+
+
+class InvalidReply(Exception):  # noqa: N818 - it names the situation, as PettingZoo's IllegalMove does
+    """Raised by :meth:`TextEnv.parse` for a reply that is not a valid move; the message is feedback."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A function an agent may call: its OpenAI-format declaration and the Python behind it.
+
+    ``fn`` takes the call's arguments as keyword arguments and returns the result as text (or any
+    JSON-serialisable value). It raises :class:`ToolError` for a call the domain refuses.
+    """
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    fn: Callable[..., Any] = field(repr=False, compare=False)
+
+    def schema(self) -> dict[str, Any]:
+        """Return the declaration in OpenAI function format."""
+        return {"type": "function", "function": {"name": self.name, "description": self.description,
+                                                 "parameters": dict(self.parameters)}}
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One parsed ``<tool_call>`` block: a name and arguments, or the reason it could not be read."""
+
+    name: str
+    arguments: dict[str, Any]
+    error: str | None = None
+
+
+def parse_tool_calls(reply: str) -> list[ToolCall]:
+    """Parse every ``<tool_call>{json}</tool_call>`` block of a reply, in order.
+
+    A block that is not a JSON object with a string ``"name"`` and an object ``"arguments"`` comes
+    back with ``error`` set, so that the agent is told what was wrong instead of the env crashing.
+    """
+    calls = []
+    for match in _TOOL_CALL.finditer(reply):
+        body = match.group(1).strip()
+        try:
+            data = json.loads(body)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            calls.append(ToolCall("", {}, f"tool call is not valid JSON ({exc}); got {body[:200]!r}"))
+            continue
+        if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+            calls.append(ToolCall("", {}, f'expected {{"name": str, "arguments": object}}; got {body[:200]!r}'))
+            continue
+        arguments = data.get("arguments", {})
+        if isinstance(arguments, str):  # some models double-encode the arguments
+            try:
+                arguments = json.loads(arguments)
+            except json.JSONDecodeError:
+                pass
+        if not isinstance(arguments, dict):
+            calls.append(ToolCall(data["name"], {}, f"'arguments' must be a JSON object; got {arguments!r:.200}"))
+            continue
+        calls.append(ToolCall(data["name"], arguments))
+    return calls
+
+
+def check_arguments(schema: Mapping[str, Any], value: Any, path: str = "arguments") -> str | None:
+    """Check ``value`` against the subset of JSON Schema that tool declarations use.
+
+    Returns None when it conforms, else one sentence naming the offending field, what was expected
+    and what came. Supports ``type``, ``enum``, ``properties``, ``required``,
+    ``additionalProperties: false``, ``items``, ``minimum``/``maximum`` and ``maxLength``.
+    """
+    kind = schema.get("type")
+    if kind is not None:
+        kinds = [kind] if isinstance(kind, str) else list(kind)
+        ok = any(isinstance(value, _JSON_TYPES[k]) and not (k in ("integer", "number") and isinstance(value, bool))
+                 for k in kinds)
+        if not ok:
+            return f"{path} must be of type {'/'.join(kinds)}; got {type(value).__name__} {value!r:.80}"
+    if "enum" in schema and value not in schema["enum"]:
+        return f"{path} must be one of {list(schema['enum'])!r}; got {value!r:.80}"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            return f"{path} must be >= {schema['minimum']}; got {value!r}"
+        if "maximum" in schema and value > schema["maximum"]:
+            return f"{path} must be <= {schema['maximum']}; got {value!r}"
+    if isinstance(value, str) and "maxLength" in schema and len(value) > schema["maxLength"]:
+        return f"{path} must have at most {schema['maxLength']} characters; got {len(value)}"
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        for name in schema.get("required", ()):
+            if name not in value:
+                return f"{path} is missing the required field {name!r}"
+        for name, item in value.items():
+            if name in props:
+                problem = check_arguments(props[name], item, f"{path}.{name}")
+                if problem:
+                    return problem
+            elif schema.get("additionalProperties", True) is False:
+                return f"{path} has an unknown field {name!r}; expected fields {sorted(props)}"
+    if isinstance(value, list) and "items" in schema:
+        for i, item in enumerate(value):
+            problem = check_arguments(schema["items"], item, f"{path}[{i}]")
+            if problem:
+                return problem
+    return None
+
+
+def tools_prompt(tools: Sequence[Tool]) -> str:
+    """Describe tools for a system prompt, in the convention of Qwen's and Hermes' chat templates."""
+    if not tools:
+        return ""
+    declared = "\n".join(json.dumps(t.schema(), ensure_ascii=False) for t in tools)
+    return (
+        "\n\n# Tools\n\nYou may call functions. They are declared below as JSON schemas:\n"
+        f"<tools>\n{declared}\n</tools>\n\n"
+        "To call one, write <tool_call>{\"name\": <function-name>, \"arguments\": <arguments-object>}</tool_call>. "
+        "You may write several calls in one reply. Each result comes back to you in a tool message, "
+        "and the turn stays yours. A reply without a tool call is your answer."
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The base env
+# ---------------------------------------------------------------------------------------------
+
+
+class TextEnv(AECEnv):
+    """A PettingZoo AEC env whose actions are text replies and whose observations are chat transcripts.
+
+    Args:
+        render_mode: ``"ansi"`` (``render()`` returns the transcript), ``"human"`` (prints it) or None.
+        max_retries: how many invalid replies in a row an agent is re-prompted after, with feedback,
+            before it forfeits. 0 forfeits at the first invalid reply.
+        max_reply_chars: replies are truncated to this many characters before they are read.
+        max_message_chars: any message longer than this is clipped before it enters an observation.
+        max_tool_calls: tool calls allowed per agent per episode; past it, a call is an invalid reply.
+        max_steps: steps (replies) per episode after which every agent is truncated.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": ["human", "ansi"], "name": "text_env", "is_parallelizable": False}
+
+    # ---- override these ---------------------------------------------------------------------
+
+    possible_agents: list[str]
+
+    def role_of(self, agent: str) -> str:
+        """Return the role of an agent: its name without a trailing ``_<index>``."""
+        head, _, tail = agent.rpartition("_")
+        return head if head and tail.isdigit() else agent
+
+    def system_prompt(self, agent: str) -> str:
+        """Return the system prompt of ``agent`` for the episode just started (tools are appended)."""
+        raise NotImplementedError
+
+    def start(self, rng: random.Random, options: Mapping[str, Any] | None) -> str:
+        """Set up a new episode and return the agent who acts first.
+
+        Runs inside ``reset`` after the bookkeeping is fresh, so it may call :meth:`tell` and write
+        ``infos``. All randomness must come from ``rng``. Raises ``ValueError`` for bad ``options``.
+        """
+        raise NotImplementedError
+
+    def parse(self, agent: str, reply: str) -> Any:
+        """Read ``agent``'s reply as a move; raise :class:`InvalidReply` with feedback if it is none."""
+        raise NotImplementedError
+
+    def play(self, agent: str, move: Any) -> None:
+        """Apply a parsed move: tell others what they may see, give rewards, pass the turn or end.
+
+        Must leave the env either with the turn passed (:meth:`pass_turn`) or the episode ended
+        (:meth:`end`); staying with the same agent is allowed (it acts again).
+        """
+        raise NotImplementedError
+
+    def tools(self, agent: str) -> Sequence[Tool]:
+        """Return the tools ``agent`` may call in this episode (none by default)."""
+        return ()
+
+    def forfeit_rewards(self, agent: str) -> dict[str, float]:
+        """Return the rewards that end an episode in which ``agent`` forfeited (-1 to it by default)."""
+        return {agent: -1.0}
+
+    def extra_spaces(self) -> dict[str, spaces.Space]:
+        """Return spaces of env-specific observation keys beside ``"messages"`` (none by default)."""
+        return {}
+
+    def extra_observation(self, agent: str) -> dict[str, Any]:
+        """Return the env-specific observation keys of ``agent`` (matching :meth:`extra_spaces`)."""
+        return {}
+
+    def on_close(self) -> None:
+        """Release an episode's resources (workspaces, databases); called by reset and close."""
+
+    def action_menu(self) -> tuple[str, ...] | None:
+        """Return every canonical reply, in a fixed order, for envs whose moves form a finite menu.
+
+        Discrete adapters number the menu and mask it with ``obs["legal_actions"]``. None (the
+        default) means replies are free text and no discrete view exists.
+        """
+        return None
+
+    def features(self, agent: str) -> np.ndarray:
+        """Return a fixed-size float32 vector of what ``agent`` knows, for classic learners.
+
+        Only envs with an :meth:`action_menu` need it; the vector must be a function of the agent's
+        information (never of hidden state).
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no vector features; it has no discrete view")
+
+    # ---- the base owns everything below -----------------------------------------------------
+
+    def __init__(
+        self,
+        *,
+        render_mode: str | None = None,
+        max_retries: int = 1,
+        max_reply_chars: int = 4096,
+        max_message_chars: int = 16384,
+        max_tool_calls: int = 64,
+        max_steps: int = 1024,
+    ) -> None:
+        super().__init__()
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None; got {render_mode!r}")
+        for name, value, low in (("max_retries", max_retries, 0), ("max_reply_chars", max_reply_chars, 1),
+                                 ("max_message_chars", max_message_chars, 64), ("max_tool_calls", max_tool_calls, 0),
+                                 ("max_steps", max_steps, 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
+        self.render_mode = render_mode
+        self.max_retries = max_retries
+        self.max_reply_chars = max_reply_chars
+        self.max_message_chars = max_message_chars
+        self.max_tool_calls = max_tool_calls
+        self.max_steps = max_steps
+        self.agents = []
+        # One space object per agent and env instance: seed_test seeds them per agent.
+        self.observation_spaces = {
+            a: spaces.Dict({"messages": message_space(max_message_chars), **self.extra_spaces()})
+            for a in self.possible_agents
+        }
+        self.action_spaces = {a: text_space(max_reply_chars) for a in self.possible_agents}
+        self._messages: dict[str, list[dict[str, str]]] = {}
+        self._log: list[str] = []
+        self._rendered = 0
+
+    def observation_space(self, agent: str) -> gymnasium.spaces.Space:
+        return self.observation_spaces[agent]
+
+    def action_space(self, agent: str) -> gymnasium.spaces.Space:
+        return self.action_spaces[agent]
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        self.on_close()
+        self.rng = random.Random(seed)
+        self.episode_seed = seed
+        self.agents = list(self.possible_agents)
+        self.rewards = {a: 0.0 for a in self.agents}
+        self._cumulative_rewards = {a: 0.0 for a in self.agents}
+        self.terminations = {a: False for a in self.agents}
+        self.truncations = {a: False for a in self.agents}
+        self.infos = {a: {"role": self.role_of(a), "invalid_replies": 0, "tool_calls": 0, "forfeit": False}
+                      for a in self.agents}
+        self._messages = {a: [] for a in self.agents}
+        self._retries = {a: 0 for a in self.agents}
+        self._steps = 0
+        self._log = []
+        self._rendered = 0
+        first = self.start(self.rng, options)
+        for agent in self.agents:
+            prompt = self.system_prompt(agent) + tools_prompt(self.tools(agent))
+            self._messages[agent].insert(0, {"role": "system", "content": sanitize(prompt, self.max_message_chars)})
+        self.agent_selection = first
+
+    def observe(self, agent: str) -> dict[str, Any]:
+        messages = tuple(dict(m) for m in self._messages.get(agent, ()))
+        return {"messages": messages, **self.extra_observation(agent)}
+
+    def step(self, action: str | None) -> None:
+        agent = self.agent_selection
+        if self.terminations[agent] or self.truncations[agent]:
+            self._was_dead_step(action)
+            return
+        if not isinstance(action, str):
+            raise TypeError(f"{agent}'s action must be a str (the reply text); got {type(action).__name__} {action!r:.80}")
+        self._cumulative_rewards[agent] = 0.0
+        self._clear_rewards()
+        self._steps += 1
+        reply = action[: self.max_reply_chars]
+        if len(action) > self.max_reply_chars:
+            self.infos[agent]["truncated_replies"] = self.infos[agent].get("truncated_replies", 0) + 1
+        self.tell(agent, reply, role="assistant")
+        self._log.append(f"{agent}: {reply if len(reply) <= 300 else reply[:300] + ' …'}")
+        tools = {t.name: t for t in self.tools(agent)}
+        calls = parse_tool_calls(reply) if tools and "<tool_call>" in reply else []
+        if calls:
+            self._run_tools(agent, tools, calls)
+        else:
+            try:
+                move = self.parse(agent, reply)
+            except InvalidReply as exc:
+                self._invalid(agent, str(exc))
+            else:
+                self._retries[agent] = 0
+                self.play(agent, move)
+        if self._steps >= self.max_steps and not self._done():
+            for a in self.agents:
+                self.truncations[a] = True
+                self.infos[a]["truncated_by"] = "max_steps"
+            self._log.append(f"-- truncated after {self._steps} steps (max_steps)")
+        if self._done():
+            self._deads_step_first()
+        self._accumulate_rewards()
+        if self.render_mode == "human":
+            self.render()
+
+    def render(self) -> str | None:
+        if self.render_mode is None:
+            gymnasium.logger.warn("render() was called without a render_mode; pass render_mode='ansi' or 'human'.")
+            return None
+        text = "\n".join(self._log)
+        if self.render_mode == "ansi":
+            return text
+        new = self._log[self._rendered:]
+        if new:
+            print("\n".join(new))
+        self._rendered = len(self._log)
+        return None
+
+    def close(self) -> None:
+        self.on_close()
+
+    # ---- helpers for subclasses -------------------------------------------------------------
+
+    def tell(self, agent: str, content: str, role: str = "user") -> None:
+        """Append a message to what ``agent`` sees, sanitised and clipped to the observation space."""
+        self._messages[agent].append({"role": role, "content": sanitize(content, self.max_message_chars)})
+
+    def narrate(self, line: str) -> None:
+        """Add a line to the transcript that ``render`` shows (not to any agent's observation)."""
+        self._log.append(line)
+
+    def reward(self, agent: str, value: float) -> None:
+        """Give ``agent`` a reward in this step."""
+        self.rewards[agent] += float(value)
+
+    def pass_turn(self, agent: str) -> None:
+        """Make ``agent`` the next to act."""
+        if agent not in self.agents:
+            raise ValueError(f"cannot pass the turn to {agent!r}; live agents are {self.agents}")
+        self.agent_selection = agent
+
+    def end(self, rewards: Mapping[str, float] | None = None, **facts: Any) -> None:
+        """End the episode: give final rewards and record ``facts`` in every agent's info."""
+        for agent, value in (rewards or {}).items():
+            self.reward(agent, value)
+        for agent in self.agents:
+            self.terminations[agent] = True
+            self.infos[agent].update(facts)
+
+    def forfeit(self, agent: str, reason: str) -> None:
+        """End the episode with ``agent`` forfeiting, for ``reason``."""
+        self.infos[agent]["forfeit"] = True
+        self._log.append(f"-- {agent} forfeits: {reason}")
+        self.end(self.forfeit_rewards(agent), forfeited_by=agent, forfeit_reason=reason)
+
+    def _done(self) -> bool:
+        return all(self.terminations[a] or self.truncations[a] for a in self.agents)
+
+    def _invalid(self, agent: str, feedback: str) -> None:
+        self.infos[agent]["invalid_replies"] += 1
+        self._retries[agent] += 1
+        if self._retries[agent] > self.max_retries:
+            self.tell(agent, f"Invalid reply: {feedback} You have no retries left and forfeit.")
+            self.forfeit(agent, f"invalid reply: {feedback}")
+        else:
+            self.tell(agent, f"Invalid reply: {feedback} Reply again.")
+            self._log.append(f"-- invalid reply from {agent}: {feedback}")
+
+    def _run_tools(self, agent: str, tools: Mapping[str, Tool], calls: Sequence[ToolCall]) -> None:
+        for call in calls:
+            self.infos[agent]["tool_calls"] += 1
+            if self.infos[agent]["tool_calls"] > self.max_tool_calls:
+                self._invalid(agent, f"the tool-call budget of {self.max_tool_calls} per episode is spent; "
+                                     "answer without tools.")
+                return
+            result = self._call_tool(agent, tools, call)
+            self.tell(agent, result, role="tool")
+            self._log.append(f"   [{call.name or '?'}] -> {result[:200]}")
+
+    def _call_tool(self, agent: str, tools: Mapping[str, Tool], call: ToolCall) -> str:
+        if call.error:
+            return f"error: {call.error}"
+        tool = tools.get(call.name)
+        if tool is None:
+            return f"error: unknown tool {call.name!r:.80}; available tools are {sorted(tools)}"
+        problem = check_arguments(tool.parameters, call.arguments)
+        if problem:
+            return f"error: {problem}"
+        try:
+            result = tool.fn(**call.arguments)
+        except ToolError as exc:
+            return f"error: {exc}"
+        except Exception as exc:  # a tool bug must not end the run; it is recorded for the developer
+            self.infos[agent].setdefault("tool_failures", []).append(f"{call.name}: {type(exc).__name__}: {exc}")
+            return f"error: the tool {call.name} failed ({type(exc).__name__})"
+        return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)

@@ -1,0 +1,231 @@
+"""# Kuhn poker
+
+| | |
+|---|---|
+| Import | `from llm_zoo import kuhn_poker_v0` |
+| Registered as | `pettingzoo.make("aec", "llm_zoo/kuhn_poker-v0")` |
+| Agents | `player_0`, `player_1` (role `player`) |
+| Turn order | the hand's first player, then alternately; the first player alternates between hands |
+| Action | a reply (`str`), e.g. `"[bet]"` or `"I hold the king, so [bet]"` |
+| Observation | `messages` (chat transcript), `legal_actions` (tuple of replies), `info_set` (`"K:check,bet"`) |
+| Reward | the hand's payoff when a hand ends: ±1 (check-check, fold) or ±2 (called bet); forfeit −1/+1 |
+| Max turns | 3 decisions per hand, plus retries |
+
+Standard two-player Kuhn poker, played in text. Three cards J < Q < K; each player antes 1 and is
+dealt one card; one bet of size 1. With `num_hands=n` a match of n hands is played, the first
+player alternating, and the payoffs add up.
+
+## Observation
+`obs["messages"]` holds what the player may see: the system prompt with the rules and the reply
+format, its own card, the moves of the hand as the env parsed them (never the opponent's raw reply),
+the showdown when there is one, and its own earlier replies. `obs["legal_actions"]` is the tuple of
+canonical replies legal now (empty when it is not this player's turn), each always read as that
+move. `obs["info_set"]` is the player's information state in the current hand, the key of a
+tabular policy (see `llm_zoo.envs.kuhn_poker.theory`). `infos[agent]` holds the same info set, the
+card, the hand index and the running total.
+
+## Action
+Any `str`. The reply is read leniently but unambiguously: if it contains bracketed moves
+(`[check]`), only those count, else whole words do; it must name exactly one move, and that move
+must be legal. A non-`str` action raises `TypeError`.
+
+## Rewards
+When a hand ends, the winner gets the pot's net (+1 or +2) and the loser the negative, so the
+rewards of a match sum to each player's total. A forfeit gives `-forfeit_penalty` to the offender
+and `+forfeit_penalty` to the opponent and ends the match.
+
+## Invalid moves
+An invalid reply is answered with feedback and the same player replies again, up to `max_retries`
+times in a row (default 1); the next invalid reply forfeits. Counts are in
+`infos[agent]["invalid_replies"]`.
+
+## Options
+`reset(options={"deal": [("K", "Q"), ...]})` fixes each hand's cards as (player_0's, player_1's).
+
+## Version History
+* v0: initial release.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from pettingzoo.utils import wrappers
+
+from llm_zoo.envs.core import InvalidReply, TextEnv, text_space
+from llm_zoo.envs.kuhn_poker import text
+from llm_zoo.envs.kuhn_poker.rules import CARDS, Hand, Move, deal, first_player
+
+ENV_ID = "kuhn_poker_v0"
+AGENTS = ("player_0", "player_1")
+REWARD_RANGE = (-2.0, 2.0)  # per hand
+_MOVES = tuple(Move)
+MENU = text.legal_replies(_MOVES)  # ("[check]", "[bet]", "[call]", "[fold]"): the discrete view's actions
+FEATURE_SIZE = 3 + 3 * len(_MOVES) + 2
+
+
+class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the class raw_env
+    """Kuhn poker as a text AEC env; see the module docstring.
+
+    Args:
+        num_hands: hands in a match (>= 1); the first player alternates.
+        forfeit_penalty: reward lost by a player who forfeits (and won by its opponent).
+        **kwargs: the base options of :class:`llm_zoo.envs.core.TextEnv` (``render_mode``,
+            ``max_retries``, ``max_reply_chars``, ...).
+    """
+
+    metadata = {"render_modes": ["human", "ansi"], "name": ENV_ID, "is_parallelizable": False}
+    possible_agents = list(AGENTS)
+
+    def __init__(self, *, num_hands: int = 1, forfeit_penalty: float = 1.0, **kwargs: Any) -> None:
+        if not isinstance(num_hands, int) or isinstance(num_hands, bool) or num_hands < 1:
+            raise ValueError(f"num_hands must be an integer >= 1; got {num_hands!r}")
+        if not isinstance(forfeit_penalty, (int, float)) or forfeit_penalty < 0:
+            raise ValueError(f"forfeit_penalty must be a number >= 0; got {forfeit_penalty!r}")
+        self.num_hands = num_hands
+        self.forfeit_penalty = float(forfeit_penalty)
+        self.possible_agents = list(AGENTS)
+        super().__init__(**kwargs)
+
+    # ---- hooks ----------------------------------------------------------------------------
+
+    def extra_spaces(self) -> dict[str, spaces.Space]:
+        return {"legal_actions": spaces.Sequence(text_space(8), stack=False), "info_set": text_space(32)}
+
+    def extra_observation(self, agent: str) -> dict[str, Any]:
+        acting = agent == self.agent_selection and not (self.terminations.get(agent) or self.truncations.get(agent))
+        legal = text.legal_replies(self._hand.legal_moves) if acting else ()
+        return {"legal_actions": legal, "info_set": self._hand.info_set(self._seat(agent))}
+
+    def system_prompt(self, agent: str) -> str:
+        return text.system_prompt(agent, self.num_hands)
+
+    def start(self, rng: random.Random, options: Mapping[str, Any] | None) -> str:
+        self._deals = _read_deals((options or {}).get("deal"), self.num_hands)
+        self._hand_index = 0
+        self._totals = {a: 0.0 for a in AGENTS}
+        self._pending: dict[str, list[str]] = {a: [] for a in AGENTS}
+        self.narrate(f"Kuhn poker, {self.num_hands} hand(s).")
+        return self._start_hand()
+
+    def parse(self, agent: str, reply: str) -> Move:
+        move = text.parse_move(reply, self._hand.legal_moves)
+        if move is None:
+            raise InvalidReply(text.invalid_feedback(reply, self._hand.legal_moves))
+        return move
+
+    def play(self, agent: str, move: Move) -> None:
+        self._hand = self._hand.play(move)
+        other = _opponent(agent)
+        self._pending[other].append(text.move_line(agent, move))
+        self.narrate(f"   {agent} {move.value}s")
+        if not self._hand.is_terminal:
+            self._ask(other)
+            return
+        self._settle_hand()
+        self._hand_index += 1
+        if self._hand_index < self.num_hands:
+            self._start_hand()
+            return
+        for a in AGENTS:
+            self._pending[a].append(text.match_over_line(self._totals[a]))
+            self._flush(a)
+        self.end(totals=dict(self._totals))
+
+    def action_menu(self) -> tuple[str, ...]:
+        return MENU
+
+    def features(self, agent: str) -> np.ndarray:
+        # card one-hot (3) | the hand's moves so far, one-hot per position (3 x 4) | own seat (2)
+        vec = np.zeros(FEATURE_SIZE, dtype=np.float32)
+        hand, seat = self._hand, self._seat(agent)
+        vec[hand.cards[seat]] = 1.0
+        for i, move in enumerate(hand.history):
+            vec[3 + 4 * i + _MOVES.index(move)] = 1.0
+        vec[15 + seat] = 1.0
+        return vec
+
+    def forfeit_rewards(self, agent: str) -> dict[str, float]:
+        return {agent: -self.forfeit_penalty, _opponent(agent): self.forfeit_penalty}
+
+    # ---- internals ------------------------------------------------------------------------
+
+    def _seat(self, agent: str) -> int:
+        return self._first.index(agent)
+
+    def _start_hand(self) -> str:
+        first = AGENTS[first_player(self._hand_index)]
+        self._first = (first, _opponent(first))
+        if self._deals is not None:
+            by_agent = dict(zip(AGENTS, self._deals[self._hand_index]))
+            cards = (by_agent[self._first[0]], by_agent[self._first[1]])
+        else:
+            cards = deal(self.rng)
+        self._hand = Hand(cards)
+        for seat, agent in enumerate(self._first):
+            self._pending[agent].append(text.deal_line(self._hand_index, self.num_hands, cards[seat]))
+            self.infos[agent].update(card=CARDS[cards[seat]], hand=self._hand_index, seat=seat)
+        self.narrate(f"Hand {self._hand_index + 1}: {self._first[0]} has {CARDS[cards[0]]}, "
+                     f"{self._first[1]} has {CARDS[cards[1]]}; {first} acts first")
+        self._ask(first)
+        return first
+
+    def _ask(self, agent: str) -> None:
+        self._pending[agent].append(text.prompt_line(self._hand.legal_moves))
+        self._flush(agent)
+        self.infos[agent]["info_set"] = self._hand.info_set(self._seat(agent))
+        if self.agents:
+            self.pass_turn(agent)
+
+    def _flush(self, agent: str) -> None:
+        if self._pending[agent]:
+            self.tell(agent, "\n".join(self._pending[agent]))
+            self._pending[agent] = []
+
+    def _settle_hand(self) -> None:
+        hand, (first, second) = self._hand, self._first
+        payoff = hand.payoff
+        self.reward(first, payoff)
+        self.reward(second, -payoff)
+        self._totals[first] += payoff
+        self._totals[second] -= payoff
+        winner = first if payoff > 0 else second
+        for seat, agent in enumerate(self._first):
+            opponent_seat = 1 - seat
+            shown = f"{self._first[opponent_seat]} had {CARDS[hand.cards[opponent_seat]]}" if hand.is_showdown else None
+            self._pending[agent].append(
+                text.result_line(self._hand_index, winner, abs(payoff), shown, agent, self._totals[agent]))
+            self.infos[agent].setdefault("payoffs", []).append(payoff if seat == 0 else -payoff)
+            self.infos[agent]["total"] = self._totals[agent]
+        self.narrate(f"   {winner} wins {abs(payoff):g}" + (" at showdown" if hand.is_showdown else ""))
+
+
+def _opponent(agent: str) -> str:
+    return AGENTS[1 - AGENTS.index(agent)]
+
+
+def _read_deals(deals: Any, num_hands: int) -> list[tuple[int, int]] | None:
+    """Read ``options["deal"]``: per hand, (player_0's card, player_1's card) as letters or ranks."""
+    if deals is None:
+        return None
+    if not isinstance(deals, (list, tuple)) or len(deals) != num_hands:
+        raise ValueError(f"options['deal'] must list {num_hands} (player_0 card, player_1 card) pairs; got {deals!r}")
+    out = []
+    for pair in deals:
+        try:
+            ranks = tuple(CARDS.index(c) if isinstance(c, str) else int(c) for c in pair)
+            Hand(ranks)  # validates
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"options['deal'] has a bad pair {pair!r}: expected two different cards of "
+                             f"{CARDS}") from exc
+        out.append(ranks)
+    return out
+
+
+def env(**kwargs: Any) -> wrappers.OrderEnforcingWrapper:
+    """Make Kuhn poker with the standard wrappers (call-order checks); see :class:`raw_env`."""
+    return wrappers.OrderEnforcingWrapper(raw_env(**kwargs))
