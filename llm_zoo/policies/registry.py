@@ -1,0 +1,68 @@
+"""Turn a policy spec from the command line or a config into a policy.
+
+A spec is one of: ``human`` (a person at the terminal), ``random``, the name of one of the env's
+scripted players (Kuhn poker: ``nash``, ``card``), a local model directory (loaded with
+transformers), or an ``http(s)://`` URL of an OpenAI-compatible endpoint.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any
+
+from llm_zoo.policies.base import FunctionPolicy, Observation, Policy, RandomPolicy
+
+
+def scripted_players(env_name: str) -> dict[str, Any]:
+    """Return the env's scripted players, name -> factory(seed=...)."""
+    from llm_zoo import ENVS
+
+    module = importlib.import_module(ENVS[env_name])
+    return dict(getattr(module, "SCRIPTED", {}))
+
+
+def load_policy(spec: str, env_name: str, *, seed: int | None = None, **kwargs: Any) -> Policy:
+    """Build the policy that ``spec`` names for env ``env_name``; ``ValueError`` lists the choices."""
+    scripted = scripted_players(env_name)
+    if spec == "human":
+        return human_policy()
+    if spec == "random":
+        return RandomPolicy(seed=seed)
+    if spec in scripted:
+        return scripted[spec](seed=seed)
+    if spec.startswith(("http://", "https://")):
+        from llm_zoo.policies.openai import OpenAIPolicy
+
+        return OpenAIPolicy.from_spec(spec, **kwargs)
+    if os.path.isdir(spec):
+        from llm_zoo.policies.transformers import TransformersPolicy
+
+        return TransformersPolicy.from_pretrained(spec, seed=seed, **kwargs)
+    raise ValueError(f"unknown policy {spec!r} for {env_name}; expected 'human', 'random', one of "
+                     f"{sorted(scripted)}, a model directory, or an http(s):// endpoint URL")
+
+
+def human_policy(stream_in=None, stream_out=None) -> Policy:
+    """Return a policy that shows a person what the model would see and reads their reply."""
+    seen: dict[str, int] = {}
+
+    def ask(obs: Observation) -> str:
+        out = stream_out or sys.stdout
+        messages = obs["messages"]
+        key = messages[0]["content"] if messages else ""
+        start = seen.get(key, 0) if seen.get(key, 0) <= len(messages) else 0
+        for message in messages[start:]:
+            if message["role"] != "assistant":
+                print(f"\n[{message['role']}]\n{message['content']}", file=out)
+        seen[key] = len(messages) + 1  # the reply we are about to give will be the next message
+        if obs.get("legal_actions"):
+            print(f"(legal: {' '.join(obs['legal_actions'])})", file=out)
+        print("> ", end="", file=out, flush=True)
+        line = (stream_in or sys.stdin).readline()
+        if not line:
+            raise EOFError("no more input")
+        return line.rstrip("\n")
+
+    return FunctionPolicy(ask, name="human")

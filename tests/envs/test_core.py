@@ -1,0 +1,208 @@
+"""The text-env base: tool calls, argument checks, sanitising, step caps, on a toy env with tools."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pettingzoo.test import api_test, seed_test
+
+from llm_zoo.envs.core import (
+    CHARSET,
+    InvalidReply,
+    TextEnv,
+    Tool,
+    ToolError,
+    check_arguments,
+    parse_tool_calls,
+    sanitize,
+)
+
+
+class Counter(TextEnv):
+    """Two agents take turns; each may call `add` (tool) and ends its turn by replying a number."""
+
+    metadata = {"render_modes": ["human", "ansi"], "name": "counter_v0", "is_parallelizable": False}
+    possible_agents = ["worker_0", "worker_1"]
+
+    def system_prompt(self, agent):
+        return f"You are {agent}. Reply with a number."
+
+    def start(self, rng, options):
+        self.total = rng.randint(0, 9)
+        self.tell("worker_0", f"Start: {self.total}")
+        return "worker_0"
+
+    def tools(self, agent):
+        def add(a: int, b: int = 0) -> str:
+            if a < 0:
+                raise ToolError("a must not be negative")
+            return str(a + b)
+
+        def crash() -> str:
+            raise RuntimeError("bug in the tool")
+
+        return (
+            Tool("add", "Add two integers.", {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                                              "required": ["a"], "additionalProperties": False}, add),
+            Tool("crash", "Always fails.", {"type": "object", "properties": {}}, crash),
+        )
+
+    def parse(self, agent, reply):
+        try:
+            return int(reply.strip())
+        except ValueError:
+            raise InvalidReply(f"expected an integer; got {reply[:40]!r}") from None
+
+    def play(self, agent, move):
+        self.total += move
+        if self.total >= 20:
+            self.end({agent: 1.0}, total=self.total)
+        else:
+            other = "worker_1" if agent == "worker_0" else "worker_0"
+            self.tell(other, f"{agent} added {move}; total {self.total}")
+            self.pass_turn(other)
+
+
+def call(name, **arguments):
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+
+
+@pytest.fixture
+def env():
+    e = Counter(render_mode="ansi", max_steps=50)
+    e.reset(seed=0)
+    return e
+
+
+def test_api_and_seed_tests_pass_on_a_tool_env():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        api_test(Counter(), num_cycles=100)
+        seed_test(Counter)
+
+
+def test_system_prompt_declares_tools_in_openai_format(env):
+    system = env.observe("worker_0")["messages"][0]
+    assert system["role"] == "system"
+    assert '"type": "function"' in system["content"] and '"name": "add"' in system["content"]
+    assert "<tool_call>" in system["content"]
+
+
+def test_tool_call_keeps_the_turn_and_returns_a_tool_message(env):
+    env.step("Let me add. " + call("add", a=2, b=3))
+    assert env.agent_selection == "worker_0"
+    msgs = env.observe("worker_0")["messages"]
+    assert msgs[-1] == {"role": "tool", "content": "5"}
+    assert msgs[-2]["role"] == "assistant"
+    assert env.infos["worker_0"]["tool_calls"] == 1
+    env.step(call("add", a=1) + call("add", a=4, b=4))  # several calls in one reply
+    assert [m["content"] for m in env.observe("worker_0")["messages"][-2:]] == ["1", "8"]
+    env.step("3")
+    assert env.agent_selection == "worker_1"
+    assert "worker_0 added 3" in env.observe("worker_1")["messages"][-1]["content"]
+    # worker_1 never sees worker_0's tool traffic
+    assert not any(m["role"] == "tool" for m in env.observe("worker_1")["messages"])
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        ("<tool_call>{not json</tool_call>", "not valid JSON"),
+        ("<tool_call>[1, 2]</tool_call>", "expected {"),
+        (call("nope"), "unknown tool 'nope'"),
+        (call("add"), "missing the required field 'a'"),
+        (call("add", a="two"), "arguments.a must be of type integer"),
+        (call("add", a=True), "arguments.a must be of type integer"),
+        (call("add", a=1, c=2), "unknown field 'c'"),
+        (call("add", a=-1), "a must not be negative"),
+        (call("crash"), "the tool crash failed (RuntimeError)"),
+        ("<tool_call>" + "{" * 5000, "not valid JSON"),
+        ('<tool_call>{"name": "add", "arguments": "[1]"}</tool_call>', "'arguments' must be a JSON object"),
+    ],
+)
+def test_bad_tool_calls_come_back_as_tool_errors(env, reply, expected):
+    env.step(reply)
+    last = env.observe("worker_0")["messages"][-1]
+    assert last["role"] == "tool"
+    assert last["content"].startswith("error:")
+    assert expected in last["content"]
+    assert env.agent_selection == "worker_0" and not env.terminations["worker_0"]
+
+
+def test_tool_failure_is_recorded_for_the_developer(env):
+    env.step(call("crash"))
+    assert env.infos["worker_0"]["tool_failures"] == ["crash: RuntimeError: bug in the tool"]
+
+
+def test_tool_budget_counts_as_invalid_reply():
+    e = Counter(max_tool_calls=2, max_retries=0)
+    e.reset(seed=0)
+    e.step(call("add", a=1) + call("add", a=1) + call("add", a=1))
+    assert e.infos["worker_0"]["forfeit"]
+    assert e.rewards["worker_0"] == -1.0
+
+
+def test_max_steps_truncates_everyone():
+    e = Counter(max_steps=3)
+    e.reset(seed=0)
+    for _ in range(3):
+        e.step(call("add", a=1))
+    assert all(e.truncations.values())
+    assert e.infos["worker_1"]["truncated_by"] == "max_steps"
+    for _agent in e.agent_iter():
+        e.step(None)
+    assert e.agents == []
+
+
+def test_render_ansi_is_the_transcript(env):
+    env.step(call("add", a=2, b=2))
+    env.step("20")
+    text = env.render()
+    assert "worker_0:" in text and "[add] -> 4" in text
+
+
+def test_check_arguments_subset():
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 5},
+                                               "tags": {"type": "array", "items": {"type": "string"}},
+                                               "mode": {"enum": ["a", "b"]}, "s": {"type": "string", "maxLength": 3}}}
+    assert check_arguments(schema, {"n": 3, "tags": ["x"], "mode": "a", "s": "abc"}) is None
+    assert "must be <= 5" in check_arguments(schema, {"n": 6})
+    assert "arguments.tags[1] must be of type string" in check_arguments(schema, {"tags": ["x", 1]})
+    assert "must be one of" in check_arguments(schema, {"mode": "c"})
+    assert "at most 3 characters" in check_arguments(schema, {"s": "abcd"})
+
+
+def test_parse_tool_calls_handles_unterminated_and_double_encoded():
+    calls = parse_tool_calls('<tool_call>{"name": "add", "arguments": "{\\"a\\": 1}"}')
+    assert calls[0].name == "add" and calls[0].arguments == {"a": 1} and calls[0].error is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=200), st.integers(8, 64))
+def test_sanitize_stays_in_charset_and_length(text, limit):
+    out = sanitize(text, limit)
+    assert len(out) <= limit
+    assert all(c in CHARSET for c in out)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.one_of(st.text(max_size=100),
+                          st.builds(lambda n, a: f"<tool_call>{json.dumps({'name': n, 'arguments': a})}</tool_call>",
+                                    st.sampled_from(["add", "crash", "x", ""]),
+                                    st.dictionaries(st.text(max_size=5), st.one_of(st.integers(), st.text(max_size=5)),
+                                                    max_size=3))),
+                max_size=10))
+def test_fuzzed_replies_never_crash(replies):
+    e = Counter(max_steps=40)
+    e.reset(seed=1)
+    for reply in replies:
+        if not e.agents:
+            break
+        agent = e.agent_selection
+        e.step(None if (e.terminations[agent] or e.truncations[agent]) else reply)
+        for a in e.agents:
+            assert e.observation_space(a).contains(e.observe(a))
