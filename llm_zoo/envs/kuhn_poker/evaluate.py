@@ -1,0 +1,184 @@
+"""Read a language model's Kuhn poker strategy exactly, and score it with the exact theory.
+
+For each of the 12 information sets, the model is shown exactly the observation the env would show
+(its own earlier replies written canonically, e.g. ``"[check]"``), and the probability of each legal
+move is read from the model's own log-probs. Where the completions the policy can sample are few
+enough to list (a small vocabulary and a token budget of one or two, as with the built-in tiny
+model), every completion is enumerated with its exact probability, decoded and parsed as the env
+parses it; otherwise the probability of each canonical reply (``"[bet]"`` then end-of-turn) is read.
+The probabilities, renormalised over the legal moves, are the model's tabular strategy; the mass
+left over (invalid replies, and with the canonical reading other wordings too) is reported beside it.
+
+For models that reason before answering, the exact reading does not apply (the move comes after
+free text); :func:`sampled_strategy` estimates the strategy by sampling and parsing replies, and
+labels it as an estimate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from llm_zoo.envs.kuhn_poker import env as kuhn_env
+from llm_zoo.envs.kuhn_poker import text, theory
+from llm_zoo.envs.kuhn_poker.rules import CARDS, Move
+
+NASH = theory.nash_policy(1 / 6)
+
+
+def info_set_observation(info_set: str) -> dict[str, Any]:
+    """Return the observation the env shows the acting player at ``info_set`` (num_hands=1)."""
+    card, history = info_set.split(":")
+    moves = [m for m in history.split(",") if m]
+    player = len(moves) % 2
+    other = next(c for c in CARDS if c != card)
+    deal = (card, other) if player == 0 else (other, card)
+    env = kuhn_env.raw_env()
+    env.reset(seed=0, options={"deal": [deal]})
+    for move in moves:
+        env.step(text.reply_for(Move(move)))
+    obs = env.observe(env.agent_selection)
+    assert env.agent_selection == f"player_{player}" and obs["info_set"] == info_set, (info_set, obs["info_set"])
+    return obs
+
+
+ENUMERATION_LIMIT = 50_000  # most sequences scored to enumerate every completion of every info set
+
+
+def exact_strategy(policy: Any) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """Return (the model's strategy renormalised over legal moves, the mass on invalid replies per info set).
+
+    ``policy`` is a :class:`llm_zoo.policies.TransformersPolicy`. Enumerates every completion when
+    that takes at most :data:`ENUMERATION_LIMIT` sequences, else reads the canonical replies only.
+    """
+    vocab = len(policy.tokenizer)
+    if policy.max_new_tokens <= 2 and len(theory.INFO_SETS) * vocab ** (policy.max_new_tokens - 1) <= ENUMERATION_LIMIT:
+        return _enumerated_strategy(policy)
+    return _canonical_strategy(policy)
+
+
+def _renormalise(raw: Mapping[str, Mapping[str, float]]) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    table, other = {}, {}
+    for info_set, row in raw.items():
+        mass = sum(row.values())
+        other[info_set] = min(1.0, max(0.0, 1.0 - mass))
+        table[info_set] = ({m: p / mass for m, p in row.items()} if mass > 0
+                           else {m: 1 / len(row) for m in row})
+    return table, other
+
+
+def _enumerated_strategy(policy: Any) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    import torch
+
+    from llm_zoo.policies.transformers import _left_pad, _position_ids
+
+    eos = set(policy.eos_token_ids)
+    temperature = policy.temperature or 1.0
+
+    def next_logprobs(rows: list[list[int]]) -> torch.Tensor:
+        out = []
+        with torch.inference_mode():
+            for start in range(0, len(rows), 256):
+                ids, mask = _left_pad(rows[start:start + 256], policy.pad_token_id, policy.device)
+                logits = policy.model(input_ids=ids, attention_mask=mask, position_ids=_position_ids(mask)).logits
+                out.append(torch.log_softmax(logits[:, -1, :].float() / temperature, dim=-1).cpu())
+        return torch.cat(out)
+
+    prompts = [policy.encode_prompts([info_set_observation(i)])[0] for i in theory.INFO_SETS]
+    first = next_logprobs(prompts)  # [12, vocab]
+    vocab = first.shape[1]
+    # completions: (info set index, token ids, probability)
+    done: list[tuple[int, list[int], float]] = []
+    open_: list[tuple[int, list[int], float]] = []
+    for i in range(len(prompts)):
+        for t in range(vocab):
+            item = (i, [t], math.exp(first[i, t].item()))
+            (done if t in eos or policy.max_new_tokens == 1 else open_).append(item)
+    if open_:
+        second = next_logprobs([prompts[i] + ids for i, ids, _ in open_])
+        for (i, ids, p), row in zip(open_, second):
+            probs = row.exp().tolist()
+            done.extend((i, ids + [t], p * q) for t, q in enumerate(probs))
+    raw = {info_set: dict.fromkeys(theory.legal_moves(info_set), 0.0) for info_set in theory.INFO_SETS}
+    texts = policy.tokenizer.batch_decode([ids for _, ids, _ in done], skip_special_tokens=True)
+    for (i, _, p), reply in zip(done, texts):
+        info_set = theory.INFO_SETS[i]
+        move = text.parse_move(reply, tuple(Move(m) for m in theory.legal_moves(info_set)))
+        if move is not None:
+            raw[info_set][move.value] += p
+    return _renormalise(raw)
+
+
+def _canonical_strategy(policy: Any) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    prompts, completions, index = [], [], []
+    for info_set in theory.INFO_SETS:
+        prompt = policy.encode_prompts([info_set_observation(info_set)])[0]
+        for move in theory.legal_moves(info_set):
+            ids = list(policy.tokenizer.encode(text.reply_for(Move(move)), add_special_tokens=False))
+            if len(ids) < policy.max_new_tokens:
+                ids.append(policy.eos_token_ids[0])
+            prompts.append(prompt)
+            completions.append(ids[: policy.max_new_tokens])
+            index.append((info_set, move))
+    logprobs = policy.logprobs_of(prompts, completions)
+    raw: dict[str, dict[str, float]] = {}
+    for (info_set, move), lps in zip(index, logprobs):
+        raw.setdefault(info_set, {})[move] = math.exp(sum(lps))
+    return _renormalise(raw)
+
+
+def sampled_strategy(policy: Any, samples: int = 64) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """Estimate the strategy by sampling ``samples`` replies per info set and parsing them (an estimate)."""
+    table, other = {}, {}
+    for info_set in theory.INFO_SETS:
+        obs = info_set_observation(info_set)
+        legal = tuple(Move(m) for m in theory.legal_moves(info_set))
+        counts = dict.fromkeys((m.value for m in legal), 0)
+        invalid = 0
+        for reply in policy.act([obs] * samples):
+            move = text.parse_move(reply, legal)
+            if move is None:
+                invalid += 1
+            else:
+                counts[move.value] += 1
+        valid = samples - invalid
+        table[info_set] = ({m: c / valid for m, c in counts.items()} if valid
+                           else {m.value: 1 / len(legal) for m in legal})
+        other[info_set] = invalid / samples
+    return table, other
+
+
+def score_strategy(table: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """Return exploitability and exact payoffs (averaged over both seats) against Nash and uniform."""
+    uniform = theory.uniform_policy()
+
+    def versus(opponent: Mapping[str, Mapping[str, float]]) -> float:
+        return (theory.game_value(table, opponent) - theory.game_value(opponent, table)) / 2
+
+    return {
+        "exploitability": theory.exploitability(table),
+        "payoff_vs_nash": versus(NASH),
+        "payoff_vs_uniform": versus(uniform),
+    }
+
+
+def evaluate(policy: Any, *, method: str = "exact", samples: int = 64) -> dict[str, Any]:
+    """Evaluate a model on Kuhn poker: exploitability of its strategy, payoffs, mass off the legal replies.
+
+    ``method="exact"`` reads probabilities from log-probs; ``"sampled"`` estimates them by sampling
+    (for models that reason before answering) and says so in the result.
+    """
+    if method == "exact":
+        table, other = exact_strategy(policy)
+    elif method == "sampled":
+        table, other = sampled_strategy(policy, samples)
+    else:
+        raise ValueError(f"method must be 'exact' or 'sampled'; got {method!r}")
+    return {
+        "method": method if method == "exact" else f"sampled estimate ({samples} replies per info set)",
+        **score_strategy(table),
+        "other_mass_mean": sum(other.values()) / len(other),
+        "other_mass": other,
+        "strategy": table,
+    }

@@ -1,0 +1,253 @@
+"""Who acts: the policy interface, the reply record, and the policies that need no model.
+
+A policy maps a batch of observations to a batch of replies. An observation is what an llm_zoo env
+hands to the agent whose turn it is: a mapping whose ``"messages"`` entry is a tuple of
+``{"role", "content"}`` dicts, plus env-specific keys such as Kuhn poker's ``"legal_actions"``.
+A reply is a :class:`Reply`, which is a ``str`` and so goes straight to ``env.step``; model-backed
+policies also attach what the trainer needs (prompt and completion token ids, sampling log-probs).
+
+This module imports neither torch nor transformers; the model-backed policies live in their own
+modules and are loaded lazily by :mod:`llm_zoo.policies`.
+"""
+
+from __future__ import annotations
+
+import random
+import string
+import sys
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+if sys.version_info >= (3, 12):
+    from typing import override
+else:  # typing_extensions comes with gymnasium, a core dependency
+    from typing_extensions import override
+
+Observation = Mapping[str, Any]
+"""An env observation: ``{"messages": (...), ...}``."""
+
+_REPR_TEXT_CHARS = 60
+
+
+class Reply(str):
+    """A policy's reply: the text itself, plus optional per-reply training records.
+
+    ``Reply`` subclasses ``str``, so it compares, hashes and is accepted everywhere as its text, and
+    an env sees only that text. The records ride along as attributes; string methods (``strip``,
+    slicing, ...) return plain ``str`` and drop them.
+
+    Attributes:
+        prompt_ids: Token ids of the prompt the reply was sampled from, without padding.
+        completion_ids: Token ids of the completion, including the end-of-turn token when one was
+            generated.
+        logprobs: Sampling log-probability of each completion token, ``len(completion_ids)`` long.
+        policy: Name of the policy that wrote the reply.
+    """
+
+    prompt_ids: list[int] | None
+    completion_ids: list[int] | None
+    logprobs: list[float] | None
+    policy: str | None
+
+    def __new__(
+        cls,
+        text: str,
+        *,
+        prompt_ids: Sequence[int] | None = None,
+        completion_ids: Sequence[int] | None = None,
+        logprobs: Sequence[float] | None = None,
+        policy: str | None = None,
+    ) -> Reply:
+        """Create a reply; raise ``TypeError``/``ValueError`` on inconsistent records."""
+        if not isinstance(text, str):
+            raise TypeError(f"Reply text must be a str, got {type(text).__name__}: {_clip(repr(text))}.")
+        if logprobs is not None and completion_ids is None:
+            raise ValueError(
+                "Reply got logprobs but no completion_ids; pass the tokens the log-probs belong to."
+            )
+        if logprobs is not None and completion_ids is not None and len(logprobs) != len(completion_ids):
+            raise ValueError(
+                f"Reply needs one log-prob per completion token: got {len(logprobs)} logprobs for "
+                f"{len(completion_ids)} completion_ids."
+            )
+        self = super().__new__(cls, text)
+        self.prompt_ids = None if prompt_ids is None else [int(i) for i in prompt_ids]
+        self.completion_ids = None if completion_ids is None else [int(i) for i in completion_ids]
+        self.logprobs = None if logprobs is None else [float(x) for x in logprobs]
+        self.policy = policy
+        return self
+
+    @property
+    def text(self) -> str:
+        """The reply as a plain ``str``."""
+        return str.__str__(self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # str's default reduction would rebuild a bare Reply through __new__ and then restore the
+        # attributes as instance state; spelling it out keeps pickle, copy and deepcopy one path.
+        return (_rebuild_reply, (self.text, dict(self.__dict__)))
+
+    def __repr__(self) -> str:
+        parts = [_clip(repr(self.text), _REPR_TEXT_CHARS)]
+        if self.policy is not None:
+            parts.append(f"policy={self.policy!r}")
+        if self.prompt_ids is not None:
+            parts.append(f"prompt_ids=<{len(self.prompt_ids)} tokens>")
+        if self.completion_ids is not None:
+            parts.append(f"completion_ids=<{len(self.completion_ids)} tokens>")
+        if self.logprobs is not None:
+            parts.append(f"logprob={sum(self.logprobs):.4g}")
+        return f"Reply({', '.join(parts)})"
+
+
+def _rebuild_reply(text: str, records: dict[str, Any]) -> Reply:
+    """Rebuild a pickled :class:`Reply` from its text and attributes."""
+    reply = Reply(text)
+    reply.__dict__.update(records)
+    return reply
+
+
+class Policy(ABC):
+    """Maps a batch of observations to a batch of replies.
+
+    Contract for :meth:`act`:
+
+    - It takes a sequence of observations (each a mapping with ``"messages"``) and returns a list of
+      :class:`Reply`, one per observation, in the same order, so ``len(out) == len(observations)``.
+      Replies are independent: no reply is written from another observation in the batch.
+    - It may raise ``TypeError``/``ValueError`` on malformed input (not a sequence of mappings, a
+      missing key it needs), with a message that names the offending observation; a raise means the
+      whole batch failed and no reply was produced.
+    - All randomness comes from the policy's own RNG, set by :meth:`seed`; global random state is
+      left alone.
+
+    Attributes:
+        name: Shown in ``Reply.policy`` and in logs.
+    """
+
+    name: str = "policy"
+
+    # ---- override these -------------------------------------------------------------------
+
+    @abstractmethod
+    def act(self, observations: Sequence[Observation]) -> list[Reply]:
+        """Reply to each observation, in order; see the class docstring for the contract."""
+
+    def seed(self, seed: int | None) -> None:  # noqa: B027 (a no-op default: deterministic policies have no RNG)
+        """Reseed the policy's RNG; ``None`` draws fresh entropy. Policies without randomness ignore it."""
+
+    # ---- the base owns everything below -------------------------------------------------
+
+    def __call__(self, observation: Observation) -> Reply:
+        """Reply to a single observation: ``act([observation])[0]``."""
+        replies = self.act([observation])
+        if len(replies) != 1:
+            raise RuntimeError(
+                f"{type(self).__name__}.act returned {len(replies)} replies for 1 observation; "
+                "act must return exactly one reply per observation."
+            )
+        return replies[0]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
+
+    @staticmethod
+    def check_batch(observations: Sequence[Observation], *, key: str | None = None) -> None:
+        """Raise ``TypeError`` unless ``observations`` is a sequence of mappings (each holding ``key``)."""
+        if isinstance(observations, Mapping) or isinstance(observations, (str, bytes)):
+            raise TypeError(
+                f"act() takes a sequence of observations, got a single {type(observations).__name__}; "
+                "call policy(observation) or policy.act([observation])."
+            )
+        if not isinstance(observations, Sequence):
+            raise TypeError(
+                f"act() takes a sequence (list or tuple) of observations, got {type(observations).__name__}."
+            )
+        for i, obs in enumerate(observations):
+            if not isinstance(obs, Mapping):
+                raise TypeError(
+                    f"observation {i} should be a mapping such as {{'messages': (...)}}, "
+                    f"got {type(obs).__name__}: {_clip(repr(obs))}."
+                )
+            if key is not None and key not in obs:
+                raise ValueError(
+                    f"observation {i} has no {key!r} key (keys: {sorted(map(str, obs))}); "
+                    f"this policy needs the env's {key!r}."
+                )
+
+
+class RandomPolicy(Policy):
+    """Replies at random: a uniform pick from ``obs["legal_actions"]`` when the env offers them,
+    otherwise random printable text of 0 to ``max_chars`` characters.
+
+    Args:
+        seed: Seed of the policy's own ``random.Random``; ``None`` draws fresh entropy.
+        max_chars: Longest free-text reply.
+        name: Shown in ``Reply.policy``.
+    """
+
+    _ALPHABET = string.ascii_letters + string.digits + string.punctuation + " "
+
+    def __init__(self, seed: int | None = None, max_chars: int = 32, *, name: str = "random") -> None:
+        if max_chars < 0:
+            raise ValueError(f"RandomPolicy needs max_chars >= 0, got {max_chars!r}.")
+        self.name = name
+        self.max_chars = max_chars
+        self._rng = random.Random(seed)
+
+    @override
+    def seed(self, seed: int | None) -> None:
+        self._rng.seed(seed)
+
+    @override
+    def act(self, observations: Sequence[Observation]) -> list[Reply]:
+        self.check_batch(observations)
+        return [Reply(self._pick(obs), policy=self.name) for obs in observations]
+
+    def _pick(self, obs: Observation) -> str:
+        legal = obs.get("legal_actions")
+        if legal:
+            return self._rng.choice(list(legal))
+        length = self._rng.randint(0, self.max_chars)
+        return "".join(self._rng.choice(self._ALPHABET) for _ in range(length))
+
+
+class FunctionPolicy(Policy):
+    """Wraps a callable ``observation -> str`` (a scripted player, a lookup table, a human prompt).
+
+    A returned :class:`Reply` passes through unchanged; a plain ``str`` is wrapped with
+    ``policy=name``.
+
+    Args:
+        fn: Called once per observation, in order.
+        name: Shown in ``Reply.policy``; defaults to the function's ``__name__``.
+    """
+
+    def __init__(self, fn: Callable[[Observation], str], name: str | None = None) -> None:
+        if not callable(fn):
+            raise TypeError(f"FunctionPolicy needs a callable observation -> str, got {type(fn).__name__}.")
+        self.fn = fn
+        self.name = name if name is not None else getattr(fn, "__name__", type(fn).__name__)
+
+    @override
+    def act(self, observations: Sequence[Observation]) -> list[Reply]:
+        self.check_batch(observations)
+        replies = []
+        for obs in observations:
+            out = self.fn(obs)
+            if isinstance(out, Reply):
+                replies.append(out)
+            elif isinstance(out, str):
+                replies.append(Reply(out, policy=self.name))
+            else:
+                raise TypeError(
+                    f"FunctionPolicy {self.name!r}: the function should return a str reply, "
+                    f"got {type(out).__name__}: {_clip(repr(out))}."
+                )
+        return replies
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    """Shorten ``text`` to ``limit`` characters, marking the cut."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,524 @@
+"""A policy that asks any OpenAI-compatible ``/v1/chat/completions`` endpoint for its replies.
+
+Use it for frozen roles played by a served model: vLLM's or SGLang's server, a hosted API, or
+``llm-zoo serve`` (:mod:`llm_zoo.serve`). From the command line or a config it is named by a spec::
+
+    http://127.0.0.1:8000/v1                      # the server's only (or first) model
+    http://127.0.0.1:8000/v1?model=NAME           # a named model
+    https://api.example.com/v1?model=NAME&temperature=0.7&max_tokens=64
+
+The part before ``?`` is the base URL (a bare ``http://host:port`` means ``http://host:port/v1``);
+the query sets constructor arguments by name (see :meth:`OpenAIPolicy.from_spec`).
+
+Messages
+--------
+An env's transcript uses the roles system, user, assistant and tool, but its tool messages carry
+no ``tool_call_id``, which strict servers require. So each observation's ``messages`` are sent as:
+
+- ``system``: kept when it opens the transcript; a later system message becomes a user message
+  starting ``"System: "`` (many chat templates allow the system role only first);
+- ``user`` and ``assistant``: kept;
+- ``tool``: a user message starting ``"Tool result:\\n"``;
+- then consecutive messages of the same role are merged into one, joined by a blank line, so
+  user and assistant turns alternate as strict templates demand.
+
+Replies
+-------
+A reply is the message's ``content``; each structured tool call the server returns
+(``message.tool_calls[i].function``) is appended as a line
+``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, the form llm_zoo envs parse. A
+:class:`~llm_zoo.policies.base.Reply` here has no token ids and so no log-probs (the API returns
+neither in a form the trainer can use); HTTP policies play frozen roles. Token counts the server
+reports add up in :attr:`OpenAIPolicy.usage`.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import os
+import random
+import sys
+import threading
+import time
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+try:
+    import httpx
+except ImportError as err:  # pragma: no cover - httpx comes with the `llm` extra
+    raise ImportError(
+        f"llm_zoo.policies.openai needs httpx ({err}); install it with `pip install 'llm_zoo[llm]'`."
+    ) from err
+
+from llm_zoo.policies.base import Observation, Policy, Reply
+
+if sys.version_info >= (3, 12):
+    from typing import override
+else:
+    from typing_extensions import override
+
+RETRY_STATUSES = frozenset({408, 409, 429})
+"""4xx statuses worth retrying (timeout, conflict, rate limit); every 5xx is retried too."""
+MAX_WAIT_S = 60.0
+"""Longest single wait between attempts, whatever ``Retry-After`` or the backoff asks for."""
+_BODY_CHARS = 500
+_SPEC_FIELDS: dict[str, type] = {
+    "model": str,
+    "name": str,
+    "api_key_env": str,
+    "temperature": float,
+    "top_p": float,
+    "max_tokens": int,
+    "max_concurrency": int,
+    "timeout_s": float,
+    "max_retries": int,
+    "backoff_s": float,
+    "seed": int,
+}
+
+
+class EndpointError(RuntimeError):
+    """An OpenAI-compatible endpoint failed: an error status, no response, or a malformed body.
+
+    Attributes:
+        url: The URL that was requested.
+        status: The HTTP status, or ``None`` when no response came.
+        body: The response body, truncated, or ``None`` when no response came.
+    """
+
+    def __init__(self, message: str, *, url: str, status: int | None = None, body: str | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+        self.status = status
+        self.body = body
+
+
+class OpenAIPolicy(Policy):
+    """Replies through an OpenAI-compatible chat completions endpoint, one request per observation.
+
+    :meth:`act` sends the requests of a batch at once, at most ``max_concurrency`` in flight (a
+    limit shared by every thread using this policy). A request that gets 408, 409, 429 or a 5xx, a
+    connection error or a timeout is retried up to ``max_retries`` times; before each retry it
+    waits ``Retry-After`` when the server sends it, else ``backoff_s * 2**attempt`` times a random
+    factor in [0.5, 1.5), and never longer than :data:`MAX_WAIT_S`. Any other 4xx fails at once.
+    Failures raise :class:`EndpointError` naming the URL, the status and the body.
+
+    Args:
+        base_url: The API root, e.g. ``"http://127.0.0.1:8000/v1"``; requests go to
+            ``{base_url}/chat/completions``. A URL with no path gets ``/v1``.
+        model: The ``model`` field of each request.
+        api_key_env: Environment variable holding the API key, read once here; when it is unset or
+            empty no ``Authorization`` header is sent (fine for local servers).
+        name: Shown in ``Reply.policy``; defaults to ``model``.
+        temperature: Sampling temperature sent with each request.
+        top_p: Nucleus sampling mass sent with each request.
+        max_tokens: Longest reply, in tokens.
+        max_concurrency: Most requests in flight at once.
+        timeout_s: Timeout of each attempt (connect, read, write), in seconds.
+        max_retries: Retries after the first attempt of a request.
+        backoff_s: First backoff delay, in seconds; it doubles with each retry.
+        extra_body: More request fields (``{"top_k": 20}``, ``{"stop": [...]}``); they override
+            the fields above.
+        seed: When set, each request carries a ``seed`` drawn from a private RNG seeded with it, so
+            a run is repeatable where the server honours seeds; ``None`` sends no seed.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key_env: str = "OPENAI_API_KEY",
+        name: str | None = None,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_tokens: int = 256,
+        max_concurrency: int = 8,
+        timeout_s: float = 60.0,
+        max_retries: int = 4,
+        backoff_s: float = 0.5,
+        extra_body: Mapping[str, Any] | None = None,
+        seed: int | None = None,
+    ) -> None:
+        if not isinstance(model, str) or not model:
+            raise ValueError(f"OpenAIPolicy needs a model name (the request's 'model' field), got {model!r}.")
+        checks = [
+            ("temperature", temperature, temperature >= 0, ">= 0"),
+            ("top_p", top_p, 0 < top_p <= 1, "in (0, 1]"),
+            ("max_tokens", max_tokens, max_tokens >= 1, ">= 1"),
+            ("max_concurrency", max_concurrency, max_concurrency >= 1, ">= 1"),
+            ("timeout_s", timeout_s, timeout_s > 0, "> 0"),
+            ("max_retries", max_retries, max_retries >= 0, ">= 0"),
+            ("backoff_s", backoff_s, backoff_s >= 0, ">= 0"),
+        ]
+        for field, value, ok, expected in checks:
+            if not ok:
+                raise ValueError(f"OpenAIPolicy: {field} must be {expected}, got {value!r}.")
+        if extra_body is not None and not isinstance(extra_body, Mapping):
+            raise TypeError(
+                f"OpenAIPolicy: extra_body must be a dict of request fields, got {type(extra_body).__name__}."
+            )
+        self.base_url = normalize_base_url(base_url)
+        self.url = self.base_url + "/chat/completions"
+        self.model = model
+        self.name = name if name is not None else model
+        self.temperature = float(temperature)
+        self.top_p = float(top_p)
+        self.max_tokens = int(max_tokens)
+        self.max_concurrency = int(max_concurrency)
+        self.timeout_s = float(timeout_s)
+        self.max_retries = int(max_retries)
+        self.backoff_s = float(backoff_s)
+        self.extra_body = dict(extra_body or {})
+        self.api_key_env = api_key_env
+        self.usage = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0}
+        """Totals over every successful request: requests made and the token counts servers reported."""
+        self._headers = _auth_headers(api_key_env)
+        self._client = httpx.Client(
+            timeout=self.timeout_s,
+            limits=httpx.Limits(
+                max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency
+            ),
+        )
+        self._slots = threading.BoundedSemaphore(self.max_concurrency)
+        self._lock = threading.Lock()
+        self._jitter = random.Random()
+        self._seeds = random.Random(seed)
+        self._send_seed = seed is not None
+
+    @classmethod
+    def from_spec(cls, spec: str, **kwargs: Any) -> OpenAIPolicy:
+        """Build a policy from ``"http(s)://HOST[:PORT][/PATH][?KEY=VALUE&...]"``.
+
+        The query sets constructor arguments by name: ``model``, ``name``, ``api_key_env``,
+        ``temperature``, ``top_p``, ``max_tokens``, ``max_concurrency``, ``timeout_s``,
+        ``max_retries``, ``backoff_s`` and ``seed``; ``kwargs`` override them. Without ``model``
+        the server's ``/models`` list is asked and its only (or first) model is used.
+        """
+        if not isinstance(spec, str) or not spec.startswith(("http://", "https://")):
+            raise ValueError(f"OpenAIPolicy.from_spec expects an http(s):// URL, got {spec!r}.")
+        parts = urllib.parse.urlsplit(spec)
+        options: dict[str, Any] = {}
+        for key, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True):
+            if key not in _SPEC_FIELDS:
+                raise ValueError(
+                    f"endpoint spec {spec!r}: unknown query key {key!r}; expected some of {sorted(_SPEC_FIELDS)}."
+                )
+            try:
+                options[key] = _SPEC_FIELDS[key](value)
+            except ValueError:
+                raise ValueError(
+                    f"endpoint spec {spec!r}: {key}={value!r} should be a {_SPEC_FIELDS[key].__name__}."
+                ) from None
+        options.update(kwargs)
+        base_url = urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+        if not options.get("model"):
+            options["model"] = default_model(
+                base_url,
+                api_key_env=options.get("api_key_env", "OPENAI_API_KEY"),
+                timeout_s=options.get("timeout_s", 60.0),
+            )
+        return cls(base_url, **options)
+
+    # ---- the policy -------------------------------------------------------------------------
+
+    @override
+    def seed(self, seed: int | None) -> None:
+        """Reseed the RNG that draws each request's ``seed``; ``None`` stops sending seeds."""
+        self._seeds.seed(seed)
+        self._send_seed = seed is not None
+
+    @override
+    def act(self, observations: Sequence[Observation]) -> list[Reply]:
+        self.check_batch(observations, key="messages")
+        # Bodies (and their seeds) are built in observation order, so a seeded run is repeatable
+        # however the requests interleave.
+        bodies = [self.request_body(obs, i) for i, obs in enumerate(observations)]
+        if not bodies:
+            return []
+        if len(bodies) == 1:
+            return [self._complete(bodies[0])]
+        with ThreadPoolExecutor(max_workers=min(len(bodies), self.max_concurrency)) as pool:
+            futures = [pool.submit(self._complete, body) for body in bodies]
+            try:
+                return [future.result() for future in futures]
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                raise
+
+    def request_body(self, obs: Observation, index: int = 0) -> dict[str, Any]:
+        """Return the JSON body of the chat completions request for one observation."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": to_chat_messages(obs["messages"], index),
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_tokens": self.max_tokens,
+        }
+        if self._send_seed:
+            body["seed"] = self._seeds.randrange(2**31)
+        body.update(self.extra_body)
+        return body
+
+    def close(self) -> None:
+        """Close the HTTP connections; the policy cannot be used after."""
+        self._client.close()
+
+    def __enter__(self) -> OpenAIPolicy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, model={self.model!r}, url={self.url!r})"
+
+    # ---- HTTP -----------------------------------------------------------------------------
+
+    def _complete(self, body: dict[str, Any]) -> Reply:
+        """POST one request (with retries) and turn the completion into a reply."""
+        with self._slots:
+            response = self._post(body)
+        data = _json_body(response, self.url)
+        try:
+            message = data["choices"][0]["message"]
+            if not isinstance(message, Mapping):
+                raise TypeError("message is not an object")
+            text = reply_text(message)
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise EndpointError(
+                f"POST {self.url} returned HTTP {response.status_code} but no chat completion "
+                f"(choices[0].message: {exc}); {_body(response)}. Is this an "
+                "OpenAI-compatible /v1 endpoint?",
+                url=self.url,
+                status=response.status_code,
+                body=_clip(response.text),
+            ) from None
+        usage = data.get("usage") if isinstance(data.get("usage"), Mapping) else {}
+        with self._lock:
+            self.usage["requests"] += 1
+            for key in ("prompt_tokens", "completion_tokens"):
+                if isinstance(usage.get(key), int):
+                    self.usage[key] += usage[key]
+        return Reply(text, policy=self.name)
+
+    def _post(self, body: dict[str, Any]) -> httpx.Response:
+        """POST ``body``, retrying per the class docstring; return the 2xx response."""
+        attempts = self.max_retries + 1
+        for attempt in range(attempts):
+            last = attempt == attempts - 1
+            try:
+                response = self._client.post(self.url, json=body, headers=self._headers)
+            except httpx.TransportError as exc:  # connection refused or reset, timeouts
+                if last:
+                    raise EndpointError(
+                        f"POST {self.url} got no response after {attempts} attempt(s): {exc!r} "
+                        f"(timeout_s={self.timeout_s}); check that the server is up at {self.base_url}, "
+                        "or raise timeout_s / max_retries.",
+                        url=self.url,
+                    ) from exc
+                time.sleep(self._backoff(attempt))
+                continue
+            status = response.status_code
+            if status < 400:
+                return response
+            retryable = status in RETRY_STATUSES or status >= 500
+            if not retryable:
+                raise EndpointError(
+                    f"POST {self.url} failed with HTTP {status}: {_body(response)}. {_hint(status, self)}",
+                    url=self.url,
+                    status=status,
+                    body=_clip(response.text),
+                )
+            if last:
+                raise EndpointError(
+                    f"POST {self.url} failed with HTTP {status} after {attempts} attempt(s): "
+                    f"{_body(response)}. The server is overloaded or failing; lower "
+                    "max_concurrency, raise max_retries, or retry later.",
+                    url=self.url,
+                    status=status,
+                    body=_clip(response.text),
+                )
+            wait = _retry_after(response.headers.get("retry-after"))
+            time.sleep(min(MAX_WAIT_S, wait if wait is not None else self._backoff(attempt)))
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _backoff(self, attempt: int) -> float:
+        """Exponential backoff with jitter for retry number ``attempt`` (0-based)."""
+        with self._lock:
+            factor = 0.5 + self._jitter.random()
+        return min(MAX_WAIT_S, self.backoff_s * 2**attempt * factor)
+
+
+# ---- helpers --------------------------------------------------------------------------------
+
+
+def to_chat_messages(messages: Sequence[Mapping[str, Any]], index: int = 0) -> list[dict[str, str]]:
+    """Map an env transcript to messages a strict chat completions server accepts (module docstring).
+
+    Args:
+        messages: ``{"role", "content"}`` dicts with roles system, user, assistant or tool.
+        index: Position of the observation in its batch, named in errors.
+    """
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
+        raise ValueError(
+            f"observation {index}: 'messages' should be a non-empty sequence of {{'role', 'content'}} dicts, "
+            f"got {type(messages).__name__}: {_clip(repr(messages), 200)}."
+        )
+    out: list[dict[str, str]] = []
+    for j, message in enumerate(messages):
+        role = message.get("role") if isinstance(message, Mapping) else None
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if not isinstance(content, str):
+            raise ValueError(
+                f"observation {index}, message {j}: expected a dict with a str 'content', "
+                f"got {_clip(repr(message), 200)}."
+            )
+        if role == "system" and all(m["role"] == "system" for m in out):
+            pass
+        elif role == "system":
+            role, content = "user", "System: " + content
+        elif role == "tool":
+            role, content = "user", "Tool result:\n" + content
+        elif role not in ("user", "assistant"):
+            raise ValueError(
+                f"observation {index}, message {j}: role must be system, user, assistant or tool, got {role!r}."
+            )
+        if out and out[-1]["role"] == role:
+            out[-1]["content"] += "\n\n" + content
+        else:
+            out.append({"role": role, "content": content})
+    return out
+
+
+def reply_text(message: Mapping[str, Any]) -> str:
+    """Return a completion message as reply text: its content, then one ``<tool_call>`` line per tool call."""
+    content = message.get("content")
+    if isinstance(content, list):  # content parts: keep the text ones
+        content = "".join(part.get("text", "") for part in content if isinstance(part, Mapping))
+    if content is not None and not isinstance(content, str):
+        raise TypeError(f"content should be a string, got {type(content).__name__}")
+    lines = [content] if content else []
+    for call in message.get("tool_calls") or ():
+        function = call["function"]
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except json.JSONDecodeError:
+                pass  # kept as the raw string: the env reports the bad arguments to the agent
+        payload = {"name": function["name"], "arguments": arguments if arguments is not None else {}}
+        lines.append(f"<tool_call>{json.dumps(payload, ensure_ascii=False)}</tool_call>")
+    return "\n".join(lines)
+
+
+def normalize_base_url(base_url: str) -> str:
+    """Return ``base_url`` without a trailing slash or ``/chat/completions``, with ``/v1`` if it had no path."""
+    if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+        raise ValueError(
+            f"OpenAIPolicy: base_url must be an http(s):// URL such as http://127.0.0.1:8000/v1, got {base_url!r}."
+        )
+    parts = urllib.parse.urlsplit(base_url)
+    if not parts.netloc:
+        raise ValueError(
+            f"OpenAIPolicy: base_url {base_url!r} has no host; expected http(s)://HOST[:PORT]/v1."
+        )
+    path = parts.path.rstrip("/")
+    path = path.removesuffix("/chat/completions") or "/v1"
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def default_model(base_url: str, *, api_key_env: str = "OPENAI_API_KEY", timeout_s: float = 60.0) -> str:
+    """Return the id of the only (or first) model that ``GET {base_url}/models`` lists."""
+    url = normalize_base_url(base_url) + "/models"
+    try:
+        response = httpx.get(url, headers=_auth_headers(api_key_env), timeout=timeout_s)
+    except httpx.TransportError as exc:
+        raise EndpointError(
+            f"GET {url} got no response: {exc!r}; check that the server is up, or name the model in "
+            "the spec (?model=NAME).",
+            url=url,
+        ) from exc
+    if response.status_code >= 400:
+        raise EndpointError(
+            f"GET {url} failed with HTTP {response.status_code}: {_body(response)}; "
+            "name the model in the spec instead (?model=NAME).",
+            url=url,
+            status=response.status_code,
+            body=_clip(response.text),
+        )
+    data = _json_body(response, url)
+    models = data.get("data") if isinstance(data, Mapping) else None
+    ids = [m["id"] for m in models or () if isinstance(m, Mapping) and isinstance(m.get("id"), str)]
+    if not ids:
+        raise EndpointError(
+            f"GET {url} listed no models: {_body(response)}; name one in the spec (?model=NAME).",
+            url=url,
+            status=response.status_code,
+            body=_clip(response.text),
+        )
+    return ids[0]
+
+
+def _auth_headers(api_key_env: str) -> dict[str, str]:
+    key = os.environ.get(api_key_env, "") if api_key_env else ""
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def _json_body(response: httpx.Response, url: str) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        raise EndpointError(
+            f"{response.request.method} {url} returned HTTP {response.status_code} with a body that "
+            f"is not JSON: {_body(response)}. Is this an OpenAI-compatible /v1 endpoint?",
+            url=url,
+            status=response.status_code,
+            body=_clip(response.text),
+        ) from None
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Read a ``Retry-After`` header (seconds or an HTTP date) as seconds to wait, if it parses."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _hint(status: int, policy: OpenAIPolicy) -> str:
+    if status in (401, 403):
+        where = f"${policy.api_key_env} is {'set' if policy._headers else 'unset'}"
+        return (
+            f"The server refused the credentials ({where}); set api_key_env to the variable holding the key."
+        )
+    if status == 404:
+        return (
+            f"Check the base URL (requests go to {policy.url}) and the model name {policy.model!r}; "
+            f"GET {policy.base_url}/models lists the served models."
+        )
+    return "The server rejected the request; check the sampling fields and extra_body. It is not retried."
+
+
+def _body(response: httpx.Response) -> str:
+    """Quote a response body for an error message: one line, truncated.
+
+    Not ``!r``: bodies are mostly JSON, whose quotes ``repr`` would escape into noise.
+    """
+    text = " ".join(response.text.split())
+    return f"body: {_clip(text) or '(empty)'}"
+
+
+def _clip(text: str, limit: int = _BODY_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

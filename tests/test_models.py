@@ -1,0 +1,275 @@
+"""Tests for llm_zoo.models: offline tokenizers, tiny models, and the save/load round trip."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+
+from llm_zoo.models import (  # noqa: E402
+    CHAT_TEMPLATE,
+    IM_END,
+    IM_START,
+    PAD_TOKEN,
+    SPECIAL_TOKENS,
+    UNK_TOKEN,
+    build_byte_tokenizer,
+    build_tiny_model,
+    build_word_tokenizer,
+    make_tiny_model,
+    save_tiny,
+)
+
+torch.set_num_threads(1)
+
+KUHN_CORPUS = [
+    "You are playing Kuhn poker. You hold the K. Reply with [check] or [bet].",
+    "Your opponent bets. Reply with [call] or [fold]!",
+]
+ALL_ROLES = (
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Hi"},
+    {"role": "assistant", "content": "Hello"},
+    {"role": "tool", "content": "42"},
+)
+
+
+@pytest.fixture(scope="module")
+def byte_tok():
+    return build_byte_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def word_tok():
+    return build_word_tokenizer(KUHN_CORPUS)
+
+
+# ---- byte tokenizer ---------------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(max_size=64))
+def test_byte_tokenizer_round_trips_any_text(byte_tok, text):
+    ids = byte_tok.encode(text, add_special_tokens=False)
+    assert byte_tok.decode(ids) == text
+    if not any(special in text for special in SPECIAL_TOKENS):  # each of those encodes as one token
+        assert ids == list(text.encode("utf-8"))
+
+
+@pytest.mark.parametrize("text", ["", "a\nb\r\n\tc  ", "héllo wörld", "🃏👋🏽 emoji", "日本語", "\x00\x7f"])
+def test_byte_tokenizer_ids_are_utf8_bytes(byte_tok, text):
+    ids = byte_tok.encode(text, add_special_tokens=False)
+    assert ids == list(text.encode("utf-8"))
+    assert byte_tok.decode(ids) == text
+
+
+def test_byte_tokenizer_special_tokens(byte_tok):
+    assert len(byte_tok) == 256 + 3
+    assert byte_tok.pad_token == PAD_TOKEN and byte_tok.eos_token == IM_END
+    assert byte_tok.pad_token_id != byte_tok.eos_token_id
+    assert byte_tok.padding_side == "left"
+    assert byte_tok.encode(IM_START + IM_END, add_special_tokens=False) == [
+        byte_tok.convert_tokens_to_ids(IM_START),
+        byte_tok.eos_token_id,
+    ]
+    assert byte_tok.decode([*b"ok", byte_tok.eos_token_id], skip_special_tokens=True) == "ok"
+
+
+# ---- word tokenizer ---------------------------------------------------------------------------
+
+
+def test_word_tokenizer_keeps_bracketed_words_whole(word_tok):
+    ids = word_tok.encode("Reply with [check]", add_special_tokens=False)
+    assert word_tok.convert_ids_to_tokens(ids) == ["Reply", "with", "[check]"]
+    assert ids[-1] != word_tok.unk_token_id
+
+
+@pytest.mark.parametrize(
+    ("text", "pieces"),
+    [
+        ("Say [bet]!", ["Say", "[bet]", "!"]),
+        ("a[call]b", ["a", "[call]", "b"]),
+        ("K.", ["K", "."]),
+        ("[ check ]", ["[", "check", "]"]),
+        ("  spaced\n\tout ", ["spaced", "out"]),
+        ("raise_2 [raise_2]", ["raise_2", "[raise_2]"]),
+    ],
+)
+def test_word_tokenizer_split_rule(text, pieces):
+    tok = build_word_tokenizer([text])
+    assert tok.convert_ids_to_tokens(tok.encode(text, add_special_tokens=False)) == pieces
+
+
+def test_word_tokenizer_maps_unknown_words_to_unk(word_tok):
+    ids = word_tok.encode("You hold the Q [raise]", add_special_tokens=False)
+    assert word_tok.convert_ids_to_tokens(ids) == ["You", "hold", "the", UNK_TOKEN, UNK_TOKEN]
+    assert word_tok.decode(ids) == "You hold the [UNK] [UNK]"
+    assert word_tok.decode(ids, skip_special_tokens=True) == "You hold the"
+
+
+def test_word_tokenizer_decodes_words_joined_by_spaces(word_tok):
+    ids = word_tok.encode("Reply with [call] or [fold]!", add_special_tokens=False)
+    assert word_tok.decode(ids) == "Reply with [call] or [fold] !"
+
+
+def test_word_tokenizer_vocabulary_depends_only_on_the_pieces():
+    a = build_word_tokenizer(KUHN_CORPUS, extra_words=["[raise]"])
+    b = build_word_tokenizer(reversed(KUHN_CORPUS + ["[raise]"]))
+    assert a.get_vocab() == b.get_vocab()
+    assert a.convert_tokens_to_ids("[raise]") != a.unk_token_id
+
+
+def test_word_tokenizer_rejects_a_bare_string():
+    with pytest.raises(TypeError, match="iterable of texts"):
+        build_word_tokenizer("You hold the K")
+
+
+# ---- chat template ----------------------------------------------------------------------------
+
+
+def test_chat_template_renders_all_roles_and_generation_prompt(byte_tok):
+    text = byte_tok.apply_chat_template(list(ALL_ROLES), tokenize=False, add_generation_prompt=True)
+    assert text == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n"
+        "<|im_start|>user\nHi<|im_end|>\n"
+        "<|im_start|>assistant\nHello<|im_end|>\n"
+        "<|im_start|>tool\n42<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+    without = byte_tok.apply_chat_template(list(ALL_ROLES), tokenize=False)
+    assert text == without + "<|im_start|>assistant\n"
+
+
+def test_chat_template_marks_assistant_tokens(byte_tok):
+    out = byte_tok.apply_chat_template(list(ALL_ROLES[1:3]), return_assistant_tokens_mask=True)
+    marked = [i for i, m in zip(out["input_ids"], out["assistant_masks"]) if m]
+    assert marked == [*b"Hello", byte_tok.eos_token_id]
+
+
+def test_chat_template_rejects_unknown_roles(byte_tok):
+    with pytest.raises(Exception, match="role must be system, user, assistant or tool"):
+        byte_tok.apply_chat_template([{"role": "narrator", "content": "x"}], tokenize=False)
+
+
+def test_word_tokenizer_chat_template_has_no_unknowns(word_tok):
+    ids = word_tok.apply_chat_template(list(ALL_ROLES[:3]), add_generation_prompt=True, return_dict=False)
+    tokens = word_tok.convert_ids_to_tokens(ids)
+    assert tokens[:2] == [IM_START, "system"] and tokens[-2:] == [IM_START, "assistant"]
+    assert word_tok.chat_template == CHAT_TEMPLATE
+
+
+# ---- tiny models ------------------------------------------------------------------------------
+
+
+def test_tiny_model_matches_tokenizer(byte_tok):
+    model = build_tiny_model(byte_tok)
+    assert type(model).__name__ == "LlamaForCausalLM"
+    assert model.config.vocab_size == len(byte_tok)
+    assert model.config.pad_token_id == byte_tok.pad_token_id
+    assert model.config.eos_token_id == byte_tok.eos_token_id
+    assert model.generation_config.eos_token_id == byte_tok.eos_token_id
+    assert model.generation_config.pad_token_id == byte_tok.pad_token_id
+    assert not model.training
+    logits = model(torch.tensor([[1, 2, 3]])).logits
+    assert logits.shape == (1, 3, len(byte_tok))
+
+
+def test_tiny_model_qwen2(word_tok):
+    model = build_tiny_model(word_tok, arch="qwen2", hidden_size=32, num_heads=2)
+    assert type(model).__name__ == "Qwen2ForCausalLM"
+    assert model.config.vocab_size == len(word_tok)
+
+
+def test_tiny_model_init_is_seeded_and_leaves_global_rng_alone(byte_tok):
+    state = torch.random.get_rng_state()
+    a, b = build_tiny_model(byte_tok, seed=3), build_tiny_model(byte_tok, seed=3)
+    c = build_tiny_model(byte_tok, seed=4)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    pairs = list(zip(a.parameters(), b.parameters()))
+    assert all(torch.equal(p, q) for p, q in pairs)
+    assert not all(torch.equal(p, q) for p, q in zip(a.parameters(), c.parameters()))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"arch": "gpt9"}, "arch must be one of"),
+        ({"hidden_size": 30, "num_heads": 4}, "divisible by num_heads"),
+    ],
+)
+def test_tiny_model_rejects_bad_arguments(byte_tok, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        build_tiny_model(byte_tok, **kwargs)
+
+
+# ---- save and load ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    """Forbid network access: the hub flag, and any socket connection at all."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub_constants = pytest.importorskip("huggingface_hub.constants")
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True, raising=False)
+
+    def no_network(*args, **kwargs):
+        raise AssertionError(f"network access attempted: {args!r}")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_make_tiny_model_loads_back_through_auto_classes(tmp_path, offline, byte_tok, arch):
+    path = make_tiny_model(tmp_path / "tiny", arch=arch, seed=7)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    tok = AutoTokenizer.from_pretrained(path)
+    reference = build_tiny_model(byte_tok, arch=arch, seed=7)
+
+    ids = torch.tensor(
+        [byte_tok.apply_chat_template(list(ALL_ROLES), add_generation_prompt=True, return_dict=False)]
+    )
+    with torch.no_grad():
+        diff = (model(ids).logits - reference(ids).logits).abs().max().item()
+    assert diff < 1e-6
+    assert tok.chat_template == CHAT_TEMPLATE
+    assert tok.padding_side == "left"
+    assert (tok.pad_token, tok.eos_token) == (PAD_TOKEN, IM_END)
+    assert tok.decode(tok.encode("héllo 🃏\n", add_special_tokens=False)) == "héllo 🃏\n"
+    assert model.generation_config.eos_token_id == tok.eos_token_id
+
+
+def test_make_tiny_model_with_word_tokenizer(tmp_path, offline):
+    path = make_tiny_model(tmp_path / "words", tokenizer="words", corpus=KUHN_CORPUS)
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    ids = tok.encode("Reply with [bet]", add_special_tokens=False)
+    assert tok.convert_ids_to_tokens(ids) == ["Reply", "with", "[bet]"]
+    assert model.config.vocab_size == len(tok)
+    assert tok.chat_template == CHAT_TEMPLATE
+
+
+def test_save_tiny_returns_the_folder(tmp_path, word_tok):
+    path = save_tiny(
+        str(tmp_path / "a" / "b"), word_tok, build_tiny_model(word_tok, hidden_size=16, num_heads=2)
+    )
+    assert (path / "config.json").is_file() and (path / "tokenizer.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"tokenizer": "words"}, "needs corpus"),
+        ({"tokenizer": "bytes", "corpus": ["x"]}, "only used with tokenizer='words'"),
+        ({"tokenizer": "chars"}, "must be 'bytes' or 'words'"),
+    ],
+)
+def test_make_tiny_model_rejects_bad_arguments(tmp_path, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        make_tiny_model(tmp_path, **kwargs)
