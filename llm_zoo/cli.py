@@ -68,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--seed", type=int, default=None, help="seed for deals and policies")
     play.add_argument("--verbose", action="store_true", help="print each episode's transcript")
     play.set_defaults(func=_play)
+
+    from llm_zoo.serve import add_parser as add_serve
+
+    add_serve(sub)
     return parser
 
 

@@ -332,21 +332,38 @@ class TextEnv(AECEnv):
         self.max_tool_calls = max_tool_calls
         self.max_steps = max_steps
         self.agents = []
-        # One space object per agent and env instance: seed_test seeds them per agent.
-        self.observation_spaces = {
-            a: spaces.Dict({"messages": message_space(max_message_chars), **self.extra_spaces()})
-            for a in self.possible_agents
-        }
-        self.action_spaces = {a: text_space(max_reply_chars) for a in self.possible_agents}
+        self._observation_spaces: dict[str, spaces.Space] = {}
+        self._action_spaces: dict[str, spaces.Space] = {}
         self._messages: dict[str, list[dict[str, str]]] = {}
         self._log: list[str] = []
         self._rendered = 0
 
+    # Spaces are built on first use, one object per agent and env instance (seed_test seeds them
+    # per agent); rollouts that never ask for them skip the cost of gymnasium's Text charsets.
     def observation_space(self, agent: str) -> gymnasium.spaces.Space:
-        return self.observation_spaces[agent]
+        if agent not in self._observation_spaces:
+            self._check_agent(agent)
+            self._observation_spaces[agent] = spaces.Dict(
+                {"messages": message_space(self.max_message_chars), **self.extra_spaces()})
+        return self._observation_spaces[agent]
 
     def action_space(self, agent: str) -> gymnasium.spaces.Space:
-        return self.action_spaces[agent]
+        if agent not in self._action_spaces:
+            self._check_agent(agent)
+            self._action_spaces[agent] = text_space(self.max_reply_chars)
+        return self._action_spaces[agent]
+
+    @property
+    def observation_spaces(self) -> dict[str, spaces.Space]:
+        return {a: self.observation_space(a) for a in self.possible_agents}
+
+    @property
+    def action_spaces(self) -> dict[str, spaces.Space]:
+        return {a: self.action_space(a) for a in self.possible_agents}
+
+    def _check_agent(self, agent: str) -> None:
+        if agent not in self.possible_agents:
+            raise KeyError(f"unknown agent {agent!r}; this env's agents are {self.possible_agents}")
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
         self.on_close()

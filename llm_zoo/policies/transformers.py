@@ -258,7 +258,8 @@ def completion_logprobs(
     *,
     pad_token_id: int,
     temperature: float = 1.0,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, ...]:
     """Score completions given prompts with one teacher-forced forward pass.
 
     The batch is laid out as sampling lays it out: prompts left-padded to a common length, then
@@ -273,9 +274,13 @@ def completion_logprobs(
         pad_token_id: Filler for padding (never attended to).
         temperature: Divides the logits before the log-softmax; must be > 0.
 
+        with_entropy: Also return the entropy of the tempered next-token distribution at each
+            completion position (``per_token_entropy``, same shape, 0 on padding).
+
     Returns:
         ``per_token_logps`` [batch, max_completion_len], float32, and ``completion_mask`` of the
-        same shape (1 on real completion tokens, 0 on padding, whose log-probs are 0).
+        same shape (1 on real completion tokens, 0 on padding, whose log-probs are 0); then
+        ``per_token_entropy`` when ``with_entropy``.
     """
     if len(prompts_ids) != len(completions_ids):
         raise ValueError(
@@ -288,7 +293,7 @@ def completion_logprobs(
     width = max((len(c) for c in completions_ids), default=0)
     if width == 0:
         empty = torch.zeros(len(prompts_ids), 0, device=device)
-        return empty, empty.long()
+        return (empty, empty.long(), empty) if with_entropy else (empty, empty.long())
     prompt_ids, prompt_mask = _left_pad(prompts_ids, pad_token_id, device)
     completion_ids, completion_mask = _right_pad(completions_ids, pad_token_id, device)
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)  # [batch, prompt_len + width]
@@ -302,8 +307,12 @@ def completion_logprobs(
     )
     # The logit at position i predicts token i + 1: the last width + 1 positions minus the final one.
     logits = out.logits[:, -(width + 1) : -1, :].float() / temperature  # [batch, width, vocab]
-    per_token_logps = torch.log_softmax(logits, dim=-1).gather(2, completion_ids[:, :, None]).squeeze(2)
-    return per_token_logps * completion_mask, completion_mask
+    all_logps = torch.log_softmax(logits, dim=-1)
+    per_token_logps = all_logps.gather(2, completion_ids[:, :, None]).squeeze(2)
+    if not with_entropy:
+        return per_token_logps * completion_mask, completion_mask
+    per_token_entropy = -(all_logps.exp() * all_logps).sum(dim=-1)
+    return per_token_logps * completion_mask, completion_mask, per_token_entropy * completion_mask
 
 
 # ---- helpers ---------------------------------------------------------------------------------

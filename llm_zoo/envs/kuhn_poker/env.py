@@ -74,6 +74,8 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
     Args:
         num_hands: hands in a match (>= 1); the first player alternates.
         forfeit_penalty: reward lost by a player who forfeits (and won by its opponent).
+        rules_in_prompt: state the rules in the system prompt (False keeps only the reply format:
+            a shorter prompt for small models that learn the game from play).
         **kwargs: the base options of :class:`llm_zoo.envs.core.TextEnv` (``render_mode``,
             ``max_retries``, ``max_reply_chars``, ...).
     """
@@ -81,13 +83,15 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
     metadata = {"render_modes": ["human", "ansi"], "name": ENV_ID, "is_parallelizable": False}
     possible_agents = list(AGENTS)
 
-    def __init__(self, *, num_hands: int = 1, forfeit_penalty: float = 1.0, **kwargs: Any) -> None:
+    def __init__(self, *, num_hands: int = 1, forfeit_penalty: float = 1.0, rules_in_prompt: bool = True,
+                 **kwargs: Any) -> None:
         if not isinstance(num_hands, int) or isinstance(num_hands, bool) or num_hands < 1:
             raise ValueError(f"num_hands must be an integer >= 1; got {num_hands!r}")
         if not isinstance(forfeit_penalty, (int, float)) or forfeit_penalty < 0:
             raise ValueError(f"forfeit_penalty must be a number >= 0; got {forfeit_penalty!r}")
         self.num_hands = num_hands
         self.forfeit_penalty = float(forfeit_penalty)
+        self.rules_in_prompt = bool(rules_in_prompt)
         self.possible_agents = list(AGENTS)
         super().__init__(**kwargs)
 
@@ -102,7 +106,7 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
         return {"legal_actions": legal, "info_set": self._hand.info_set(self._seat(agent))}
 
     def system_prompt(self, agent: str) -> str:
-        return text.system_prompt(agent, self.num_hands)
+        return text.system_prompt(agent, self.num_hands, self.rules_in_prompt)
 
     def start(self, rng: random.Random, options: Mapping[str, Any] | None) -> str:
         self._deals = _read_deals((options or {}).get("deal"), self.num_hands)

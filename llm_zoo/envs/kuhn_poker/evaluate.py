@@ -27,15 +27,19 @@ from llm_zoo.envs.kuhn_poker.rules import CARDS, Move
 NASH = theory.nash_policy(1 / 6)
 
 
-def info_set_observation(info_set: str) -> dict[str, Any]:
-    """Return the observation the env shows the acting player at ``info_set`` (num_hands=1)."""
+def info_set_observation(info_set: str, **env_kwargs: Any) -> dict[str, Any]:
+    """Return the observation the env (built with ``env_kwargs``) shows the acting player at ``info_set``.
+
+    The info set is that of the first hand of a match.
+    """
     card, history = info_set.split(":")
     moves = [m for m in history.split(",") if m]
     player = len(moves) % 2
     other = next(c for c in CARDS if c != card)
     deal = (card, other) if player == 0 else (other, card)
-    env = kuhn_env.raw_env()
-    env.reset(seed=0, options={"deal": [deal]})
+    env = kuhn_env.raw_env(**env_kwargs)
+    num_hands = getattr(env, "num_hands", 1)
+    env.reset(seed=0, options={"deal": [deal] + [("J", "Q")] * (num_hands - 1)})
     for move in moves:
         env.step(text.reply_for(Move(move)))
     obs = env.observe(env.agent_selection)
@@ -46,7 +50,7 @@ def info_set_observation(info_set: str) -> dict[str, Any]:
 ENUMERATION_LIMIT = 50_000  # most sequences scored to enumerate every completion of every info set
 
 
-def exact_strategy(policy: Any) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+def exact_strategy(policy: Any, env_kwargs: Mapping[str, Any] | None = None) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
     """Return (the model's strategy renormalised over legal moves, the mass on invalid replies per info set).
 
     ``policy`` is a :class:`llm_zoo.policies.TransformersPolicy`. Enumerates every completion when
@@ -54,8 +58,8 @@ def exact_strategy(policy: Any) -> tuple[dict[str, dict[str, float]], dict[str, 
     """
     vocab = len(policy.tokenizer)
     if policy.max_new_tokens <= 2 and len(theory.INFO_SETS) * vocab ** (policy.max_new_tokens - 1) <= ENUMERATION_LIMIT:
-        return _enumerated_strategy(policy)
-    return _canonical_strategy(policy)
+        return _enumerated_strategy(policy, env_kwargs or {})
+    return _canonical_strategy(policy, env_kwargs or {})
 
 
 def _renormalise(raw: Mapping[str, Mapping[str, float]]) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
@@ -68,7 +72,7 @@ def _renormalise(raw: Mapping[str, Mapping[str, float]]) -> tuple[dict[str, dict
     return table, other
 
 
-def _enumerated_strategy(policy: Any) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+def _enumerated_strategy(policy: Any, env_kwargs: Mapping[str, Any]) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
     import torch
 
     from llm_zoo.policies.transformers import _left_pad, _position_ids
@@ -85,7 +89,7 @@ def _enumerated_strategy(policy: Any) -> tuple[dict[str, dict[str, float]], dict
                 out.append(torch.log_softmax(logits[:, -1, :].float() / temperature, dim=-1).cpu())
         return torch.cat(out)
 
-    prompts = [policy.encode_prompts([info_set_observation(i)])[0] for i in theory.INFO_SETS]
+    prompts = [policy.encode_prompts([info_set_observation(i, **env_kwargs)])[0] for i in theory.INFO_SETS]
     first = next_logprobs(prompts)  # [12, vocab]
     vocab = first.shape[1]
     # completions: (info set index, token ids, probability)
@@ -110,10 +114,10 @@ def _enumerated_strategy(policy: Any) -> tuple[dict[str, dict[str, float]], dict
     return _renormalise(raw)
 
 
-def _canonical_strategy(policy: Any) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+def _canonical_strategy(policy: Any, env_kwargs: Mapping[str, Any]) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
     prompts, completions, index = [], [], []
     for info_set in theory.INFO_SETS:
-        prompt = policy.encode_prompts([info_set_observation(info_set)])[0]
+        prompt = policy.encode_prompts([info_set_observation(info_set, **env_kwargs)])[0]
         for move in theory.legal_moves(info_set):
             ids = list(policy.tokenizer.encode(text.reply_for(Move(move)), add_special_tokens=False))
             if len(ids) < policy.max_new_tokens:
@@ -128,11 +132,11 @@ def _canonical_strategy(policy: Any) -> tuple[dict[str, dict[str, float]], dict[
     return _renormalise(raw)
 
 
-def sampled_strategy(policy: Any, samples: int = 64) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+def sampled_strategy(policy: Any, samples: int = 64, env_kwargs: Mapping[str, Any] | None = None) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
     """Estimate the strategy by sampling ``samples`` replies per info set and parsing them (an estimate)."""
     table, other = {}, {}
     for info_set in theory.INFO_SETS:
-        obs = info_set_observation(info_set)
+        obs = info_set_observation(info_set, **(env_kwargs or {}))
         legal = tuple(Move(m) for m in theory.legal_moves(info_set))
         counts = dict.fromkeys((m.value for m in legal), 0)
         invalid = 0
@@ -163,16 +167,17 @@ def score_strategy(table: Mapping[str, Mapping[str, float]]) -> dict[str, float]
     }
 
 
-def evaluate(policy: Any, *, method: str = "exact", samples: int = 64) -> dict[str, Any]:
+def evaluate(policy: Any, *, method: str = "exact", samples: int = 64,
+             env_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Evaluate a model on Kuhn poker: exploitability of its strategy, payoffs, mass off the legal replies.
 
     ``method="exact"`` reads probabilities from log-probs; ``"sampled"`` estimates them by sampling
     (for models that reason before answering) and says so in the result.
     """
     if method == "exact":
-        table, other = exact_strategy(policy)
+        table, other = exact_strategy(policy, env_kwargs)
     elif method == "sampled":
-        table, other = sampled_strategy(policy, samples)
+        table, other = sampled_strategy(policy, samples, env_kwargs)
     else:
         raise ValueError(f"method must be 'exact' or 'sampled'; got {method!r}")
     return {
@@ -182,3 +187,20 @@ def evaluate(policy: Any, *, method: str = "exact", samples: int = 64) -> dict[s
         "other_mass": other,
         "strategy": table,
     }
+
+
+def evaluate_policies(policies: Mapping[str, Any], *, method: str = "exact",
+                      env_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Evaluate the strategy formed by ``policies["player_0"]`` (first-to-act info sets) and
+    ``policies["player_1"]`` (second-to-act info sets); the trainer's headline metric."""
+    reader = exact_strategy if method == "exact" else sampled_strategy
+    reads: dict[int, tuple[dict, dict]] = {}
+    for policy in policies.values():
+        if id(policy) not in reads:
+            reads[id(policy)] = reader(policy, env_kwargs=env_kwargs)
+    table, other = {}, {}
+    for info_set in theory.INFO_SETS:
+        t, o = reads[id(policies[f"player_{theory.player_of(info_set)}"])]
+        table[info_set], other[info_set] = t[info_set], o[info_set]
+    return {"method": method, **score_strategy(table), "other_mass_mean": sum(other.values()) / len(other),
+            "strategy": table}

@@ -11,12 +11,14 @@ from collections.abc import Iterable, Sequence
 
 from llm_zoo.envs.kuhn_poker.rules import CARDS, Move
 
-SYSTEM_PROMPT = (
-    "You are {agent} in a match of Kuhn poker ({hands}).\n"
+SYSTEM_PROMPT = "You are {agent} in a match of Kuhn poker ({hands}).\n{rules}"
+RULES = (
     "Rules: the deck has three cards, J < Q < K. Each player antes 1 chip and gets one card. "
     "The first player may check or bet 1 chip. After a check, the other player may check or bet. "
     "Facing a bet, a player may call or fold. If both check, or a bet is called, the higher card "
     "wins the pot. A player who folds loses the pot. The first player alternates between hands.\n"
+)
+REPLY_FORMAT = (
     "Reply with your move in square brackets: [check], [bet], [call] or [fold]. "
     "You may think before it, but name exactly one move."
 )
@@ -25,10 +27,10 @@ _BRACKETED = re.compile(r"\[\s*(check|bet|call|fold)\s*\]", re.IGNORECASE)
 _WORD = re.compile(r"(?<![\w-])(check|bet|call|fold)(?![\w-])", re.IGNORECASE)
 
 
-def system_prompt(agent: str, num_hands: int) -> str:
-    """Return the system prompt of ``agent`` for a match of ``num_hands`` hands."""
+def system_prompt(agent: str, num_hands: int, rules: bool = True) -> str:
+    """Return the system prompt of ``agent`` for a match of ``num_hands`` hands (with the rules or not)."""
     hands = "1 hand" if num_hands == 1 else f"{num_hands} hands"
-    return SYSTEM_PROMPT.format(agent=agent, hands=hands)
+    return SYSTEM_PROMPT.format(agent=agent, hands=hands, rules=RULES if rules else "") + REPLY_FORMAT
 
 
 def reply_for(move: Move) -> str:
@@ -96,7 +98,7 @@ def invalid_feedback(reply: str, legal: Sequence[Move]) -> str:
 def corpus(max_hands: int = 2, agents: Iterable[str] = ("player_0", "player_1")) -> list[str]:
     """Return every prompt string the env can show, for building a vocabulary from (errors excluded)."""
     agents = list(agents)
-    lines = [system_prompt(a, n) for a in agents for n in range(1, max_hands + 1)]
+    lines = [system_prompt(a, n, r) for a in agents for n in range(1, max_hands + 1) for r in (True, False)]
     lines += [deal_line(h, n, c) for n in range(1, max_hands + 1) for h in range(n) for c in range(len(CARDS))]
     lines += [move_line(a, m) for a in agents for m in Move]
     lines += [prompt_line(ms) for ms in ((Move.CHECK, Move.BET), (Move.CALL, Move.FOLD))]

@@ -1,0 +1,67 @@
+"""Run untrusted code: bubblewrap namespaces plus rlimits.
+
+Models write Python; envs such as the agentic judge and the proposer-solver run it with
+`run_python`, `run_command` or `run_pytest`, in a `Workspace` that lasts one episode. A program
+that breaks a limit comes back as a `SandboxResult` whose `reason` names the limit; only caller
+mistakes and a missing sandbox raise.
+
+```python
+from llm_zoo.sandbox import Workspace, run_python, run_pytest
+
+with Workspace() as ws:
+    ws.write_file("solution.py", reply_code)
+    ws.write_file("test_solution.py", hidden_tests)
+    verdict = run_pytest(ws, ["-q"], timeout_s=20)   # verdict.ok, verdict.stdout
+    probe = run_python("import solution; print(solution.f(3))", workspace=ws)
+```
+
+| Boundary | How |
+|---|---|
+| Filesystem | a fresh read-only root: /usr, the /bin and /lib links, and the base interpreter's prefix bound read-only (its site-packages masked by an empty tmpfs), /etc/ld.so.cache, a new /proc, a minimal read-only /dev; /tmp and /dev/shm are capped tmpfs; the workspace is read-write at /workspace. Nothing else of the host: no /etc, /root, /home, the project, the virtualenv or other workspaces |
+| Interpreter | the host's base interpreter (`sys.base_prefix`, not the virtualenv's) with `-S -s`; `modules=` binds chosen packages read-only under /sandbox/lib (`run_pytest` binds pytest's) |
+| Network | `--unshare-net`: a loopback of its own, nothing reachable |
+| Processes | `--unshare-pid --die-with-parent --new-session`; the runner waits for the sandbox's pid 1 to die, which takes every leftover (daemonised) process with it before the call returns |
+| Other namespaces | `--unshare-ipc`, `--unshare-uts` (hostname "sandbox"), `--unshare-cgroup-try`, each kept only if bwrap accepts it (see `sandbox_info()`) |
+| Identity | host is root: no user namespace; the program runs as a fresh unprivileged uid per workspace, with no capabilities and no_new_privs. Otherwise: a user namespace (`--unshare-user`) |
+| Environment | cleared, then PATH, HOME=/workspace, TMPDIR, LANG, PYTHONDONTWRITEBYTECODE=1, PYTHONPATH |
+| Limits | RLIMIT_CPU, RLIMIT_AS (`memory_mb`), RLIMIT_NPROC, RLIMIT_FSIZE, RLIMIT_NOFILE, set by a small wrapper inside just before exec (no `preexec_fn`, which is unsafe with threads); a wall-clock timeout; stdout and stderr read into bounded buffers, the run killed once one overflows |
+| Disk | RLIMIT_FSIZE per file; as root, each workspace is a tmpfs capped at `quota_mb` with an inode cap |
+
+A fork bomb is contained by RLIMIT_NPROC, which the kernel counts per real uid and never enforces
+for root; hence the per-workspace uid (a user namespace would map the program back to root, where
+the limit does not apply). Where the host is not root, the runner counts the caller's processes
+and adds `Limits.processes`.
+
+Without bubblewrap every run raises `SandboxUnavailable`, whose message says how to install it,
+unless the caller passes `allow_unsandboxed=True`: then only the rlimits apply, a warning is
+issued once, and daemonised children may outlive the run. bwrap is probed once per process.
+
+Limitations: memory is capped per process, so a run may use up to `Limits.processes` x
+`memory_mb` (a memory cgroup would cap the total); the sandboxed uid may still create user
+namespaces of its own (bwrap's `--disable-userns` needs a user namespace, which as root would
+disable RLIMIT_NPROC); without root there is no workspace quota, only the per-file limit; and a
+program that exits with status 128+N reads as killed by signal N.
+"""
+
+from __future__ import annotations
+
+from ._bwrap import SandboxInfo, SandboxUnavailable, reset_probe, sandbox_info
+from .pool import SandboxPool, run_many
+from .runner import PYTEST_MODULES, Limits, SandboxResult, run_command, run_pytest, run_python
+from .workspace import Workspace
+
+__all__ = [
+    "PYTEST_MODULES",
+    "Limits",
+    "SandboxInfo",
+    "SandboxPool",
+    "SandboxResult",
+    "SandboxUnavailable",
+    "Workspace",
+    "reset_probe",
+    "run_command",
+    "run_many",
+    "run_pytest",
+    "run_python",
+    "sandbox_info",
+]

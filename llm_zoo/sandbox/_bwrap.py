@@ -1,0 +1,342 @@
+"""Bubblewrap plumbing: what the sandbox binds, the command line it builds, and the one-time probe.
+
+Nothing here runs untrusted code by itself; `runner.py` drives it. Kept apart from the runner so
+that `workspace.py` can ask how sandboxed programs are identified (a uid per workspace, or the
+caller's own uid) without importing the runner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import secrets
+import shutil
+import site
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+
+logger = logging.getLogger("llm_zoo.sandbox")
+
+WORKSPACE_DIR = "/workspace"
+"""Where the workspace is bound inside the sandbox; also the program's cwd and HOME."""
+SANDBOX_DIR = "/sandbox"
+"""Read-only directory inside the sandbox holding the program (`main.py`), `bin/python` and `lib/`."""
+PROGRAM_PATH = f"{SANDBOX_DIR}/main.py"
+LIB_DIR = f"{SANDBOX_DIR}/lib"
+BIN_DIR = f"{SANDBOX_DIR}/bin"
+
+# uids handed to workspaces when the host runs as root: far above login users (< 65536) and the
+# usual subordinate-id ranges (100000 + 65536 * n for a few n), so no real account owns them.
+UID_LOW, UID_HIGH = 0x4000_0000, 0x7FFF_0000
+
+INSTALL_HINT = (
+    "Install bubblewrap with `apt-get install bubblewrap` (Debian/Ubuntu) or `dnf install bubblewrap` "
+    "(Fedora/RHEL), or pass allow_unsandboxed=True to run with resource limits only (no isolation)."
+)
+
+# Namespaces that are nice to have. Each group is kept only if bwrap accepts it on this host.
+_OPTIONAL_NAMESPACES: tuple[tuple[str, ...], ...] = (
+    ("--unshare-ipc",),
+    ("--unshare-uts", "--hostname", "sandbox"),
+    ("--unshare-cgroup-try",),
+)
+_REQUIRED_NAMESPACES: tuple[str, ...] = ("--unshare-net", "--unshare-pid")
+
+# Runs inside the sandbox as the command bwrap starts, before the program: sets the rlimits, drops
+# to the workspace's uid (which clears every capability), then execs the program. Written in the
+# interpreter the sandbox already has, so it needs nothing else installed.
+# argv: cpu_s as_bytes nproc fsize_bytes nofile uid cwd command...   (-1 = leave as is)
+WRAPPER = """\
+import os, resource, sys
+cpu, mem, nproc, fsize, nofile, uid = (int(v) for v in sys.argv[1:7])
+def cap(res, soft, hard):
+    cur = resource.getrlimit(res)[1]  # only lowering is allowed: CAP_SYS_RESOURCE is dropped
+    if cur != resource.RLIM_INFINITY:
+        soft, hard = min(soft, cur), min(hard, cur)
+    resource.setrlimit(res, (soft, hard))
+if cpu >= 0:
+    cap(resource.RLIMIT_CPU, cpu, cpu + 1)
+for res, value in ((resource.RLIMIT_AS, mem), (resource.RLIMIT_NPROC, nproc),
+                   (resource.RLIMIT_FSIZE, fsize), (resource.RLIMIT_NOFILE, nofile)):
+    if value >= 0:
+        cap(res, value, value)
+if uid >= 0:
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+os.chdir(sys.argv[7])
+os.environ["PWD"] = sys.argv[7]
+try:
+    os.execvp(sys.argv[8], sys.argv[8:])
+except OSError as e:
+    sys.stderr.write(f"sandbox: cannot run {sys.argv[8]!r}: {e}\\n")
+    sys.exit(127)
+"""
+
+
+class SandboxUnavailable(RuntimeError):
+    """Raised when bubblewrap is missing or fails its self-test and unsandboxed runs were not allowed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Runtime:
+    """The host's Python runtime as the sandbox sees it: the interpreter and what it needs bound."""
+
+    python: str
+    """Real path of the base interpreter (never a virtualenv's, so the project's packages stay out)."""
+    ro_binds: tuple[str, ...]
+    """Host directories bound read-only at the same path."""
+    symlinks: tuple[tuple[str, str], ...]
+    """(target, link) pairs recreating the host's /bin -> usr/bin style links."""
+    chmods: tuple[str, ...]
+    """Directories bwrap creates on the way to a bind that must be searchable (it copies 0700 from /root)."""
+    hidden: tuple[str, ...]
+    """site-packages directories masked by an empty read-only tmpfs."""
+
+
+def _within(path: str, roots: Sequence[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def discover_runtime() -> Runtime:
+    """Find the base interpreter and the directories it needs, read from this process's `sys`."""
+    python = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+    binds: list[str] = []
+    symlinks: list[tuple[str, str]] = []
+    for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            symlinks.append((os.readlink(top), top))
+        elif os.path.isdir(top):
+            binds.append(top)
+    for path in (sys.base_prefix, sys.base_exec_prefix, os.path.dirname(os.path.dirname(python))):
+        real = os.path.realpath(path)
+        if real != "/" and os.path.isdir(real) and not _within(real, binds):
+            binds.append(real)
+    chmods: list[str] = []
+    for bind in binds:
+        parent = os.path.dirname(bind)
+        ancestors = []
+        while parent != "/" and not _within(parent, binds):
+            ancestors.append(parent)
+            parent = os.path.dirname(parent)
+        chmods.extend(a for a in reversed(ancestors) if a not in chmods)
+    prefixes = sorted({sys.base_prefix, sys.base_exec_prefix})
+    hidden = tuple(
+        real
+        for real in dict.fromkeys(os.path.realpath(p) for p in site.getsitepackages(prefixes))
+        if os.path.isdir(real) and _within(real, binds)
+    )
+    return Runtime(python, tuple(binds), tuple(symlinks), tuple(chmods), hidden)
+
+
+@dataclasses.dataclass(frozen=True)
+class SandboxInfo:
+    """What the one-time probe found: whether bubblewrap works here, and with which isolation."""
+
+    available: bool
+    """True when bwrap passed its self-test; runs are then sandboxed."""
+    problem: str | None
+    """Why the sandbox is unavailable (None when it is available)."""
+    bwrap: str | None = None
+    """Path of the bwrap binary."""
+    version: str | None = None
+    """`bwrap --version` output."""
+    namespaces: tuple[str, ...] = ()
+    """The namespace flags in use (net and pid always; ipc, uts, cgroup where bwrap accepts them)."""
+    per_workspace_uid: bool = False
+    """True when the host runs as root and each workspace's programs run under their own unprivileged
+    uid (this is what makes RLIMIT_NPROC count, and so what contains a fork bomb)."""
+    user_namespace: bool = False
+    """True when bwrap also creates a user namespace (the case when the host is not root)."""
+    tmpfs_size: bool = False
+    """True when bwrap supports `--size` (0.7+), so /tmp and /dev/shm inside are capped."""
+
+
+def bwrap_argv(
+    info: SandboxInfo,
+    runtime: Runtime,
+    *,
+    workspace: str,
+    tmp_mb: int,
+    env: dict[str, str],
+    program_fd: int | None,
+    modules: Sequence[tuple[str, str]],
+    wrapper_args: Sequence[str],
+    info_fd: int | None = None,
+) -> list[str]:
+    """Build the full bwrap command line for one run.
+
+    Args:
+        info: The probe's findings (which flags work here).
+        runtime: The interpreter and the directories it needs.
+        workspace: Host directory bound read-write at `WORKSPACE_DIR`.
+        tmp_mb: Size cap of /tmp inside (where bwrap supports `--size`).
+        env: The whole environment of the program (bwrap starts from an empty one).
+        program_fd: A readable fd whose contents become `PROGRAM_PATH`, or None.
+        modules: (host path, name) pairs bound read-only under `LIB_DIR`.
+        wrapper_args: Arguments of `WRAPPER`: the limits, the cwd and the command.
+        info_fd: A writable fd where bwrap reports the host pid of the sandbox's pid 1, or None.
+    """
+    assert info.bwrap is not None
+    argv = [info.bwrap, "--die-with-parent", "--new-session", *info.namespaces]
+    if info_fd is not None:
+        argv += ["--info-fd", str(info_fd)]
+    if info.user_namespace:
+        argv.append("--unshare-user")
+    if info.per_workspace_uid:
+        # The wrapper needs these two to switch uid; switching then drops them as well.
+        argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    for path in runtime.ro_binds:
+        argv += ["--ro-bind", path, path]
+    for target, link in runtime.symlinks:
+        argv += ["--symlink", target, link]
+    for path in runtime.chmods:
+        argv += ["--chmod", "0755", path]
+    for path in runtime.hidden:
+        argv += ["--tmpfs", path, "--remount-ro", path]
+    if os.path.isfile("/etc/ld.so.cache"):
+        # Interpreters installed under /usr/local (Docker's python images) find libpython through it.
+        argv += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache", "--chmod", "0755", "/etc"]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    for scratch in ("/tmp", "/dev/shm"):  # /dev/shm: multiprocessing's semaphores live there
+        if info.tmpfs_size:
+            argv += ["--size", str(tmp_mb << 20)]
+        argv += ["--tmpfs", scratch, "--chmod", "1777", scratch]
+    argv += ["--dir", BIN_DIR, "--dir", LIB_DIR]
+    for path in (SANDBOX_DIR, BIN_DIR, LIB_DIR):
+        argv += ["--chmod", "0755", path]
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for name in ("python", "python3", version):
+        argv += ["--symlink", runtime.python, f"{BIN_DIR}/{name}"]
+    if program_fd is not None:
+        argv += ["--perms", "0444", "--ro-bind-data", str(program_fd), PROGRAM_PATH]
+    for host_path, name in modules:
+        argv += ["--ro-bind", host_path, f"{LIB_DIR}/{name}"]
+    argv += ["--bind", workspace, WORKSPACE_DIR]
+    # The root and /dev are tmpfs without a size cap; nothing may be written there once laid out.
+    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/", "--clearenv"]
+    for key, value in env.items():
+        argv += ["--setenv", key, value]
+    return [*argv, "--", runtime.python, "-S", "-s", "-c", WRAPPER, *wrapper_args]
+
+
+def _self_test(info: SandboxInfo, runtime: Runtime) -> str | None:
+    """Run a tiny program through the full pipeline; return None if it worked, else what went wrong."""
+    uid = secrets.randbelow(UID_HIGH - UID_LOW) + UID_LOW if info.per_workspace_uid else -1
+    with tempfile.TemporaryDirectory(prefix="llm_zoo_probe_") as workspace:
+        if uid >= 0:
+            os.chown(workspace, uid, uid)
+        expected = f"ok {uid if uid >= 0 else os.geteuid()}"
+        read_fd, write_fd = os.pipe()
+        os.write(write_fd, b"import os\nprint('ok', os.getuid())\n")
+        os.close(write_fd)
+        try:
+            argv = bwrap_argv(
+                info,
+                runtime,
+                workspace=workspace,
+                tmp_mb=1,
+                env={"PATH": f"{BIN_DIR}:/usr/bin:/bin"},
+                program_fd=read_fd,
+                modules=(),
+                wrapper_args=[
+                    "-1",
+                    "-1",
+                    "-1",
+                    "-1",
+                    "-1",
+                    str(uid),
+                    WORKSPACE_DIR,
+                    "python",
+                    "-S",
+                    PROGRAM_PATH,
+                ],
+            )
+            proc = subprocess.run(
+                argv, capture_output=True, timeout=30, pass_fds=(read_fd,), env={}, check=False
+            )
+        except (OSError, subprocess.SubprocessError) as e:
+            return f"{type(e).__name__}: {e}"
+        finally:
+            os.close(read_fd)
+    out = proc.stdout.decode(errors="replace").strip()
+    if proc.returncode == 0 and out == expected:
+        return None
+    err = proc.stderr.decode(errors="replace").strip()
+    return f"exit {proc.returncode}, stdout {out[-200:]!r}, stderr {err[-400:]!r}"
+
+
+def _probe(runtime: Runtime) -> SandboxInfo:
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return SandboxInfo(False, f"bubblewrap (bwrap) is not on PATH. {INSTALL_HINT}")
+    try:
+        version = subprocess.run(
+            [bwrap, "--version"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        helptext = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        return SandboxInfo(False, f"{bwrap} could not be started ({e}). {INSTALL_HINT}", bwrap)
+    base = SandboxInfo(True, None, bwrap, version, _REQUIRED_NAMESPACES, tmpfs_size="--size" in helptext)
+    # As root, a fresh unprivileged uid per workspace is preferred to a user namespace: a user
+    # namespace maps a single uid back to root, for which RLIMIT_NPROC is not enforced.
+    modes = [{"per_workspace_uid": True}, {"user_namespace": True}] if os.geteuid() == 0 else []
+    modes += [{"user_namespace": True}, {}]
+    problems: list[str] = []
+    for mode in dict.fromkeys(tuple(m.items()) for m in modes):
+        info = dataclasses.replace(base, **dict(mode))
+        problem = _self_test(info, runtime)
+        if problem is not None:
+            problems.append(f"[{', '.join(k for k, _ in mode) or 'plain'}] {problem}")
+            continue
+        kept = [group for group in _OPTIONAL_NAMESPACES if _self_test(_with(info, group), runtime) is None]
+        info = _with(info, *kept)
+        if len(kept) < len(_OPTIONAL_NAMESPACES) and _self_test(info, runtime) is not None:
+            info = _with(info)
+        return info
+    return SandboxInfo(
+        False,
+        f"bubblewrap at {bwrap} ({version}) failed its self-test: {'; '.join(problems)}. Usual causes: "
+        "user namespaces are disabled (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces>0) "
+        "or a container without CAP_SYS_ADMIN. " + INSTALL_HINT,
+        bwrap,
+        version,
+    )
+
+
+def _with(info: SandboxInfo, *groups: tuple[str, ...]) -> SandboxInfo:
+    flags = [flag for group in groups for flag in group]
+    return dataclasses.replace(info, namespaces=(*_REQUIRED_NAMESPACES, *flags))
+
+
+_lock = threading.Lock()
+_cache: dict[str, tuple[SandboxInfo, Runtime]] = {}
+
+
+def probe() -> tuple[SandboxInfo, Runtime]:
+    """Probe bubblewrap once per process (thread-safe) and return the cached findings."""
+    with _lock:
+        if "probe" not in _cache:
+            runtime = discover_runtime()
+            info = _probe(runtime)
+            _cache["probe"] = (info, runtime)
+            if info.available:
+                logger.info("sandbox: %s with %s", info.version, " ".join(info.namespaces))
+            else:
+                logger.info("sandbox unavailable: %s", info.problem)
+        return _cache["probe"]
+
+
+def reset_probe() -> None:
+    """Forget the cached probe, so the next run probes again (for tests and after installing bwrap)."""
+    with _lock:
+        _cache.clear()
+
+
+def sandbox_info() -> SandboxInfo:
+    """Return what the (cached) probe found about bubblewrap on this host."""
+    return probe()[0]
