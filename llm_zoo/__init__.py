@@ -3,6 +3,7 @@
 Each env is a PettingZoo AEC env; import its versioned module and call ``env()``::
 
     from llm_zoo import kuhn_poker_v0
+from llm_zoo.episode import Episode
     env = kuhn_poker_v0.env()
 
 Importing ``llm_zoo`` also registers the envs with PettingZoo's registry, so
@@ -12,6 +13,7 @@ Importing ``llm_zoo`` also registers the envs with PettingZoo's registry, so
 from __future__ import annotations
 
 from llm_zoo import kuhn_poker_v0
+from llm_zoo.episode import Episode
 
 __version__ = "0.1.0"
 
@@ -20,7 +22,7 @@ ENVS: dict[str, str] = {
     "kuhn_poker_v0": "llm_zoo.kuhn_poker_v0",
 }
 
-__all__ = ["ENVS", "kuhn_poker_v0", "make_env", "register"]
+__all__ = ["ENVS", "Episode", "kuhn_poker_v0", "make_env", "register"]
 
 
 def register() -> None:

@@ -1,0 +1,236 @@
+"""Rollout throughput: episodes/s of ``collect`` on kuhn_poker_v0 with a tiny model, batch 64 versus batch 1.
+
+Both seats are played by one :class:`~llm_zoo.policies.TransformersPolicy` on an untrained tiny
+llama (``llm_zoo.models.build_tiny_model``) with a word-level tokenizer drawn from
+``llm_zoo.envs.kuhn_poker.text.corpus()``, sampling at most ``--max-new-tokens`` tokens per reply.
+The same model, on the same number of threads, runs :func:`llm_zoo.trainers.rollout.collect` with
+``batch_size=64`` (one forward pass samples up to 64 replies) and with ``batch_size=1`` (one reply
+per forward pass). The two settings alternate in rounds, each on fresh seeds, after a warm-up, so
+that a busy neighbour slows both alike and the ratio stays fair.
+
+The untrained model mostly writes invalid replies, so episodes end by retry and forfeit after 2 to
+4 turns; that is the same work for both settings.
+
+Where the time goes is measured too, per turn (a reply): making envs (``make_env``, once per env
+per ``collect`` call), the env's own calls (reset, step, last, observe), the policy's chat template
+and tokenisation (``encode_prompts``), the rest of ``act`` (sampling: the model's forward passes,
+plus decoding), and ``collect``'s own bookkeeping (the rest).
+
+    python benchmarks/rollout_throughput.py             # 3 rounds of 256 (batch 64) and 32 (batch 1) episodes
+    python benchmarks/rollout_throughput.py --quick     # 1 round of 64 and 4 episodes: seconds
+    python benchmarks/rollout_throughput.py --threads 2 # torch threads (default 1; see --help)
+    python benchmarks/rollout_throughput.py --no-rules  # shorter prompts: what prompt length costs
+
+The last line printed is a JSON object: ``episodes_per_s_b1``, ``episodes_per_s_b64``, ``ratio``
+(b64 / b1), ``tokens_per_s_b1``, ``tokens_per_s_b64`` (generated tokens), and the setting. The goal
+stated for ``collect``: batch 64 at least 15x the episodes/s of batch 1 on a 2-core CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+GOAL_RATIO = 15.0
+PARTS = ("make_env", "env", "template", "sampling", "collect")
+PART_HELP = {
+    "make_env": "making envs",
+    "env": "env reset/step/last/observe",
+    "template": "chat template + tokenize",
+    "sampling": "sampling (model forward + decode)",
+    "collect": "collect bookkeeping (records)",
+}
+
+
+@dataclass
+class Result:
+    """What one batch size did over all rounds."""
+
+    batch: int
+    episodes: int = 0
+    turns: int = 0
+    tokens: int = 0
+    prompt_tokens: int = 0
+    calls: int = 0
+    seconds: float = 0.0
+    parts: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PARTS, 0.0))
+
+    @property
+    def episodes_per_s(self) -> float:
+        return self.episodes / self.seconds
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds
+
+
+class _Clock:
+    """Accumulates the seconds spent inside wrapped callables, by part."""
+
+    def __init__(self) -> None:
+        self.seconds = dict.fromkeys(PARTS, 0.0)
+        self.calls = dict.fromkeys(PARTS, 0)
+
+    def wrap(self, part: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[part] += time.perf_counter() - start
+                self.calls[part] += 1
+
+        return timed
+
+
+def build_policy(args: argparse.Namespace) -> Any:
+    """Build the tokenizer, the untrained tiny llama and the policy that samples from it."""
+    from llm_zoo.envs.kuhn_poker import text
+    from llm_zoo.models import build_tiny_model, build_word_tokenizer
+    from llm_zoo.policies import TransformersPolicy
+
+    tokenizer = build_word_tokenizer(text.corpus())
+    model = build_tiny_model(tokenizer, hidden_size=args.hidden_size, num_layers=args.layers,
+                             num_heads=args.heads, seed=args.seed)
+    return TransformersPolicy(model, tokenizer, max_new_tokens=args.max_new_tokens, seed=args.seed, device="cpu")
+
+
+def run_collect(policy: Any, batch: int, seeds: Sequence[int], seed: int, result: Result,
+                env_kwargs: dict[str, Any]) -> None:
+    """Collect one episode per seed at ``batch`` and add the counts and timings to ``result``."""
+    from llm_zoo import kuhn_poker_v0
+    from llm_zoo.trainers.rollout import collect
+
+    clock = _Clock()
+
+    def make_env() -> Any:
+        start = time.perf_counter()
+        env = kuhn_poker_v0.env(**env_kwargs)
+        for name in ("reset", "step", "last", "observe"):  # instance attributes shadow the methods
+            setattr(env, name, clock.wrap("env", getattr(env, name)))
+        clock.seconds["make_env"] += time.perf_counter() - start
+        return env
+
+    act, encode = policy.act, policy.encode_prompts
+    policy.act = clock.wrap("sampling", act)
+    policy.encode_prompts = clock.wrap("template", encode)
+    try:
+        start = time.perf_counter()
+        episodes = collect(make_env, {"player": policy}, list(seeds), batch_size=batch, seed=seed)
+        elapsed = time.perf_counter() - start
+    finally:
+        del policy.act, policy.encode_prompts
+    failed = [e for e in episodes if e.failed]
+    if failed:
+        raise RuntimeError(f"{len(failed)} episodes failed at batch {batch}; the first error:\n{failed[0].error}")
+    parts = clock.seconds
+    parts["sampling"] -= parts["template"]  # encode_prompts runs inside act
+    parts["collect"] = elapsed - sum(parts[p] for p in PARTS if p != "collect")
+    result.episodes += len(episodes)
+    result.turns += sum(len(e.turns) for e in episodes)
+    result.tokens += sum(e.completion_tokens for e in episodes)
+    result.prompt_tokens += sum(e.prompt_tokens for e in episodes)
+    result.calls += clock.calls["sampling"]
+    result.seconds += elapsed
+    for part in PARTS:
+        result.parts[part] += parts[part]
+
+
+def print_table(results: Sequence[Result], setting: str) -> None:
+    """Print throughput per batch size, then the time per turn of each part."""
+    print(f"collect() on kuhn_poker_v0, {setting}\n")
+    header = (f"{'batch':>5} {'episodes':>9} {'turns':>7} {'seconds':>8} {'episodes/s':>11} {'tokens/s':>10} "
+              f"{'turns/ep':>9} {'prompt tokens/turn':>19} {'replies/act call':>17}")
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        print(f"{r.batch:>5} {r.episodes:>9} {r.turns:>7} {r.seconds:>8.2f} {r.episodes_per_s:>11.1f} "
+              f"{r.tokens_per_s:>10.0f} {r.turns / r.episodes:>9.2f} {r.prompt_tokens / r.turns:>19.1f} "
+              f"{r.turns / r.calls:>17.1f}")
+    print("\nwhere the time goes, milliseconds per turn (share of wall time)")
+    header = f"{'part':<36}" + "".join(f"{'batch ' + str(r.batch):>20}" for r in results)
+    print(header)
+    print("-" * len(header))
+    for part in PARTS:
+        cells = "".join(f"{1e3 * r.parts[part] / r.turns:>11.3f} ms ({r.parts[part] / r.seconds:>4.0%})"
+                        for r in results)
+        print(f"{PART_HELP[part]:<36}{cells}")
+    cells = "".join(f"{1e3 * r.seconds / r.turns:>11.3f} ms {'':>6}" for r in results)
+    print(f"{'total':<36}{cells}")
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Run the benchmark, print the tables and the JSON line, and return the JSON's figures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1 round of 64 and 4 episodes (the test's setting)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of batch 64 and batch 1")
+    parser.add_argument("--episodes", type=int, default=256, help="episodes per round at batch 64")
+    parser.add_argument("--episodes-b1", type=int, default=32, help="episodes per round at batch 1")
+    parser.add_argument("--batch", type=int, default=64, help="the large batch size")
+    parser.add_argument("--max-new-tokens", type=int, default=8, help="longest reply, in tokens")
+    parser.add_argument("--hidden-size", type=int, default=64, help="tiny llama width")
+    parser.add_argument("--layers", type=int, default=2, help="tiny llama depth")
+    parser.add_argument("--heads", type=int, default=4, help="tiny llama attention heads")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch intra-op threads for both settings; 1 by default because extra threads "
+                             "that must wait for a busy core slow small ops down many times over")
+    parser.add_argument("--no-rules", action="store_true",
+                        help="kuhn_poker_v0(rules_in_prompt=False): a system prompt without the rules, so "
+                             "prompts are shorter (to see what prompt length costs)")
+    parser.add_argument("--seed", type=int, default=0, help="model init, sampling and env seeds")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.episodes, args.episodes_b1 = 1, args.batch, 4
+    for name in ("rounds", "episodes", "episodes_b1", "batch", "max_new_tokens", "threads"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1; got {getattr(args, name)!r}")
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    policy = build_policy(args)
+    env_kwargs = {"rules_in_prompt": False} if args.no_rules else {}
+    # WARM-UP: first forward passes, allocator, tokenizer caches, template compilation.
+    run_collect(policy, args.batch, range(10**6, 10**6 + min(args.batch, 16)), args.seed, Result(args.batch), env_kwargs)
+    run_collect(policy, 1, range(10**6, 10**6 + 2), args.seed, Result(1), env_kwargs)
+
+    small, large = Result(1), Result(args.batch)
+    next_seed = 0
+    for round_ in range(args.rounds):
+        for result, count in ((large, args.episodes), (small, args.episodes_b1)):
+            run_collect(policy, result.batch, range(next_seed, next_seed + count), args.seed + round_, result, env_kwargs)
+            next_seed += count
+
+    model = policy.model.config
+    setting = (f"untrained tiny llama (hidden {model.hidden_size}, {model.num_hidden_layers} layers, "
+               f"vocab {model.vocab_size}), max_new_tokens {args.max_new_tokens}, {args.threads} torch "
+               f"thread(s), {args.rounds} round(s)" + (", rules_in_prompt=False" if args.no_rules else ""))
+    print_table([small, large], setting)
+    ratio = large.episodes_per_s / small.episodes_per_s
+    print(f"\nbatch {args.batch} / batch 1 = {ratio:.2f}x episodes/s (goal >= {GOAL_RATIO:g}x): "
+          f"{'met' if ratio >= GOAL_RATIO else 'NOT met'}")
+    figures = {
+        "episodes_per_s_b1": round(small.episodes_per_s, 2),
+        f"episodes_per_s_b{args.batch}": round(large.episodes_per_s, 2),
+        "ratio": round(ratio, 3),
+        "tokens_per_s_b1": round(small.tokens_per_s, 1),
+        f"tokens_per_s_b{args.batch}": round(large.tokens_per_s, 1),
+        "batch": args.batch,
+        "threads": args.threads,
+        "max_new_tokens": args.max_new_tokens,
+        "rules_in_prompt": not args.no_rules,
+        "episodes": [small.episodes, large.episodes],
+    }
+    print(json.dumps(figures))
+    return figures
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

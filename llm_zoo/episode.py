@@ -1,0 +1,405 @@
+"""Episode records: who saw what, who wrote which tokens, every reward and the facts behind it.
+
+An :class:`Episode` is what :func:`llm_zoo.trainers.rollout.collect` returns for one env episode,
+and what the trainer, the evaluators and the SFT export read. It holds the episode's setup (env id,
+env kwargs, seed, options), the role and the policy of each agent, every :class:`Turn` in order,
+the per-agent returns, the final ``infos`` of every agent, and whether the episode failed.
+
+Hidden information stays hidden: a :class:`Turn` holds only the observation of the agent who
+acted, exactly as the env showed it, so an agent's turns never hold what only its opponent saw.
+
+Canonical form
+--------------
+Records are stored in JSON's own types, so that a record read back from JSONL is ``==`` to the
+one written: observations, options, kwargs and infos become dicts with ``str`` keys, lists (never
+tuples), ``str``, ``int``, ``float``, ``bool`` and ``None``. The conversion happens when a record
+is built (``__post_init__``), so an env's tuple of messages is a list in the record. Values that
+JSON cannot hold are converted on the way in: numpy scalars and arrays to numbers and lists, enums
+to their values, sets to sorted lists, keys that are not strings to their JSON text (``1`` ->
+``"1"``), and anything else to its ``str`` (lossy; keep env infos JSON-friendly to avoid it). Floats survive exactly: ``json`` writes the shortest ``repr`` that
+reads back to the same float.
+
+JSONL
+-----
+:func:`write_jsonl` writes one episode per line and :func:`read_jsonl` reads them back; a path
+ending in ``.gz`` is gzip-compressed. Each line also carries the derived ``prompt_tokens`` and
+``completion_tokens`` for readers such as ``jq``; loading recomputes them from the turns.
+
+Chat export for SFT
+-------------------
+:meth:`Episode.to_chat` turns an episode into chat-format records (``{"messages": [...], ...}``,
+the format of TRL's ``SFTTrainer`` and of chat templates), one per turn or one per agent's
+conversation; :func:`export_chat_jsonl` writes them for many episodes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import gzip
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Literal
+
+__all__ = ["Episode", "Turn", "export_chat_jsonl", "jsonable", "read_jsonl", "write_jsonl"]
+
+_DERIVED_KEYS = ("prompt_tokens", "completion_tokens")
+
+
+def jsonable(value: Any) -> Any:
+    """Return ``value`` in canonical JSON form (see the module docstring); containers are copied."""
+    if value is None or type(value) in (bool, int, float):
+        return value
+    if isinstance(value, enum.Enum):  # before str and int: StrEnum and IntEnum members are both
+        return jsonable(value.value)
+    if isinstance(value, str):
+        return str.__str__(value)  # a Reply or another str subclass becomes a plain str
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, Mapping):
+        return {_key(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted((jsonable(v) for v in value), key=repr)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return jsonable(dataclasses.asdict(value))
+    if hasattr(value, "tolist"):  # numpy arrays and scalars, torch tensors
+        return jsonable(value.tolist())
+    return str(value)
+
+
+def _key(key: Any) -> str:
+    """Return a mapping key as a ``str``: other keys become their JSON text (``1`` -> ``"1"``)."""
+    key = jsonable(key)
+    return key if isinstance(key, str) else json.dumps(key)
+
+
+def _int_list(values: Sequence[Any] | None) -> list[int] | None:
+    return None if values is None else [int(v) for v in values]
+
+
+def _float_list(values: Sequence[Any] | None) -> list[float] | None:
+    return None if values is None else [float(v) for v in values]
+
+
+@dataclass
+class Turn:
+    """One reply of one agent: what it was shown, what it wrote, and what it got for it.
+
+    Attributes:
+        agent: The agent who acted (``"player_0"``).
+        role: Its role (``"player"``), from the env's ``role_of``.
+        step: How many ``env.step`` calls came before this one in the episode (dead-agent steps
+            included), so turns sort by it and gaps show where agents were removed.
+        observation: Exactly what the agent was shown: its observation dict (``"messages"`` plus
+            env-specific keys such as ``"legal_actions"`` and ``"info_set"``), in canonical form.
+        reply: The reply text as the policy wrote it (the env may truncate what it reads).
+        prompt_ids: Token ids of the prompt the reply was sampled from; None for model-free policies.
+        completion_ids: Token ids of the reply; None for model-free policies.
+        logprobs: Sampling log-probability of each completion token; None for model-free policies.
+        policy: Name of the policy that wrote the reply.
+        reward: The reward the agent received from this turn until its next turn (or the end of
+            the episode): the ``env.last()`` reward it was handed next.
+    """
+
+    agent: str
+    role: str
+    step: int
+    observation: dict[str, Any]
+    reply: str
+    prompt_ids: list[int] | None = None
+    completion_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    policy: str | None = None
+    reward: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.observation, Mapping):
+            raise TypeError(
+                f"Turn.observation must be the agent's observation dict ({{'messages': ...}}), "
+                f"got {type(self.observation).__name__}: {repr(self.observation)[:200]}."
+            )
+        self.agent, self.role, self.reply = str(self.agent), str(self.role), str.__str__(str(self.reply))
+        self.step, self.reward = int(self.step), float(self.reward)
+        self.observation = jsonable(self.observation)
+        self.prompt_ids = _int_list(self.prompt_ids)
+        self.completion_ids = _int_list(self.completion_ids)
+        self.logprobs = _float_list(self.logprobs)
+        self.policy = None if self.policy is None else str(self.policy)
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The chat transcript the agent was shown (``observation["messages"]``)."""
+        return self.observation.get("messages", [])
+
+
+@dataclass
+class Episode:
+    """The record of one env episode; see the module docstring.
+
+    Attributes:
+        env_id: Versioned env name (``"kuhn_poker_v0"``).
+        env_kwargs: Keyword arguments the env was built with, as far as the collector knew them.
+        seed: The seed passed to ``reset``.
+        options: The options passed to ``reset``.
+        roles: Agent -> role, for every agent of the episode.
+        policies: Agent -> name of the policy that served it.
+        turns: Every reply, in the order they were made.
+        returns: Agent -> sum of the rewards it received over the episode.
+        infos: Agent -> its final ``infos`` entry (payoffs, forfeits, cards, ...).
+        failed: True when the episode did not finish normally (an env or policy raised, or the
+            collector's step cap was hit); ``turns``, ``returns`` and ``infos`` hold what happened
+            until then.
+        error: What went wrong when ``failed``: the traceback text or a sentence; else None.
+        wall_time: Seconds from ``reset`` to the last step. With many envs run side by side it
+            includes time spent on the other envs of the batch. Not compared by ``==``, so
+            episodes replayed under the same seed are equal.
+    """
+
+    env_id: str
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    seed: int | None = None
+    options: dict[str, Any] | None = None
+    roles: dict[str, str] = field(default_factory=dict)
+    policies: dict[str, str] = field(default_factory=dict)
+    turns: list[Turn] = field(default_factory=list)
+    returns: dict[str, float] = field(default_factory=dict)
+    infos: dict[str, dict[str, Any]] = field(default_factory=dict)
+    failed: bool = False
+    error: str | None = None
+    wall_time: float = field(default=0.0, compare=False)
+
+    def __post_init__(self) -> None:
+        self.env_id = str(self.env_id)
+        self.env_kwargs = jsonable(dict(self.env_kwargs))
+        self.seed = None if self.seed is None else int(self.seed)
+        self.options = None if self.options is None else jsonable(dict(self.options))
+        self.roles = {str(a): str(r) for a, r in self.roles.items()}
+        self.policies = {str(a): str(p) for a, p in self.policies.items()}
+        self.turns = list(self.turns)
+        for i, turn in enumerate(self.turns):
+            if not isinstance(turn, Turn):
+                raise TypeError(f"Episode.turns[{i}] must be a Turn, got {type(turn).__name__}.")
+        self.returns = {str(a): float(r) for a, r in self.returns.items()}
+        self.infos = {str(a): jsonable(dict(i)) for a, i in self.infos.items()}
+        self.failed = bool(self.failed)
+        self.error = None if self.error is None else str(self.error)
+        self.wall_time = float(self.wall_time)
+
+    # ---- derived facts ----------------------------------------------------------------------
+
+    @property
+    def agents(self) -> list[str]:
+        """The episode's agents, in the env's order."""
+        return list(self.roles)
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Prompt tokens over all turns (0 for model-free policies)."""
+        return sum(len(t.prompt_ids) for t in self.turns if t.prompt_ids is not None)
+
+    @property
+    def completion_tokens(self) -> int:
+        """Generated tokens over all turns (0 for model-free policies)."""
+        return sum(len(t.completion_ids) for t in self.turns if t.completion_ids is not None)
+
+    def turns_of(self, agent: str) -> list[Turn]:
+        """Return the turns of ``agent``, in order."""
+        return [t for t in self.turns if t.agent == agent]
+
+    # ---- JSON -------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the record as a JSON-ready dict (with the derived token counts)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "turns"}
+        out["turns"] = [dataclasses.asdict(t) for t in self.turns]
+        out["prompt_tokens"] = self.prompt_tokens
+        out["completion_tokens"] = self.completion_tokens
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Episode:
+        """Rebuild an episode from :meth:`to_dict`'s output; raise ``ValueError`` on unknown or missing keys."""
+        if not isinstance(data, Mapping):
+            raise TypeError(f"Episode.from_dict expects a dict, got {type(data).__name__}: {repr(data)[:200]}.")
+        data = {k: v for k, v in data.items() if k not in _DERIVED_KEYS}
+        _check_keys(cls, data, "episode")
+        turns = []
+        for i, turn in enumerate(data.get("turns", [])):
+            if not isinstance(turn, Mapping):
+                raise ValueError(f"episode turn {i} must be an object, got {type(turn).__name__}.")
+            _check_keys(Turn, turn, f"turn {i}")
+            turns.append(Turn(**turn))
+        return cls(**{**data, "turns": turns})
+
+    def to_json(self) -> str:
+        """Return the record as one line of JSON."""
+        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> Episode:
+        """Rebuild an episode from :meth:`to_json`'s output; ``from_json(e.to_json()) == e``."""
+        return cls.from_dict(json.loads(text))
+
+    # ---- chat export ------------------------------------------------------------------------
+
+    def to_chat(
+        self,
+        per: Literal["turn", "conversation"] = "turn",
+        agents: Iterable[str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Export the episode as chat-format records for supervised fine-tuning.
+
+        Every record has ``"messages"`` (a list of ``{"role", "content"}`` dicts ending with the
+        assistant reply to learn) and the facts to filter on: ``agent``, ``role``, ``policy``,
+        ``reward``, ``return`` (the agent's episode return), ``env_id``, ``seed``.
+
+        Args:
+            per: ``"turn"``: one record per turn, whose messages are what the agent was shown plus
+                its reply, with the turn's ``reward`` and ``step``. ``"conversation"``: one record
+                per agent, its final transcript: the messages of its last observation plus its last
+                reply, with ``reward`` equal to its return and ``turns`` its number of turns. Envs
+                show an agent its own earlier replies as assistant messages, so that transcript
+                holds all of them (as the env showed them, after any truncation).
+            agents: Export only these agents; None exports all.
+        """
+        if per not in ("turn", "conversation"):
+            raise ValueError(f"to_chat: per must be 'turn' or 'conversation', got {per!r}.")
+        wanted = None if agents is None else {agents} if isinstance(agents, str) else set(agents)
+        if wanted is not None and not wanted <= set(self.roles):
+            raise ValueError(
+                f"to_chat: unknown agents {sorted(wanted - set(self.roles))}; this episode has {self.agents}."
+            )
+        common = {"env_id": self.env_id, "seed": self.seed}
+        if per == "turn":
+            return [
+                {
+                    "messages": _chat(t),
+                    "agent": t.agent,
+                    "role": t.role,
+                    "policy": t.policy,
+                    "reward": t.reward,
+                    "return": self.returns.get(t.agent, 0.0),
+                    "step": t.step,
+                    **common,
+                }
+                for t in self.turns
+                if wanted is None or t.agent in wanted
+            ]
+        records = []
+        for agent in self.agents:
+            turns = self.turns_of(agent)
+            if not turns or (wanted is not None and agent not in wanted):
+                continue
+            last = turns[-1]
+            records.append({
+                "messages": _chat(last),
+                "agent": agent,
+                "role": last.role,
+                "policy": last.policy,
+                "reward": self.returns.get(agent, 0.0),
+                "return": self.returns.get(agent, 0.0),
+                "turns": len(turns),
+                **common,
+            })
+        return records
+
+
+def _chat(turn: Turn) -> list[dict[str, Any]]:
+    return [dict(m) for m in turn.messages] + [{"role": "assistant", "content": turn.reply}]
+
+
+def _check_keys(cls: type, data: Mapping[str, Any], what: str) -> None:
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    required = [n for n, f in fields.items()
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [n for n in required if n not in data]
+    if unknown or missing:
+        raise ValueError(
+            f"{what} does not match the {cls.__name__} record: unknown keys {unknown}, missing keys {missing}; "
+            f"expected keys {sorted(fields)}. Was it written by another version of llm_zoo?"
+        )
+
+
+# ---- files ------------------------------------------------------------------------------------
+
+
+def _open(path: str | os.PathLike[str], mode: str) -> IO[str]:
+    path = Path(path)
+    if path.suffix == ".gz":
+        return gzip.open(path, mode + "t", encoding="utf-8")
+    return open(path, mode, encoding="utf-8")
+
+
+def write_jsonl(path: str | os.PathLike[str], episodes: Iterable[Episode], *, append: bool = False) -> int:
+    """Write episodes to ``path``, one JSON object per line (gzip when it ends in ``.gz``); return the count.
+
+    Args:
+        path: File to write; its folder must exist.
+        episodes: The records to write.
+        append: Add to the end of the file instead of replacing it.
+    """
+    count = 0
+    with _open(path, "a" if append else "w") as f:
+        for i, episode in enumerate(episodes):
+            if not isinstance(episode, Episode):
+                raise TypeError(f"write_jsonl: item {i} is a {type(episode).__name__}, expected an Episode.")
+            f.write(episode.to_json() + "\n")
+            count += 1
+    return count
+
+
+def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[Episode]:
+    """Read episodes from ``path`` one at a time; blank lines are skipped."""
+    with _open(path, "r") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield Episode.from_json(line)
+            except (ValueError, TypeError) as exc:
+                raise ValueError(f"{os.fspath(path)}:{number}: not an episode record: {exc}") from exc
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> list[Episode]:
+    """Read every episode of a file written by :func:`write_jsonl`."""
+    return list(iter_jsonl(path))
+
+
+def export_chat_jsonl(
+    path: str | os.PathLike[str],
+    episodes: Iterable[Episode],
+    *,
+    per: Literal["turn", "conversation"] = "turn",
+    agents: Iterable[str] | None = None,
+    include_failed: bool = False,
+) -> int:
+    """Write the chat records of :meth:`Episode.to_chat` for many episodes, one per line; return the count.
+
+    Args:
+        path: File to write (gzip when it ends in ``.gz``).
+        episodes: Episodes to export.
+        per: ``"turn"`` or ``"conversation"``; see :meth:`Episode.to_chat`.
+        agents: Export only these agents (an agent missing from an episode is skipped there).
+        include_failed: Also export episodes that failed; by default they are left out.
+    """
+    wanted = None if agents is None else [agents] if isinstance(agents, str) else list(agents)
+    count = 0
+    with _open(path, "w") as f:
+        for episode in episodes:
+            if episode.failed and not include_failed:
+                continue
+            mine = None if wanted is None else [a for a in wanted if a in episode.roles]
+            for record in episode.to_chat(per, mine):
+                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+                count += 1
+    return count

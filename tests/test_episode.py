@@ -1,0 +1,172 @@
+"""Tests for llm_zoo.episode: exact JSONL round-trips, hidden information, chat export for SFT."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from llm_zoo import kuhn_poker_v0
+from llm_zoo.episode import Episode, Turn, export_chat_jsonl, jsonable, read_jsonl, write_jsonl
+from llm_zoo.policies import FunctionPolicy, Reply
+from llm_zoo.trainers.rollout import collect
+
+
+@pytest.fixture(scope="module")
+def tiny_policy():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    torch.set_num_threads(1)
+    from llm_zoo.envs.kuhn_poker import text
+    from llm_zoo.models import build_tiny_model, build_word_tokenizer
+    from llm_zoo.policies import TransformersPolicy
+
+    tokenizer = build_word_tokenizer(text.corpus())
+    model = build_tiny_model(tokenizer, hidden_size=16, num_layers=1, num_heads=1, seed=0)
+    return TransformersPolicy(model, tokenizer, max_new_tokens=4, seed=0, device="cpu", name="tiny")
+
+
+@pytest.fixture(scope="module")
+def model_episodes(tiny_policy):
+    """Kuhn episodes played by the tiny model against a scripted caller, with real tokens and log-probs."""
+    caller = FunctionPolicy(lambda obs: obs["legal_actions"][-1], name="caller")
+    return collect(kuhn_poker_v0.env, {"player_0": tiny_policy, "player_1": caller}, 6, batch_size=6, seed=0)
+
+
+def script(*replies: str) -> FunctionPolicy:
+    """A policy that says ``replies`` in order, one per call."""
+    queue = list(replies)
+    return FunctionPolicy(lambda obs: queue.pop(0), name="script")
+
+
+def showdown_episode() -> Episode:
+    """J (player_0) against K (player_1): check, bet, call, showdown."""
+    policies = {"player_0": script("[check]", "[call]"), "player_1": script("[bet]")}
+    (episode,) = collect(kuhn_poker_v0.env, policies, [7], options={"deal": [("J", "K")]})
+    return episode
+
+
+def test_model_episodes_round_trip_exactly_through_jsonl(model_episodes, tmp_path):
+    model_turns = [t for e in model_episodes for t in e.turns if t.policy == "tiny"]
+    assert model_turns and all(t.completion_ids and len(t.logprobs) == len(t.completion_ids) for t in model_turns)
+    assert all(isinstance(x, float) and x <= 0 for t in model_turns for x in t.logprobs)
+    for name in ("episodes.jsonl", "episodes.jsonl.gz"):
+        assert write_jsonl(tmp_path / name, model_episodes) == len(model_episodes)
+        back = read_jsonl(tmp_path / name)
+        assert back == model_episodes
+        assert [e.wall_time for e in back] == [e.wall_time for e in model_episodes]  # not part of ==
+    assert Episode.from_json(model_episodes[0].to_json()) == model_episodes[0]
+    assert len((tmp_path / "episodes.jsonl").read_text().splitlines()) == len(model_episodes)
+
+
+def test_a_model_turn_reproduces_its_prompt_and_counts_its_tokens(model_episodes, tiny_policy):
+    for episode in model_episodes:
+        for turn in episode.turns:
+            if turn.policy == "tiny":
+                assert tiny_policy.encode_prompts([turn.observation]) == [turn.prompt_ids]
+        assert episode.prompt_tokens == sum(len(t.prompt_ids or ()) for t in episode.turns) > 0
+        assert episode.completion_tokens == sum(len(t.completion_ids or ()) for t in episode.turns) > 0
+        assert json.loads(episode.to_json())["completion_tokens"] == episode.completion_tokens
+
+
+def test_records_are_canonical_so_tuples_numpy_and_int_keys_round_trip():
+    reply = Reply("[bet]", prompt_ids=(1, 2), completion_ids=np.array([3, 4]), logprobs=(-0.1, -1 / 3), policy="p")
+    obs = {"messages": ({"role": "user", "content": "Your card: K."},), "legal_actions": ("[check]", "[bet]"),
+           "info_set": "K:"}
+    turn = Turn("player_0", "player", 0, obs, reply, reply.prompt_ids, reply.completion_ids, reply.logprobs,
+                reply.policy, np.float32(1.5))
+    episode = Episode("kuhn_poker_v0", {"num_hands": 1}, 3, {"deal": [("K", "J")]}, {"player_0": "player"},
+                      {"player_0": "p"}, [turn], {"player_0": np.float64(1.0)},
+                      {"player_0": {"payoffs": (1.0,), 2: np.int64(5), "seen": {"J"}}}, wall_time=0.25)
+    assert turn.observation["messages"] == [{"role": "user", "content": "Your card: K."}]
+    assert turn.observation["legal_actions"] == ["[check]", "[bet]"]
+    assert type(turn.reply) is str and turn.completion_ids == [3, 4] and turn.logprobs == [-0.1, -1 / 3]
+    assert episode.options == {"deal": [["K", "J"]]}
+    assert episode.infos == {"player_0": {"payoffs": [1.0], "2": 5, "seen": ["J"]}}
+    back = Episode.from_json(episode.to_json())
+    assert back == episode and back.turns[0].logprobs[1] == -1 / 3
+    assert jsonable({(1, 2): None, None: math.inf}) == {"[1, 2]": None, "null": math.inf}
+
+
+def test_loading_rejects_records_of_another_shape(tmp_path):
+    data = json.loads(showdown_episode().to_json())
+    with pytest.raises(ValueError, match=r"unknown keys \['colour'\]"):
+        Episode.from_dict({**data, "colour": "red"})
+    del data["turns"][0]["reply"]
+    with pytest.raises(ValueError, match=r"missing keys \['reply'\]"):
+        Episode.from_dict(data)
+    path = tmp_path / "bad.jsonl"
+    path.write_text(showdown_episode().to_json() + "\n\n{not json\n")
+    with pytest.raises(ValueError, match=r"bad\.jsonl:3"):
+        read_jsonl(path)
+
+
+def test_each_turn_holds_exactly_what_the_env_showed_the_acting_agent(model_episodes):
+    env = kuhn_poker_v0.env()
+    for episode in model_episodes:
+        env.reset(seed=episode.seed, options=episode.options)
+        for turn in episode.turns:
+            while env.agent_selection != turn.agent or env.terminations[env.agent_selection]:
+                env.step(None)
+            assert jsonable(env.observe(turn.agent)) == turn.observation
+            env.step(turn.reply)
+
+
+def test_hidden_information_player_0_never_sees_player_1s_card_before_showdown():
+    episode = showdown_episode()
+    assert [(t.agent, t.reply) for t in episode.turns] == [
+        ("player_0", "[check]"), ("player_1", "[bet]"), ("player_0", "[call]")]
+    mine = episode.turns_of("player_0")
+    for turn in mine:
+        assert turn.observation["info_set"].startswith("J:")
+        shown = json.dumps(turn.observation)
+        assert "Your card: J." in shown
+        assert "Your card: K" not in shown and "had K" not in shown and "Showdown" not in shown
+    for turn in episode.turns_of("player_1"):
+        assert "Your card: J" not in json.dumps(turn.observation)
+    # The showdown did happen, after player_0's last turn, and the records explain the rewards.
+    assert episode.returns == {"player_0": -2.0, "player_1": 2.0}
+    assert episode.infos["player_0"]["card"] == "J" and episode.infos["player_1"]["card"] == "K"
+    assert [t.reward for t in episode.turns] == [0.0, 2.0, -2.0]
+
+
+def test_to_chat_per_turn_is_the_observation_plus_the_reply():
+    episode = showdown_episode()
+    records = episode.to_chat("turn")
+    assert len(records) == len(episode.turns)
+    for record, turn in zip(records, episode.turns):
+        assert record["messages"] == turn.observation["messages"] + [{"role": "assistant", "content": turn.reply}]
+        assert (record["agent"], record["role"], record["reward"], record["step"]) == (
+            turn.agent, "player", turn.reward, turn.step)
+        assert record["return"] == episode.returns[turn.agent] and record["env_id"] == "kuhn_poker_v0"
+    only = episode.to_chat("turn", agents=["player_1"])
+    assert [r["agent"] for r in only] == ["player_1"]
+    with pytest.raises(ValueError, match="unknown agents"):
+        episode.to_chat(agents=["player_9"])
+    with pytest.raises(ValueError, match="per must be"):
+        episode.to_chat("episode")
+
+
+def test_to_chat_per_conversation_is_each_agents_final_transcript():
+    episode = showdown_episode()
+    records = episode.to_chat("conversation")
+    assert [r["agent"] for r in records] == ["player_0", "player_1"]
+    first = records[0]
+    assert first["turns"] == 2 and first["reward"] == -2.0
+    messages = first["messages"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant"]
+    assert [m["content"] for m in messages if m["role"] == "assistant"] == ["[check]", "[call]"]
+    assert messages[:-1] == episode.turns_of("player_0")[-1].observation["messages"]
+
+
+def test_export_chat_jsonl_writes_one_record_per_line_and_skips_failed_episodes(tmp_path):
+    good = showdown_episode()
+    failed = Episode.from_dict({**good.to_dict(), "failed": True, "error": "boom"})
+    path = tmp_path / "sft.jsonl"
+    assert export_chat_jsonl(path, [good, failed]) == 3
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(lines) == 3 and lines[-1]["messages"][-1] == {"role": "assistant", "content": "[call]"}
+    assert export_chat_jsonl(path, [good, failed], per="conversation", include_failed=True) == 4
+    assert export_chat_jsonl(path, [good], agents="player_0") == 2
