@@ -53,6 +53,54 @@ def _play(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_sets(pairs: Sequence[str]) -> dict[str, object]:
+    import yaml
+
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set expects key=value; got {pair!r}")
+        out[key.strip()] = yaml.safe_load(value) if value.strip() else ""
+    return out
+
+
+def _train(args: argparse.Namespace) -> int:
+    import yaml
+
+    from llm_zoo.trainers.grpo import make_config, train
+
+    overrides: dict[str, object] = {}
+    if args.config:
+        loaded = yaml.safe_load(open(args.config)) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{args.config} must hold a mapping of config fields; got {type(loaded).__name__}")
+        overrides.update(loaded)
+    overrides.update(_parse_sets(args.set))
+    if args.run_dir:
+        overrides["run_dir"] = args.run_dir
+    config = make_config(args.env, overrides)
+    result = train(config, resume=args.resume)
+    print(json.dumps({k: v for k, v in result.items() if k != "strategy"}, indent=2, default=str))
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from llm_zoo.trainers.evaluation import evaluate_checkpoint
+
+    result = evaluate_checkpoint(args.env, args.checkpoint, episodes=args.episodes, method=args.method,
+                                 seed=args.seed)
+    print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from llm_zoo.plots import plot_run
+
+    print(plot_run(args.run_dir, args.out))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of ``llm-zoo``."""
     parser = argparse.ArgumentParser(prog="llm-zoo", description=__doc__)
@@ -68,6 +116,29 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--seed", type=int, default=None, help="seed for deals and policies")
     play.add_argument("--verbose", action="store_true", help="print each episode's transcript")
     play.set_defaults(func=_play)
+
+    train = sub.add_parser("train", help="train LLM policies on an env (GRPO / RAE, self-play)")
+    train.add_argument("env", choices=sorted(llm_zoo.ENVS), help="versioned env name")
+    train.add_argument("--config", help="YAML file of config fields (see llm_zoo.trainers.grpo.TrainConfig)")
+    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config field, e.g. --set algorithm=grpo --set steps=50 (repeatable)")
+    train.add_argument("--run-dir", help="where the run writes (default runs/<env>-<time>)")
+    train.add_argument("--resume", action="store_true", help="continue from the run dir's latest checkpoint")
+    train.set_defaults(func=_train)
+
+    evaluate = sub.add_parser("eval", help="evaluate a checkpoint: the env's exact metric and play against baselines")
+    evaluate.add_argument("env", choices=sorted(llm_zoo.ENVS), help="versioned env name")
+    evaluate.add_argument("--checkpoint", required=True, help="a checkpoint directory (runs/.../checkpoints/step_N)")
+    evaluate.add_argument("--episodes", type=int, default=500, help="episodes played against each baseline")
+    evaluate.add_argument("--method", choices=("exact", "sampled"), default="exact",
+                          help="exact: strategy from log-probs; sampled: an estimate, for models that reason first")
+    evaluate.add_argument("--seed", type=int, default=0, help="seed of the evaluation games")
+    evaluate.set_defaults(func=_eval)
+
+    plot = sub.add_parser("plot", help="draw a run's curves into a PNG")
+    plot.add_argument("run_dir", help="a run directory (holding metrics.jsonl)")
+    plot.add_argument("--out", help="PNG path (default RUN_DIR/curves.png)")
+    plot.set_defaults(func=_plot)
 
     from llm_zoo.serve import add_parser as add_serve
 

@@ -14,8 +14,10 @@ LEARNING_ROLES = ("player",)
 TRAIN_DEFAULTS: dict[str, Any] = {
     # one-token replies: the built-in tiny model's vocabulary has each move as a single token
     "max_new_tokens": 1,
-    # the rules stay out of the prompt: the tiny model learns the game from play, 3x faster per step
-    "env_kwargs": {"rules_in_prompt": False},
+    # The rules stay out of the prompt: the tiny model learns the game from play, 3x faster per step.
+    # No retries: an invalid reply forfeits at once, so it costs what it should (with a free retry,
+    # an entropy bonus would keep mass on invalid first replies).
+    "env_kwargs": {"rules_in_prompt": False, "max_retries": 0},
 }
 """Defaults of the trainer's config for this env (``llm-zoo train kuhn_poker_v0``)."""
 

@@ -1,0 +1,92 @@
+"""Evaluate trained policies: the env's exact headline metric, and games against scripted players."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import llm_zoo
+from llm_zoo.policies.base import Policy
+from llm_zoo.trainers.rollout import collect
+
+
+def play_against(env: str, policies: Mapping[str, Policy], opponent: Policy, *, episodes: int, seed: int,
+                 env_kwargs: Mapping[str, Any] | None = None) -> dict[str, float]:
+    """Play the seats' policies against ``opponent``, each seat in turn; return the learner's averages.
+
+    Half of the episodes put ``opponent`` in every seat but one (the first seat, then the next...),
+    so a learner is measured from each position. Returns mean payoff, win rate and invalid-reply rate
+    of the non-opponent seats.
+    """
+    probe = llm_zoo.make_env(env, **(env_kwargs or {})).unwrapped
+    agents = list(probe.possible_agents)
+    maps, seats = [], []
+    for i in range(episodes):
+        seat = agents[i % len(agents)]
+        maps.append({a: (policies[a] if a == seat else opponent) for a in agents})
+        seats.append(seat)
+    results = collect(env, maps, [seed + i for i in range(episodes)], env_kwargs=env_kwargs, seed=seed)
+    payoff = wins = invalid = replies = failed = 0
+    for episode, seat in zip(results, seats):
+        if episode.failed:
+            failed += 1
+            continue
+        mine = episode.returns.get(seat, 0.0)
+        payoff += mine
+        wins += int(mine > max(v for a, v in episode.returns.items() if a != seat))
+        invalid += int(episode.infos.get(seat, {}).get("invalid_replies", 0))
+        replies += sum(1 for t in episode.turns if t.agent == seat)
+    done = max(1, episodes - failed)
+    return {"mean_payoff": payoff / done, "win_rate": wins / done, "invalid_reply_rate": invalid / max(1, replies),
+            "episodes": episodes, "failed": failed}
+
+
+def load_run_policies(checkpoint: str | Path, *, seed: int = 0) -> tuple[dict[str, Any], dict[str, Policy]]:
+    """Load a checkpoint's policies with the sampling settings of its run; return (run config, name -> policy)."""
+    from llm_zoo.policies.transformers import TransformersPolicy
+
+    checkpoint = Path(checkpoint)
+    if not (checkpoint / "policies").is_dir():
+        raise FileNotFoundError(f"{checkpoint} is not a checkpoint directory (no policies/ inside); expected "
+                                "runs/<run>/checkpoints/step_N")
+    config_path = checkpoint.parent.parent / "config.json"
+    config = json.loads(config_path.read_text()) if config_path.exists() else {}
+    policies = {}
+    for i, path in enumerate(sorted(p for p in (checkpoint / "policies").iterdir() if p.is_dir())):
+        policies[path.name] = TransformersPolicy.from_pretrained(
+            path, name=path.name, temperature=config.get("temperature", 1.0), top_p=config.get("top_p", 1.0),
+            max_new_tokens=config.get("max_new_tokens", 64), seed=seed + i)
+    return config, policies
+
+
+def evaluate_checkpoint(env: str, checkpoint: str | Path, *, episodes: int = 500, method: str = "exact",
+                        seed: int = 0) -> dict[str, Any]:
+    """Evaluate a checkpoint: the env's exact metric (when it has one) and play against its scripted players."""
+    config, by_name = load_run_policies(checkpoint, seed=seed)
+    if config.get("env", env) != env:
+        raise ValueError(f"the checkpoint was trained on {config['env']!r}, not {env!r}")
+    env_kwargs = config.get("env_kwargs", {})
+    probe = llm_zoo.make_env(env, **env_kwargs).unwrapped
+    mapping = config.get("policies", {})
+    seat_policy = {}
+    for agent in probe.possible_agents:
+        name = mapping.get(agent, mapping.get(probe.role_of(agent), "main"))
+        seat_policy[agent] = by_name.get(name) or next(iter(by_name.values()))
+    module = importlib.import_module(llm_zoo.ENVS[env])
+    result: dict[str, Any] = {"env": env, "checkpoint": str(checkpoint)}
+    if hasattr(module, "evaluate_policies"):
+        headline = module.evaluate_policies(seat_policy, method=method, env_kwargs=env_kwargs)
+        result.update({k: v for k, v in headline.items()})
+        if method != "exact":
+            result["method"] = "sampled estimate"
+    versus = {}
+    for name, factory in sorted(getattr(module, "SCRIPTED", {}).items()):
+        versus[name] = play_against(env, seat_policy, factory(seed=seed), episodes=episodes, seed=seed,
+                                    env_kwargs=env_kwargs)
+    result["versus"] = versus
+    if versus:
+        result["invalid_reply_rate"] = sum(v["invalid_reply_rate"] for v in versus.values()) / len(versus)
+    return result

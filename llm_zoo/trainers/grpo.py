@@ -1,0 +1,667 @@
+"""Token-level GRPO / RAE training of LLM policies on llm_zoo's multi-agent envs.
+
+Reads top to bottom: the config, small pure helpers (the per-token loss, masks), the pieces that
+hold state (a learner per policy, checkpoints), then :func:`train`, whose body is the loop:
+ROLLOUT -> REWARDS -> ADVANTAGES -> LOSS and STEP -> LOG.
+
+Roles map to policies: ``policies={"player": "main"}`` (the default: every role one shared model)
+or ``{"player_0": "p0", "player_1": "p1"}`` (one model and optimiser per seat). Only the completion
+tokens of turns whose role is in ``learn`` and whose policy is a current learner carry loss; prompt
+tokens, tool results and other agents' tokens carry none. Self-play draws opponents from a pool of
+past snapshots (``pool_every``, ``pool_size``, ``p_latest``).
+
+Every random draw of a step derives from ``(seed, step)``, so a run resumed from a checkpoint
+replays exactly what the uninterrupted run would have done.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import time
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import llm_zoo
+from llm_zoo.episode import Episode
+from llm_zoo.policies.transformers import TransformersPolicy, completion_logprobs
+from llm_zoo.trainers import advantages as adv
+from llm_zoo.trainers.rollout import collect
+
+# ---------------------------------------------------------------------------------------------
+# CONFIG
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainConfig:
+    """Everything a training run needs; every field has a default. Envs may override defaults
+    (``TRAIN_DEFAULTS`` in their versioned module) before a config file and ``--set`` apply."""
+
+    env: str = "kuhn_poker_v0"
+    """Versioned env name."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the env (e.g. ``{"num_hands": 2}``)."""
+    seed: int = 0
+    """Seed of everything: model init, deals, sampling, self-play draws."""
+    steps: int = 200
+    """Training steps (one rollout batch and one update each)."""
+    episodes_per_step: int = 64
+    """Episodes collected per step."""
+    group_size: int = 1
+    """Episodes per env seed: GRPO compares episodes that share a seed (the same deal or task)."""
+    algorithm: str = "rae"
+    """Advantage estimator: rae, grpo, hgrpo or none (raw returns)."""
+    rae_decay: float = 0.95
+    """EMA decay of the RAE baselines (one baseline per env and role)."""
+    grpo_scale: str = "group"
+    """GRPO's std scaling: group, batch or none."""
+    baseline_key: str = "role"
+    """What RAE baselines and GRPO groups are keyed by besides the env: role or agent."""
+
+    model: str = "tiny"
+    """tiny (built from a config for the env, offline) or a local model directory."""
+    model_hidden_size: int = 64
+    """Width of the tiny model."""
+    model_layers: int = 2
+    """Layers of the tiny model."""
+    policies: dict[str, str] = field(default_factory=dict)
+    """Role or agent -> policy name; roles not named get the policy "main"."""
+    learn: list[str] = field(default_factory=list)
+    """Roles (or agents) whose turns are trained; empty = the env's default learning roles."""
+    schedule: str = "together"
+    """together (all learners every step) or freeze_rotate (one learning role at a time)."""
+    rotate_every: int = 25
+    """Steps each role learns for under freeze_rotate."""
+
+    temperature: float = 1.0
+    """Sampling temperature (the loss uses the same tempered distribution)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass."""
+    max_new_tokens: int = 64
+    """Longest reply, in tokens."""
+
+    lr: float = 1e-3
+    """Peak learning rate (AdamW)."""
+    lr_schedule: str = "constant"
+    """constant, linear or cosine decay to lr_min_ratio * lr over the run."""
+    lr_min_ratio: float = 0.1
+    """Final learning rate as a fraction of lr, for the linear and cosine schedules."""
+    warmup_steps: int = 0
+    """Linear warm-up steps."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    epsilon_low: float = 0.2
+    """Lower clip of the importance ratio (1 - epsilon_low)."""
+    epsilon_high: float = 0.2
+    """Upper clip of the importance ratio (1 + epsilon_high)."""
+    updates_per_step: int = 1
+    """Passes over each rollout batch; above 1 the ratio and its clipping come into play."""
+    micro_batch_size: int = 64
+    """Sequences per forward/backward; gradients accumulate over a step's micro-batches."""
+    aggregation: str = "token"
+    """token (mean over the batch's completion tokens), sequence (mean of per-sequence means),
+    or constant (sum over tokens / (sequences * max_new_tokens))."""
+    beta: float = 0.0
+    """Weight of the KL penalty to the frozen initial policy (0: no reference model)."""
+    entropy_coef: float = 0.0
+    """Weight of the entropy bonus on completion tokens."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping by global norm."""
+
+    pool_every: int = 0
+    """Snapshot each learner into the self-play pool every this many steps (0: no pool)."""
+    pool_size: int = 4
+    """Most snapshots kept per policy (the oldest go first)."""
+    p_latest: float = 0.5
+    """Probability that an episode pits the learners against themselves rather than a snapshot."""
+
+    run_dir: str = ""
+    """Where the run writes; empty = runs/<env>-<time>."""
+    eval_every: int = 20
+    """Evaluate the env's headline metric every this many steps (and at the end)."""
+    checkpoint_every: int = 50
+    """Write a checkpoint every this many steps (and at the end); 0 = only at the end."""
+    keep_checkpoints: int = 2
+    """Most checkpoints kept on disk."""
+    sample_every: int = 50
+    """Write a few episode transcripts every this many steps."""
+    rollout_batch_size: int = 64
+    """Envs run side by side during a rollout."""
+    device: str = "auto"
+    """auto (cuda if available), cpu or cuda."""
+    threads: int = 0
+    """torch CPU threads; 0 = torch's default."""
+    progress: bool = True
+    """Show a progress bar."""
+    tensorboard: bool = True
+    """Also write TensorBoard event files (when tensorboard is installed)."""
+
+    def __post_init__(self) -> None:
+        choices = {"algorithm": ("rae", "grpo", "hgrpo", "none"), "grpo_scale": ("group", "batch", "none"),
+                   "schedule": ("together", "freeze_rotate"), "aggregation": ("token", "sequence", "constant"),
+                   "lr_schedule": ("constant", "linear", "cosine"), "baseline_key": ("role", "agent")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"config.{name} must be one of {allowed}; got {getattr(self, name)!r}")
+        for name in ("steps", "episodes_per_step", "group_size", "max_new_tokens", "micro_batch_size",
+                     "updates_per_step", "rollout_batch_size", "rotate_every", "pool_size"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"config.{name} must be >= 1; got {getattr(self, name)!r}")
+        if self.episodes_per_step % self.group_size:
+            raise ValueError(f"config.episodes_per_step ({self.episodes_per_step}) must be a multiple of "
+                             f"config.group_size ({self.group_size})")
+        if not 0.0 <= self.p_latest <= 1.0:
+            raise ValueError(f"config.p_latest must be in [0, 1]; got {self.p_latest!r}")
+        if self.env not in llm_zoo.ENVS:
+            raise ValueError(f"config.env must be one of {sorted(llm_zoo.ENVS)}; got {self.env!r}")
+
+
+def make_config(env: str = "kuhn_poker_v0", overrides: Mapping[str, Any] | None = None) -> TrainConfig:
+    """Build a config: dataclass defaults, then the env's ``TRAIN_DEFAULTS``, then ``overrides``."""
+    import importlib
+
+    if env not in llm_zoo.ENVS:
+        raise ValueError(f"unknown env {env!r}; expected one of {sorted(llm_zoo.ENVS)}")
+    values = dict(getattr(importlib.import_module(llm_zoo.ENVS[env]), "TRAIN_DEFAULTS", {}))
+    values.update(overrides or {})
+    values["env"] = env
+    hints = typing.get_type_hints(TrainConfig)
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    for key, value in list(values.items()):
+        if key not in known:
+            raise ValueError(f"unknown config field {key!r}; known fields: {', '.join(sorted(known))}")
+        values[key] = _coerce(key, value, hints[key])
+    return TrainConfig(**values)
+
+
+def _coerce(key: str, value: Any, hint: Any) -> Any:
+    """Coerce a value read from YAML or ``--set`` to the field's type, or raise naming the field."""
+    origin = typing.get_origin(hint) or hint
+    try:
+        if origin is bool and isinstance(value, str):
+            if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(value)
+            return value.lower() in ("true", "1", "yes")
+        if origin in (int, float, str, bool):
+            if origin is int and isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            return origin(value)
+        if origin is dict and isinstance(value, Mapping):
+            return dict(value)
+        if origin is list and isinstance(value, (list, tuple)):
+            return list(value)
+        if origin is list and isinstance(value, str):
+            return [v for v in value.split(",") if v]
+    except (TypeError, ValueError):
+        pass
+    else:
+        if origin not in (dict, list):
+            return value
+    raise ValueError(f"config.{key} expects {getattr(hint, '__name__', hint)}; got {value!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# PURE HELPERS
+# ---------------------------------------------------------------------------------------------
+
+
+def per_token_policy_loss(
+    per_token_logps: torch.Tensor,  # [batch, T] under the current policy (with grad)
+    old_per_token_logps: torch.Tensor,  # [batch, T] at sampling time
+    advantages: torch.Tensor,  # [batch]
+    completion_mask: torch.Tensor,  # [batch, T] 1 on tokens that carry loss
+    *,
+    epsilon_low: float,
+    epsilon_high: float,
+    ref_per_token_logps: torch.Tensor | None = None,
+    beta: float = 0.0,
+    per_token_entropy: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Return the clipped importance-ratio loss per token ([batch, T], zero off the mask) and stats.
+
+    ``loss_t = -min(r_t A, clip(r_t, 1 - eps_low, 1 + eps_high) A) + beta * KL_t - entropy_coef * H_t``
+    with ``r_t = exp(logp_t - old_logp_t)`` and ``KL_t`` the k3 estimator
+    ``exp(ref_t - logp_t) - (ref_t - logp_t) - 1`` (Schulman, 2020). Tokens off the mask are
+    multiplied out, so neither their values nor their gradients reach the loss.
+    """
+    mask = completion_mask.to(per_token_logps.dtype)
+    log_ratio = (per_token_logps - old_per_token_logps) * mask
+    ratio = torch.exp(log_ratio)
+    a = advantages[:, None]
+    unclipped = ratio * a
+    clipped = torch.clamp(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high) * a
+    per_token_loss = -torch.min(unclipped, clipped)
+    stats = {"clip_fraction": ((clipped != unclipped).to(mask.dtype) * mask).sum() / mask.sum().clamp(min=1)}
+    if ref_per_token_logps is not None and beta:
+        delta = (ref_per_token_logps - per_token_logps) * mask
+        per_token_kl = torch.exp(delta) - delta - 1.0
+        per_token_loss = per_token_loss + beta * per_token_kl
+        stats["kl"] = (per_token_kl * mask).sum() / mask.sum().clamp(min=1)
+    if per_token_entropy is not None:
+        if entropy_coef:
+            per_token_loss = per_token_loss - entropy_coef * per_token_entropy
+        stats["entropy"] = (per_token_entropy * mask).sum() / mask.sum().clamp(min=1)
+    return per_token_loss * mask, stats
+
+
+def aggregate(per_token_loss: torch.Tensor, completion_mask: torch.Tensor, aggregation: str,
+              normalizer: float) -> torch.Tensor:
+    """Reduce a micro-batch's per-token loss to its share of the step's loss.
+
+    ``token``: sum / ``normalizer`` (the step's active tokens); ``sequence``: sum over sequences of
+    per-sequence means / ``normalizer`` (the step's sequences); ``constant``: sum / ``normalizer``
+    (sequences * max_new_tokens). Summing the shares of all micro-batches gives the step's loss.
+    """
+    if aggregation == "sequence":
+        lengths = completion_mask.sum(dim=1).clamp(min=1)
+        return (per_token_loss.sum(dim=1) / lengths).sum() / normalizer
+    return per_token_loss.sum() / normalizer
+
+
+def learning_rate_factor(step: int, config: TrainConfig) -> float:
+    """Return the multiplier of ``lr`` at ``step``: linear warm-up, then the configured decay."""
+    if step < config.warmup_steps:
+        return (step + 1) / config.warmup_steps
+    span = max(1, config.steps - config.warmup_steps)
+    progress = min(1.0, (step - config.warmup_steps) / span)
+    low = config.lr_min_ratio
+    if config.lr_schedule == "linear":
+        return 1.0 - (1.0 - low) * progress
+    if config.lr_schedule == "cosine":
+        return low + (1.0 - low) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    return 1.0
+
+
+def step_rng(seed: int, step: int, purpose: str) -> random.Random:
+    """Return an RNG determined by (seed, step, purpose): no state to carry across a resume."""
+    return random.Random(f"{seed}/{step}/{purpose}")
+
+
+# ---------------------------------------------------------------------------------------------
+# LEARNERS, POOL, CHECKPOINTS
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Learner:
+    """One trainable policy: its sampling policy (sharing the model), optimiser and reference."""
+
+    name: str
+    policy: TransformersPolicy
+    optimizer: torch.optim.Optimizer
+    reference: torch.nn.Module | None = None
+    pool: list[tuple[int, dict[str, torch.Tensor]]] = field(default_factory=list)
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.policy.model
+
+
+def build_tokenizer_and_model(config: TrainConfig, seed: int):
+    """Return (tokenizer, model): a local model directory, or a tiny model built for the env."""
+    import importlib
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from llm_zoo import models
+
+    if config.model != "tiny":
+        path = Path(config.model)
+        if not path.is_dir():
+            raise FileNotFoundError(f"config.model must be 'tiny' or a local model directory; {path} is not one")
+        return AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    module = importlib.import_module(llm_zoo.ENVS[config.env])
+    corpus = getattr(module, "corpus", None)
+    tokenizer = models.build_word_tokenizer(corpus()) if corpus else models.build_byte_tokenizer()
+    model = models.build_tiny_model(tokenizer, hidden_size=config.model_hidden_size,
+                                    num_layers=config.model_layers, seed=seed)
+    return tokenizer, model
+
+
+def make_learner(name: str, config: TrainConfig, device: torch.device, index: int) -> Learner:
+    """Build a learner: model, sampling policy, AdamW, and a frozen reference when ``beta > 0``."""
+    tokenizer, model = build_tokenizer_and_model(config, seed=config.seed + index)
+    policy = TransformersPolicy(model, tokenizer, name=name, temperature=config.temperature, top_p=config.top_p,
+                                max_new_tokens=config.max_new_tokens, device=device)
+    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    reference = None
+    if config.beta:
+        reference = copy.deepcopy(policy.model).eval().requires_grad_(False)
+    return Learner(name, policy, optimizer, reference)
+
+
+def snapshot_policy(learner: Learner, snapshot_step: int, state: Mapping[str, torch.Tensor],
+                    cache: dict[tuple[str, int], TransformersPolicy]) -> TransformersPolicy:
+    """Return a frozen policy for a pool snapshot (built once, then reused)."""
+    key = (learner.name, snapshot_step)
+    if key not in cache:
+        model = copy.deepcopy(learner.model)
+        model.load_state_dict(state)
+        cache[key] = TransformersPolicy(model.eval(), learner.policy.tokenizer, name=f"{learner.name}@{snapshot_step}",
+                                        temperature=learner.policy.temperature, top_p=learner.policy.top_p,
+                                        max_new_tokens=learner.policy.max_new_tokens, device=learner.policy.device)
+    return cache[key]
+
+
+def save_checkpoint(run_dir: Path, step: int, learners: Mapping[str, Learner], rae_state: adv.RAEState,
+                    keep: int) -> Path:
+    """Write everything needed to resume after ``step`` steps, atomically (temp dir, then rename)."""
+    root = run_dir / "checkpoints"
+    final = root / f"step_{step:06d}"
+    tmp = root / f".tmp_step_{step:06d}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name, learner in learners.items():
+        learner.model.save_pretrained(tmp / "policies" / name)
+        learner.policy.tokenizer.save_pretrained(tmp / "policies" / name)
+        torch.save({"optimizer": learner.optimizer.state_dict(),
+                    "pool": [(s, {k: v.cpu() for k, v in sd.items()}) for s, sd in learner.pool]},
+                   tmp / f"{name}.trainer.pt")
+    state = {"step": step, "rae": rae_state.to_dict(), "policies": sorted(learners),
+             "torch_rng": torch.get_rng_state().tolist()}
+    (tmp / "state.json").write_text(json.dumps(state))
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _write_atomic(root / "latest", final.name)
+    for old in sorted(p for p in root.glob("step_*") if p.is_dir())[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(path: Path, learners: Mapping[str, Learner]) -> tuple[int, adv.RAEState]:
+    """Restore learners in place from a checkpoint; return (the step to continue from, the RAE state)."""
+    from safetensors.torch import load_file
+
+    state = json.loads((path / "state.json").read_text())
+    for name, learner in learners.items():
+        weights = load_file(str(path / "policies" / name / "model.safetensors"))
+        learner.model.load_state_dict(weights, strict=False)
+        trainer_state = torch.load(path / f"{name}.trainer.pt", weights_only=False)
+        learner.optimizer.load_state_dict(trainer_state["optimizer"])
+        learner.pool = [(s, sd) for s, sd in trainer_state["pool"]]
+    torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
+    return int(state["step"]), adv.RAEState.from_dict(state["rae"])
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """Return the newest complete checkpoint of a run, or None."""
+    pointer = run_dir / "checkpoints" / "latest"
+    if pointer.exists():
+        path = run_dir / "checkpoints" / pointer.read_text().strip()
+        if (path / "state.json").exists():
+            return path
+    return None
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# THE LOOP
+# ---------------------------------------------------------------------------------------------
+
+
+def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
+    """Train the policies of ``config``; return the final evaluation (also written to eval.json)."""
+    import importlib
+
+    from llm_zoo.trainers.logging import MetricsLogger
+
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    device = torch.device("cuda" if config.device == "auto" and torch.cuda.is_available()
+                          else ("cpu" if config.device == "auto" else config.device))
+    env_module = importlib.import_module(llm_zoo.ENVS[config.env])
+    probe = llm_zoo.make_env(config.env, **config.env_kwargs).unwrapped
+    agents = list(probe.possible_agents)
+    roles = {a: probe.role_of(a) for a in agents}
+    learn = set(config.learn or getattr(env_module, "LEARNING_ROLES", sorted(set(roles.values()))))
+    policy_of = {a: config.policies.get(a, config.policies.get(roles[a], "main")) for a in agents}
+    run_dir = Path(config.run_dir or f"runs/{config.env}-{time.strftime('%Y%m%d-%H%M%S')}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2))
+    _write_yaml(run_dir / "config.yaml", dataclasses.asdict(config))
+
+    learners = {name: make_learner(name, config, device, i) for i, name in enumerate(sorted(set(policy_of.values())))}
+    rae_state, start = adv.RAEState(), 0
+    if resume and (ckpt := latest_checkpoint(run_dir)) is not None:
+        start, rae_state = load_checkpoint(ckpt, learners)
+    logger = MetricsLogger(run_dir, resume_from=start, tensorboard=config.tensorboard)
+    evaluate = getattr(env_module, "evaluate_policies", None)
+    snapshots: dict[tuple[str, int], TransformersPolicy] = {}
+    totals = {"episodes": start * config.episodes_per_step}
+    bar = _progress(config, start)
+    final_eval: dict[str, Any] = {}
+
+    for step in range(start, config.steps):
+        t0 = time.perf_counter()
+        active = _active_learners(step, config, learn, roles, policy_of)
+        for learner in learners.values():
+            for group in learner.optimizer.param_groups:
+                group["lr"] = config.lr * learning_rate_factor(step, config)
+
+        # ROLLOUT: groups of episodes share an env seed; some episodes meet pool snapshots
+        rng = step_rng(config.seed, step, "rollout")
+        n_groups = config.episodes_per_step // config.group_size
+        seeds = [s for s in (rng.randrange(2**31) for _ in range(n_groups)) for _ in range(config.group_size)]
+        assignments, trained_agents = [], []
+        for _ in seeds:
+            mapping = {a: learners[policy_of[a]].policy for a in agents}
+            trainable = {a for a in agents if (roles[a] in learn or a in learn) and policy_of[a] in active}
+            if config.pool_every and rng.random() >= config.p_latest and trainable:
+                me = rng.choice(sorted(trainable))
+                for a in agents:
+                    pool = learners[policy_of[a]].pool
+                    if a != me and pool:
+                        snap_step, state = pool[rng.randrange(len(pool))]
+                        mapping[a] = snapshot_policy(learners[policy_of[a]], snap_step, state, snapshots)
+                trainable = {a for a in trainable if mapping[a] is learners[policy_of[a]].policy}
+            assignments.append(mapping)
+            trained_agents.append(trainable)
+        episodes = collect(config.env, assignments, seeds, batch_size=config.rollout_batch_size,
+                           env_kwargs=config.env_kwargs, seed=rng.randrange(2**31))
+        t_rollout = time.perf_counter() - t0
+
+        # REWARDS: one sample per (episode, trained agent): its return, spread over its turns' tokens
+        samples = []  # (episode index, agent, reward, baseline key, group key)
+        for i, (episode, trainable) in enumerate(zip(episodes, trained_agents)):
+            if episode.failed:
+                continue
+            for agent in sorted(trainable):
+                who = roles[agent] if config.baseline_key == "role" else agent
+                group = episode.infos.get(agent, {}).get("group", episode.seed)
+                samples.append((i, agent, episode.returns.get(agent, 0.0), f"{config.env}/{who}", f"{group}/{who}"))
+
+        # ADVANTAGES
+        rewards = [s[2] for s in samples]
+        if config.algorithm == "rae":
+            advantages = adv.rae(rewards, [s[3] for s in samples], rae_state, config.rae_decay)
+        elif config.algorithm == "grpo":
+            advantages = adv.grpo(rewards, [s[4] for s in samples], config.grpo_scale)
+        elif config.algorithm == "hgrpo":
+            advantages = adv.hgrpo(rewards, [s[4] for s in samples])
+        else:
+            advantages = adv.no_baseline(rewards)
+
+        # LOSS and STEP, per learner, over the completion tokens of its trained turns
+        t1 = time.perf_counter()
+        batches: dict[str, list[tuple[list[int], list[int], list[float], float]]] = {n: [] for n in learners}
+        for (i, agent, _, _, _), a in zip(samples, advantages):
+            for turn in episodes[i].turns:
+                if turn.agent == agent and turn.completion_ids and turn.policy == policy_of[agent]:
+                    batches[policy_of[agent]].append((turn.prompt_ids, turn.completion_ids, turn.logprobs, a))
+        metrics: dict[str, float] = {}
+        for name, batch in batches.items():
+            if batch:
+                stats = update(learners[name], batch, config)
+                metrics.update({f"losses/{k}/{name}": v for k, v in stats.items()})
+        t_update = time.perf_counter() - t1
+
+        # SNAPSHOTS for self-play
+        done = step + 1
+        if config.pool_every and done % config.pool_every == 0:
+            for name in active:
+                learner = learners[name]
+                learner.pool.append((done, {k: v.detach().cpu().clone() for k, v in learner.model.state_dict().items()}))
+                del learner.pool[: -config.pool_size]
+
+        # LOG
+        totals["episodes"] += len(episodes)
+        metrics.update(_rollout_metrics(episodes, roles, config))
+        metrics.update({"charts/episodes": totals["episodes"], "charts/lr": config.lr * learning_rate_factor(step, config),
+                        "perf/rollout_s": t_rollout, "perf/update_s": t_update,
+                        "perf/step_s": time.perf_counter() - t0})
+        if evaluate and (done % config.eval_every == 0 or done == config.steps):
+            final_eval = evaluate({a: learners[policy_of[a]].policy for a in agents}, env_kwargs=config.env_kwargs)
+            metrics.update({f"eval/{k}": v for k, v in final_eval.items() if isinstance(v, (int, float))})
+        logger.log(done, metrics)
+        if config.sample_every and (done % config.sample_every == 0 or done == config.steps):
+            _write_samples(run_dir / "samples" / f"step_{done:06d}.jsonl", episodes[:4])
+        if (config.checkpoint_every and done % config.checkpoint_every == 0) or done == config.steps:
+            save_checkpoint(run_dir, done, learners, rae_state, config.keep_checkpoints)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(_postfix(metrics, roles), refresh=False)
+
+    if bar is not None:
+        bar.close()
+    logger.close()
+    if not final_eval and evaluate:
+        final_eval = evaluate({a: learners[policy_of[a]].policy for a in agents}, env_kwargs=config.env_kwargs)
+    (run_dir / "eval.json").write_text(json.dumps(final_eval, indent=2, default=str))
+    return final_eval
+
+
+def update(learner: Learner, batch: Sequence[tuple[list[int], list[int], list[float], float]],
+           config: TrainConfig) -> dict[str, float]:
+    """Take one optimiser step (per ``updates_per_step``) on a learner's batch; return its stats."""
+    model = learner.model
+    device = learner.policy.device
+    pad = learner.policy.pad_token_id
+    n_tokens = sum(len(c) for _, c, _, _ in batch)
+    normalizer = {"token": n_tokens, "sequence": len(batch),
+                  "constant": len(batch) * config.max_new_tokens}[config.aggregation]
+    sums: dict[str, float] = {}
+    model.train()
+    for _ in range(config.updates_per_step):
+        learner.optimizer.zero_grad(set_to_none=True)
+        total_loss = 0.0
+        for start in range(0, len(batch), config.micro_batch_size):
+            mb = batch[start:start + config.micro_batch_size]
+            prompts, completions = [b[0] for b in mb], [b[1] for b in mb]
+            mb_logps, mb_mask, mb_entropy = completion_logprobs(model, prompts, completions, pad_token_id=pad,
+                                                                temperature=config.temperature or 1.0,
+                                                                with_entropy=True)
+            width = mb_logps.shape[1]
+            old = torch.tensor([b[2] + [0.0] * (width - len(b[2])) for b in mb], device=device)
+            mb_adv = torch.tensor([b[3] for b in mb], device=device, dtype=mb_logps.dtype)
+            ref = None
+            if learner.reference is not None:
+                with torch.no_grad():
+                    ref, _ = completion_logprobs(learner.reference, prompts, completions, pad_token_id=pad,
+                                                 temperature=config.temperature or 1.0)
+            per_token_loss, stats = per_token_policy_loss(
+                mb_logps, old, mb_adv, mb_mask, epsilon_low=config.epsilon_low, epsilon_high=config.epsilon_high,
+                ref_per_token_logps=ref, beta=config.beta, per_token_entropy=mb_entropy,
+                entropy_coef=config.entropy_coef)
+            loss = aggregate(per_token_loss, mb_mask, config.aggregation, normalizer)
+            loss.backward()
+            total_loss += loss.item()
+            share = mb_mask.sum().item() / max(1, n_tokens)
+            for k, v in stats.items():
+                sums[k] = sums.get(k, 0.0) + v.item() * share / config.updates_per_step
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+        learner.optimizer.step()
+        sums["loss"] = sums.get("loss", 0.0) + total_loss / config.updates_per_step
+        sums["grad_norm"] = sums.get("grad_norm", 0.0) + float(grad_norm) / config.updates_per_step
+    model.eval()
+    sums["tokens"] = float(n_tokens)
+    return sums
+
+
+def _active_learners(step: int, config: TrainConfig, learn: set[str], roles: Mapping[str, str],
+                     policy_of: Mapping[str, str]) -> set[str]:
+    """Return the policy names that learn at ``step`` (all, or one role's under freeze_rotate)."""
+    learning_agents = [a for a in policy_of if roles[a] in learn or a in learn]
+    if config.schedule == "together":
+        return {policy_of[a] for a in learning_agents}
+    order = sorted(learn)
+    current = order[(step // config.rotate_every) % len(order)]
+    return {policy_of[a] for a in learning_agents if roles[a] == current or a == current}
+
+
+def _rollout_metrics(episodes: Sequence[Episode], roles: Mapping[str, str], config: TrainConfig) -> dict[str, float]:
+    out: dict[str, float] = {}
+    by_role: dict[str, list[float]] = {}
+    invalid = replies = 0
+    prompt_tokens = completion_tokens = 0
+    for episode in episodes:
+        for agent, value in episode.returns.items():
+            by_role.setdefault(roles.get(agent, agent), []).append(value)
+        for info in episode.infos.values():
+            invalid += int(info.get("invalid_replies", 0))
+        for turn in episode.turns:
+            replies += 1
+            prompt_tokens += len(turn.prompt_ids or ())
+            completion_tokens += len(turn.completion_ids or ())
+    for role, values in by_role.items():
+        out[f"charts/reward/{role}"] = sum(values) / len(values)
+    out["charts/invalid_reply_rate"] = invalid / max(1, replies)
+    out["charts/failed_episodes"] = float(sum(e.failed for e in episodes))
+    out["perf/prompt_tokens"] = float(prompt_tokens)
+    out["perf/completion_tokens"] = float(completion_tokens)
+    return out
+
+
+def _postfix(metrics: Mapping[str, float], roles: Mapping[str, str]) -> dict[str, str]:
+    post = {}
+    for role in sorted(set(roles.values())):
+        if f"charts/reward/{role}" in metrics:
+            post[role] = f"{metrics[f'charts/reward/{role}']:+.3f}"
+    post["invalid"] = f"{metrics.get('charts/invalid_reply_rate', 0):.2f}"
+    for key in ("eval/exploitability", "eval/headline"):
+        if key in metrics:
+            post[key.split("/")[1][:5]] = f"{metrics[key]:.4f}"
+    return post
+
+
+def _progress(config: TrainConfig, start: int):
+    if not config.progress:
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=config.steps, initial=start, desc=f"train {config.env}", unit="step", file=sys.stderr)
+
+
+def _write_samples(path: Path, episodes: Sequence[Episode]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for episode in episodes:
+            f.write(episode.to_json() + "\n")
+
+
+def _write_yaml(path: Path, data: Mapping[str, Any]) -> None:
+    try:
+        import yaml
+    except ImportError:
+        return
+    path.write_text(yaml.safe_dump(dict(data), sort_keys=False))

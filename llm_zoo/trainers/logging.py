@@ -1,0 +1,61 @@
+"""Metrics of a run: JSONL (always) and TensorBoard (when installed), one row per step."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+
+
+class MetricsLogger:
+    """Append one JSON object per step to ``run_dir/metrics.jsonl`` and mirror it to TensorBoard.
+
+    On resume (``resume_from`` > 0) rows of steps after ``resume_from`` are dropped first, so the
+    file always reads as one uninterrupted run.
+    """
+
+    def __init__(self, run_dir: Path, *, resume_from: int = 0, tensorboard: bool = True) -> None:
+        self.path = Path(run_dir) / "metrics.jsonl"
+        if self.path.exists():
+            rows = [line for line in self.path.read_text().splitlines() if line.strip()]
+            kept = [r for r in rows if _step(r) is not None and _step(r) <= resume_from] if resume_from else []
+            self.path.write_text("".join(r + "\n" for r in kept))
+        self._file = self.path.open("a")
+        self._writer = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._writer = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=resume_from or None)
+            except ImportError:
+                warnings.warn("tensorboard is not installed; metrics go to metrics.jsonl only "
+                              "(pip install tensorboard, or set tensorboard=false)", stacklevel=2)
+
+    def log(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Write the metrics of ``step``."""
+        row = {"step": step, **{k: float(v) for k, v in metrics.items()}}
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+        if self._writer is not None:
+            for key, value in metrics.items():
+                self._writer.add_scalar(key, float(value), step)
+
+    def close(self) -> None:
+        """Flush and close the files."""
+        self._file.close()
+        if self._writer is not None:
+            self._writer.close()
+
+
+def _step(line: str) -> int | None:
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
+    """Return the rows of a run's ``metrics.jsonl``."""
+    path = Path(run_dir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

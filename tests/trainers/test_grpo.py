@@ -1,0 +1,222 @@
+"""The token-level GRPO / RAE trainer: loss, masking, aggregation, schedules, pool, checkpoints, resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from llm_zoo.trainers import grpo  # noqa: E402
+from llm_zoo.trainers.grpo import (  # noqa: E402
+    TrainConfig,
+    aggregate,
+    learning_rate_factor,
+    make_config,
+    per_token_policy_loss,
+    train,
+)
+
+TINY = {"steps": 2, "episodes_per_step": 8, "rollout_batch_size": 8, "model_hidden_size": 32, "eval_every": 1,
+        "progress": False, "tensorboard": False, "threads": 1, "lr": 1e-2, "sample_every": 1}
+
+
+def _loss(logps, old, adv, mask, **kw):
+    per_token, stats = per_token_policy_loss(logps, old, adv, mask, epsilon_low=0.2, epsilon_high=0.2, **kw)
+    return aggregate(per_token, mask, "token", mask.sum().item()), stats
+
+
+def test_masked_tokens_carry_no_loss_and_no_gradient():
+    torch.manual_seed(0)
+    mask = torch.tensor([[1, 1, 0, 0], [1, 0, 0, 0], [0, 0, 0, 0]])  # row 3: another agent's turn
+    old = torch.randn(3, 4) * 0.1
+    adv = torch.tensor([1.0, -0.5, 2.0])
+    base = (old + 0.05 * torch.randn(3, 4)).requires_grad_()
+    loss, _ = _loss(base, old, adv, mask)
+    loss.backward()
+    grad = base.grad.clone()
+    perturbed = base.detach().clone()
+    perturbed[mask == 0] += torch.randn(int((mask == 0).sum())) * 5  # change every masked token's logit
+    perturbed.requires_grad_()
+    loss2, _ = _loss(perturbed, old, adv, mask)
+    loss2.backward()
+    assert loss2.item() == pytest.approx(loss.item(), abs=1e-7)
+    assert torch.equal(perturbed.grad, grad)
+    assert torch.all(grad[mask == 0] == 0)
+    assert torch.all(grad[mask == 1] != 0)
+
+
+def test_on_policy_gradient_is_minus_advantage_over_tokens():
+    # ratio 1 everywhere: d loss / d logp_t = -A / n_tokens on active tokens
+    mask = torch.tensor([[1, 1], [1, 0]])
+    logps = torch.zeros(2, 2, requires_grad=True)
+    loss, stats = _loss(logps, torch.zeros(2, 2), torch.tensor([3.0, -1.0]), mask)
+    loss.backward()
+    assert loss.item() == pytest.approx(-(3 + 3 - 1) / 3)
+    assert logps.grad.flatten().tolist() == pytest.approx([-1.0, -1.0, 1 / 3, 0.0])
+    assert stats["clip_fraction"].item() == 0.0
+
+
+def test_clipping_stops_the_gradient_past_the_trust_region():
+    mask = torch.ones(1, 2)
+    old = torch.zeros(1, 2)
+    logps = torch.tensor([[0.5, 0.0]], requires_grad=True)  # ratio e^0.5 = 1.65 > 1.2 on token 0
+    loss, stats = _loss(logps, old, torch.tensor([1.0]), mask)
+    loss.backward()
+    assert logps.grad[0, 0].item() == 0.0 and logps.grad[0, 1].item() != 0.0
+    assert stats["clip_fraction"].item() == pytest.approx(0.5)
+
+
+def test_kl_and_entropy_terms():
+    mask = torch.ones(1, 3)
+    logps = torch.log(torch.tensor([[0.5, 0.2, 0.9]]))
+    ref = torch.log(torch.tensor([[0.25, 0.2, 0.3]]))
+    per_token, stats = per_token_policy_loss(logps, logps, torch.zeros(1), mask, epsilon_low=0.2, epsilon_high=0.2,
+                                             ref_per_token_logps=ref, beta=0.5)
+    # k3: r - log r - 1 with r = ref/p
+    expected = [(q / p) - torch.log(torch.tensor(q / p)).item() - 1 for p, q in ((0.5, 0.25), (0.2, 0.2), (0.9, 0.3))]
+    assert per_token[0].tolist() == pytest.approx([0.5 * e for e in expected], rel=1e-5)
+    assert stats["kl"].item() == pytest.approx(sum(expected) / 3, rel=1e-5)
+    entropy = torch.tensor([[1.0, 2.0, 0.0]])
+    per_token, stats = per_token_policy_loss(logps, logps, torch.zeros(1), mask, epsilon_low=0.2, epsilon_high=0.2,
+                                             per_token_entropy=entropy, entropy_coef=0.1)
+    assert per_token[0].tolist() == pytest.approx([-0.1, -0.2, 0.0])
+    assert stats["entropy"].item() == pytest.approx(1.0)
+
+
+def test_aggregations():
+    per_token = torch.tensor([[1.0, 3.0, 0.0], [2.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    assert aggregate(per_token, mask, "token", 3).item() == pytest.approx(6 / 3)
+    assert aggregate(per_token, mask, "sequence", 2).item() == pytest.approx((4 / 2 + 2 / 1) / 2)
+    assert aggregate(per_token, mask, "constant", 2 * 8).item() == pytest.approx(6 / 16)
+
+
+def test_learning_rate_schedules():
+    config = TrainConfig(steps=10, lr_schedule="linear", lr_min_ratio=0.0, warmup_steps=2)
+    assert [round(learning_rate_factor(s, config), 3) for s in (0, 1, 2, 6, 10)] == [0.5, 1.0, 1.0, 0.5, 0.0]
+    config = TrainConfig(steps=10, lr_schedule="cosine", lr_min_ratio=0.1)
+    assert learning_rate_factor(0, config) == pytest.approx(1.0)
+    assert learning_rate_factor(10, config) == pytest.approx(0.1)
+
+
+def test_config_errors_name_the_field():
+    with pytest.raises(ValueError, match="unknown config field 'stepz'"):
+        make_config("kuhn_poker_v0", {"stepz": 3})
+    with pytest.raises(ValueError, match="config.algorithm must be one of"):
+        make_config("kuhn_poker_v0", {"algorithm": "ppo"})
+    with pytest.raises(ValueError, match="config.steps expects int"):
+        make_config("kuhn_poker_v0", {"steps": "many"})
+    with pytest.raises(ValueError, match="multiple of"):
+        make_config("kuhn_poker_v0", {"episodes_per_step": 10, "group_size": 4})
+    config = make_config("kuhn_poker_v0", {"steps": "7", "learn": "player", "progress": "false"})
+    assert (config.steps, config.learn, config.progress) == (7, ["player"], False)
+    assert config.max_new_tokens == 1  # the env's TRAIN_DEFAULTS apply under the user's overrides
+
+
+def test_freeze_rotate_schedule_alternates_roles():
+    config = TrainConfig(schedule="freeze_rotate", rotate_every=2)
+    roles = {"a_0": "a", "b_0": "b"}
+    policy_of = {"a_0": "pa", "b_0": "pb"}
+    active = [grpo._active_learners(s, config, {"a", "b"}, roles, policy_of) for s in range(6)]
+    assert active == [{"pa"}, {"pa"}, {"pb"}, {"pb"}, {"pa"}, {"pa"}]
+    together = TrainConfig()
+    assert grpo._active_learners(0, together, {"a", "b"}, roles, policy_of) == {"pa", "pb"}
+
+
+def _weights(run_dir: Path, name: str, step: int):
+    from safetensors.torch import load_file
+
+    return load_file(str(run_dir / "checkpoints" / f"step_{step:06d}" / "policies" / name / "model.safetensors"))
+
+
+def test_smoke_train_changes_every_trainable_parameter(tmp_path):
+    config = make_config("kuhn_poker_v0", {**TINY, "run_dir": str(tmp_path), "checkpoint_every": 1, "keep_checkpoints": 5})
+    result = train(config)
+    rows = [json.loads(r) for r in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:
+        assert all(v == v and abs(v) != float("inf") for v in row.values())  # finite
+        assert "losses/loss/main" in row and "eval/exploitability" in row
+    assert 0.0 <= result["exploitability"] <= 1.0
+    before = grpo.build_tokenizer_and_model(config, seed=config.seed)[1].state_dict()
+    after = _weights(tmp_path, "main", 2)
+    unchanged = [k for k in before if torch.equal(before[k], after[k])]
+    assert not unchanged, f"parameters that did not change: {unchanged}"
+    assert (tmp_path / "config.yaml").exists() and (tmp_path / "eval.json").exists()
+    assert list((tmp_path / "samples").glob("step_*.jsonl"))
+
+
+def test_frozen_seat_does_not_learn(tmp_path):
+    config = make_config("kuhn_poker_v0", {**TINY, "run_dir": str(tmp_path),
+                                           "policies": {"player_0": "p0", "player_1": "p1"}, "learn": ["player_0"]})
+    train(config)
+    p1_before = grpo.build_tokenizer_and_model(config, seed=config.seed + 1)[1].state_dict()
+    p1_after = _weights(tmp_path, "p1", 2)
+    assert all(torch.equal(p1_before[k], p1_after[k]) for k in p1_before)
+    p0_before = grpo.build_tokenizer_and_model(config, seed=config.seed)[1].state_dict()
+    assert not all(torch.equal(p0_before[k], v) for k, v in _weights(tmp_path, "p0", 2).items())
+
+
+def test_self_play_pool_is_bounded_and_used(tmp_path):
+    config = make_config("kuhn_poker_v0", {**TINY, "steps": 4, "run_dir": str(tmp_path), "pool_every": 1,
+                                           "pool_size": 2, "p_latest": 0.0})
+    train(config)
+    state = torch.load(tmp_path / "checkpoints" / "step_000004" / "main.trainer.pt", weights_only=False)
+    assert [s for s, _ in state["pool"]] == [3, 4]
+    samples = [json.loads(line) for line in (tmp_path / "samples" / "step_000004.jsonl").read_text().splitlines()]
+    assert any(any(p.startswith("main@") for p in s["policies"].values()) for s in samples)
+
+
+def _run_cli(run_dir: Path, steps: int, extra=()):
+    sets = {**TINY, "steps": steps, "checkpoint_every": 1, "keep_checkpoints": 10, "eval_every": 2}
+    args = [sys.executable, "-m", "llm_zoo.cli", "train", "kuhn_poker_v0", "--run-dir", str(run_dir)]
+    for k, v in sets.items():
+        args += ["--set", f"{k}={json.dumps(v) if not isinstance(v, str) else v}"]
+    return args + list(extra)
+
+
+def _comparable(run_dir: Path):
+    rows = [json.loads(r) for r in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in rows]
+
+
+def test_sigkill_and_resume_reproduce_the_uninterrupted_run(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    straight = tmp_path / "straight"
+    subprocess.run(_run_cli(straight, 6), check=True, env=env, capture_output=True, timeout=300)
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(_run_cli(killed, 6), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while time.time() < deadline and not (killed / "checkpoints" / "step_000003").exists():
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert (killed / "checkpoints" / "step_000003").exists(), "the run never reached its third checkpoint"
+    assert not (killed / "checkpoints" / "step_000006").exists(), "the run finished before it was killed"
+    subprocess.run(_run_cli(killed, 6, ["--resume"]), check=True, env=env, capture_output=True, timeout=300)
+    assert _comparable(killed) == _comparable(straight)
+
+
+def test_cli_train_eval_plot(tmp_path):
+    run = tmp_path / "run"
+    out = subprocess.run(_run_cli(run, 2), check=True, capture_output=True, text=True, timeout=300).stdout
+    assert "exploitability" in json.loads(out)
+    ckpt = run / "checkpoints" / "step_000002"
+    out = subprocess.run([sys.executable, "-m", "llm_zoo.cli", "eval", "kuhn_poker_v0", "--checkpoint", str(ckpt),
+                          "--episodes", "20"], check=True, capture_output=True, text=True, timeout=300).stdout
+    result = json.loads(out)
+    assert set(result["versus"]) == {"nash", "random", "card"}
+    assert 0 <= result["invalid_reply_rate"] <= 1 and 0 <= result["exploitability"] <= 1
+    out = subprocess.run([sys.executable, "-m", "llm_zoo.cli", "plot", str(run)], check=True, capture_output=True,
+                         text=True, timeout=120).stdout
+    png = Path(out.strip())
+    assert png.exists() and png.read_bytes()[:4] == b"\x89PNG"
