@@ -183,6 +183,7 @@ def build_tiny_model(
     num_heads: int = 4,
     intermediate_size: int | None = None,
     max_position_embeddings: int = 2048,
+    initializer_range: float = 0.02,
     seed: int = 0,
 ) -> PreTrainedModel:
     """Build a randomly initialised causal LM sized to ``tokenizer``, in eval mode, in float32.
@@ -201,6 +202,9 @@ def build_tiny_model(
         num_heads: Attention heads (and key/value heads: no grouped-query attention).
         intermediate_size: Width of the MLP; defaults to ``4 * hidden_size``.
         max_position_embeddings: Longest sequence the config declares.
+        initializer_range: Std of the normal weight initialisation. Larger values (about
+            ``hidden_size ** -0.5``) make a tiny model's output depend on its context from the
+            start, which matters when it learns by reinforcement from scratch.
         seed: Seed of the weight initialisation.
     """
     if arch not in _ARCHS:
@@ -229,6 +233,7 @@ def build_tiny_model(
         num_attention_heads=num_heads,
         num_key_value_heads=num_heads,
         max_position_embeddings=max_position_embeddings,
+        initializer_range=initializer_range,
         tie_word_embeddings=False,
         **ids,
     )

@@ -14,6 +14,7 @@ from llm_zoo.policies.base import FunctionPolicy, Observation, Policy, RandomPol
 # name -> module that defines it; these need the `llm` extra (torch, transformers).
 _LAZY = {
     "TransformersPolicy": "llm_zoo.policies.transformers",
+    "VLLMPolicy": "llm_zoo.policies.vllm",
 }
 
 __all__ = ["FunctionPolicy", "Observation", "Policy", "RandomPolicy", "Reply", *_LAZY]

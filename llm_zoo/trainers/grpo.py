@@ -76,6 +76,8 @@ class TrainConfig:
     """Width of the tiny model."""
     model_layers: int = 2
     """Layers of the tiny model."""
+    model_init_std: float = 0.02
+    """Std of the tiny model's weight initialisation."""
     policies: dict[str, str] = field(default_factory=dict)
     """Role or agent -> policy name; roles not named get the policy "main"."""
     learn: list[str] = field(default_factory=list)
@@ -91,6 +93,11 @@ class TrainConfig:
     """Nucleus sampling mass."""
     max_new_tokens: int = 64
     """Longest reply, in tokens."""
+    generation: str = "transformers"
+    """Who samples the rollouts: transformers (each learner's own model) or vllm (a VLLMPolicy on the
+    GPU, loaded with the learner's weights at the start and after every update)."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """Share of the GPU's memory the vLLM engine may take under generation=vllm; the trainer gets the rest."""
 
     lr: float = 1e-3
     """Peak learning rate (AdamW)."""
@@ -151,7 +158,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         choices = {"algorithm": ("rae", "grpo", "hgrpo", "none"), "grpo_scale": ("group", "batch", "none"),
                    "schedule": ("together", "freeze_rotate"), "aggregation": ("token", "sequence", "constant"),
-                   "lr_schedule": ("constant", "linear", "cosine"), "baseline_key": ("role", "agent")}
+                   "lr_schedule": ("constant", "linear", "cosine"), "baseline_key": ("role", "agent"),
+                   "generation": ("transformers", "vllm")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"config.{name} must be one of {allowed}; got {getattr(self, name)!r}")
@@ -164,6 +172,9 @@ class TrainConfig:
                              f"config.group_size ({self.group_size})")
         if not 0.0 <= self.p_latest <= 1.0:
             raise ValueError(f"config.p_latest must be in [0, 1]; got {self.p_latest!r}")
+        if not 0.0 < self.vllm_gpu_memory_utilization < 1.0:
+            raise ValueError(f"config.vllm_gpu_memory_utilization must be in (0, 1); "
+                             f"got {self.vllm_gpu_memory_utilization!r}")
         if self.env not in llm_zoo.ENVS:
             raise ValueError(f"config.env must be one of {sorted(llm_zoo.ENVS)}; got {self.env!r}")
 
@@ -326,8 +337,8 @@ def build_tokenizer_and_model(config: TrainConfig, seed: int):
     module = importlib.import_module(llm_zoo.ENVS[config.env])
     corpus = getattr(module, "corpus", None)
     tokenizer = models.build_word_tokenizer(corpus()) if corpus else models.build_byte_tokenizer()
-    model = models.build_tiny_model(tokenizer, hidden_size=config.model_hidden_size,
-                                    num_layers=config.model_layers, seed=seed)
+    model = models.build_tiny_model(tokenizer, hidden_size=config.model_hidden_size, num_layers=config.model_layers,
+                                    initializer_range=config.model_init_std, seed=seed)
     return tokenizer, model
 
 
@@ -341,6 +352,17 @@ def make_learner(name: str, config: TrainConfig, device: torch.device, index: in
     if config.beta:
         reference = copy.deepcopy(policy.model).eval().requires_grad_(False)
     return Learner(name, policy, optimizer, reference)
+
+
+def make_vllm_generator(learner: Learner, path: Path, config: TrainConfig):
+    """Return a VLLMPolicy that samples for ``learner``: its current weights, saved to ``path`` for vLLM to load."""
+    from llm_zoo.policies.vllm import VLLMPolicy
+
+    learner.model.save_pretrained(path)
+    learner.policy.tokenizer.save_pretrained(path)
+    return VLLMPolicy(path, name=learner.name, temperature=config.temperature, top_p=config.top_p,
+                      max_new_tokens=config.max_new_tokens, seed=config.seed,
+                      gpu_memory_utilization=config.vllm_gpu_memory_utilization)
 
 
 def snapshot_policy(learner: Learner, snapshot_step: int, state: Mapping[str, torch.Tensor],
@@ -443,6 +465,14 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
     rae_state, start = adv.RAEState(), 0
     if resume and (ckpt := latest_checkpoint(run_dir)) is not None:
         start, rae_state = load_checkpoint(ckpt, learners)
+    # Who samples each learner's turns: the learner's own policy, or a vLLM engine fed its weights.
+    acting = {name: learner.policy for name, learner in learners.items()}
+    if config.generation == "vllm":
+        if device.type != "cuda":
+            raise ValueError(f"config.generation='vllm' needs a CUDA device; config.device={config.device!r} "
+                             f"gives {device}. Set --set device=cuda, or generation=transformers.")
+        acting = {name: make_vllm_generator(learner, run_dir / "vllm" / name, config)
+                  for name, learner in learners.items()}
     logger = MetricsLogger(run_dir, resume_from=start, tensorboard=config.tensorboard)
     evaluate = getattr(env_module, "evaluate_policies", None)
     snapshots: dict[tuple[str, int], TransformersPolicy] = {}
@@ -463,7 +493,7 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
         seeds = [s for s in (rng.randrange(2**31) for _ in range(n_groups)) for _ in range(config.group_size)]
         assignments, trained_agents = [], []
         for _ in seeds:
-            mapping = {a: learners[policy_of[a]].policy for a in agents}
+            mapping = {a: acting[policy_of[a]] for a in agents}
             trainable = {a for a in agents if (roles[a] in learn or a in learn) and policy_of[a] in active}
             if config.pool_every and rng.random() >= config.p_latest and trainable:
                 me = rng.choice(sorted(trainable))
@@ -472,7 +502,7 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
                     if a != me and pool:
                         snap_step, state = pool[rng.randrange(len(pool))]
                         mapping[a] = snapshot_policy(learners[policy_of[a]], snap_step, state, snapshots)
-                trainable = {a for a in trainable if mapping[a] is learners[policy_of[a]].policy}
+                trainable = {a for a in trainable if mapping[a] is acting[policy_of[a]]}
             assignments.append(mapping)
             trained_agents.append(trainable)
         episodes = collect(config.env, assignments, seeds, batch_size=config.rollout_batch_size,
@@ -512,6 +542,8 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
             if batch:
                 stats = update(learners[name], batch, config)
                 metrics.update({f"losses/{k}/{name}": v for k, v in stats.items()})
+                if acting[name] is not learners[name].policy:  # the next rollout samples the new weights
+                    acting[name].sync_from(learners[name].model)
         t_update = time.perf_counter() - t1
 
         # SNAPSHOTS for self-play
