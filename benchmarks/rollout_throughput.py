@@ -2,28 +2,39 @@
 
 Both seats are played by one :class:`~llm_zoo.policies.TransformersPolicy` on an untrained tiny
 llama (``llm_zoo.models.build_tiny_model``) with a word-level tokenizer drawn from
-``llm_zoo.envs.kuhn_poker.text.corpus()``, sampling at most ``--max-new-tokens`` tokens per reply.
-The same model, on the same number of threads, runs :func:`llm_zoo.trainers.rollout.collect` with
-``batch_size=64`` (one forward pass samples up to 64 replies) and with ``batch_size=1`` (one reply
-per forward pass). The two settings alternate in rounds, each on fresh seeds, after a warm-up, so
-that a busy neighbour slows both alike and the ratio stays fair.
+``llm_zoo.envs.kuhn_poker.text.corpus()``. The same model, on the same number of threads, runs
+:func:`llm_zoo.trainers.rollout.collect` with ``batch_size=64`` (one ``act`` call samples up to 64
+replies) and with ``batch_size=1`` (one reply per call). The two alternate in rounds, each on
+fresh seeds, after a warm-up, so that a busy neighbour slows both alike and the ratio stays fair.
+
+Two settings, each a table:
+
+- ``trainer``: what ``llm-zoo train kuhn_poker_v0`` rolls out, ``kuhn_poker_v0.TRAIN_DEFAULTS``
+  (read from there): no rules in the system prompt (``rules_in_prompt=False``, ~70-token
+  prompts), one-token replies (``max_new_tokens=1``; each move is one token of the word
+  vocabulary), and whatever else the trainer sets (such as ``max_retries``).
+- ``long``: the env's own defaults (the rules in the prompt, ~175-token prompts; invalid replies
+  retried) and replies of up to 8 tokens: this benchmark's setting before the trainer's existed.
 
 The untrained model mostly writes invalid replies, so episodes end by retry and forfeit after 2 to
-4 turns; that is the same work for both settings.
+4 turns; that is the same work for both batch sizes.
 
 Where the time goes is measured too, per turn (a reply): making envs (``make_env``, once per env
 per ``collect`` call), the env's own calls (reset, step, last, observe), the policy's chat template
 and tokenisation (``encode_prompts``), the rest of ``act`` (sampling: the model's forward passes,
 plus decoding), and ``collect``'s own bookkeeping (the rest).
 
-    python benchmarks/rollout_throughput.py             # 3 rounds of 256 (batch 64) and 32 (batch 1) episodes
-    python benchmarks/rollout_throughput.py --quick     # 1 round of 64 and 4 episodes: seconds
-    python benchmarks/rollout_throughput.py --threads 2 # torch threads (default 1; see --help)
-    python benchmarks/rollout_throughput.py --no-rules  # shorter prompts: what prompt length costs
+    python benchmarks/rollout_throughput.py                    # both settings, 5 rounds of 256 (batch 64) and 64 (batch 1) episodes
+    python benchmarks/rollout_throughput.py --quick            # 1 round of 64 and 4 episodes: seconds
+    python benchmarks/rollout_throughput.py --setting trainer  # one setting only (trainer or long)
+    python benchmarks/rollout_throughput.py --threads 2        # torch threads (default 1; see --help)
+    python benchmarks/rollout_throughput.py --no-share-prefix  # run every prompt whole (see TransformersPolicy)
 
-The last line printed is a JSON object: ``episodes_per_s_b1``, ``episodes_per_s_b64``, ``ratio``
-(b64 / b1), ``tokens_per_s_b1``, ``tokens_per_s_b64`` (generated tokens), and the setting. The goal
-stated for ``collect``: batch 64 at least 15x the episodes/s of batch 1 on a 2-core CPU.
+The last line printed is a JSON object with the first setting's figures: ``episodes_per_s_b1``,
+``episodes_per_s_b64``, ``ratio`` (b64 / b1), ``tokens_per_s_b1``, ``tokens_per_s_b64`` (generated
+tokens), and the setting; with both settings the ``long`` setting's figures follow under
+``"long"``. The goal stated for ``collect``: batch 64 at least 15x the episodes/s of batch 1 on a
+2-core CPU.
 """
 
 from __future__ import annotations
@@ -90,6 +101,31 @@ class _Clock:
         return timed
 
 
+@dataclass(frozen=True)
+class Setting:
+    """What the policy samples and the env prompts with."""
+
+    name: str
+    max_new_tokens: int
+    env_kwargs: dict[str, Any]
+
+    def describe(self) -> str:
+        return f"setting {self.name!r}: max_new_tokens {self.max_new_tokens}, env_kwargs {self.env_kwargs}"
+
+
+def settings(args: argparse.Namespace) -> list[Setting]:
+    """Return the settings to run, the trainer's first; ``--max-new-tokens`` overrides theirs."""
+    from llm_zoo import kuhn_poker_v0
+
+    defaults = kuhn_poker_v0.TRAIN_DEFAULTS
+    chosen = {
+        "trainer": Setting("trainer", defaults["max_new_tokens"], dict(defaults["env_kwargs"])),
+        "long": Setting("long", 8, {}),
+    }
+    names = ["trainer", "long"] if args.setting == "both" else [args.setting]
+    return [Setting(n, args.max_new_tokens or chosen[n].max_new_tokens, chosen[n].env_kwargs) for n in names]
+
+
 def build_policy(args: argparse.Namespace) -> Any:
     """Build the tokenizer, the untrained tiny llama and the policy that samples from it."""
     from llm_zoo.envs.kuhn_poker import text
@@ -99,7 +135,8 @@ def build_policy(args: argparse.Namespace) -> Any:
     tokenizer = build_word_tokenizer(text.corpus())
     model = build_tiny_model(tokenizer, hidden_size=args.hidden_size, num_layers=args.layers,
                              num_heads=args.heads, seed=args.seed)
-    return TransformersPolicy(model, tokenizer, max_new_tokens=args.max_new_tokens, seed=args.seed, device="cpu")
+    return TransformersPolicy(model, tokenizer, seed=args.seed, device="cpu",
+                              share_prefix=not args.no_share_prefix)
 
 
 def run_collect(policy: Any, batch: int, seeds: Sequence[int], seed: int, result: Result,
@@ -166,68 +203,91 @@ def print_table(results: Sequence[Result], setting: str) -> None:
     print(f"{'total':<36}{cells}")
 
 
+def figures_of(small: Result, large: Result, setting: Setting, args: argparse.Namespace) -> dict[str, Any]:
+    """Return one setting's figures for the JSON line."""
+    return {
+        "episodes_per_s_b1": round(small.episodes_per_s, 2),
+        f"episodes_per_s_b{args.batch}": round(large.episodes_per_s, 2),
+        "ratio": round(large.episodes_per_s / small.episodes_per_s, 3),
+        "tokens_per_s_b1": round(small.tokens_per_s, 1),
+        f"tokens_per_s_b{args.batch}": round(large.tokens_per_s, 1),
+        "batch": args.batch,
+        "threads": args.threads,
+        "setting": setting.name,
+        "max_new_tokens": setting.max_new_tokens,
+        "rules_in_prompt": setting.env_kwargs.get("rules_in_prompt", True),
+        "env_kwargs": setting.env_kwargs,
+        "share_prefix": not args.no_share_prefix,
+        "episodes": [small.episodes, large.episodes],
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the benchmark, print the tables and the JSON line, and return the JSON's figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1 round of 64 and 4 episodes (the test's setting)")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of batch 64 and batch 1")
+    parser.add_argument("--setting", choices=("both", "trainer", "long"), default="both",
+                        help="trainer: kuhn_poker_v0.TRAIN_DEFAULTS (no rules in the prompt, 1-token replies); "
+                             "long: the rules in the prompt and up to 8 tokens; both: trainer, then long")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds of batch 64 and batch 1")
     parser.add_argument("--episodes", type=int, default=256, help="episodes per round at batch 64")
-    parser.add_argument("--episodes-b1", type=int, default=32, help="episodes per round at batch 1")
+    parser.add_argument("--episodes-b1", type=int, default=64, help="episodes per round at batch 1")
     parser.add_argument("--batch", type=int, default=64, help="the large batch size")
-    parser.add_argument("--max-new-tokens", type=int, default=8, help="longest reply, in tokens")
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help="longest reply, in tokens, for every setting (default: the setting's)")
     parser.add_argument("--hidden-size", type=int, default=64, help="tiny llama width")
     parser.add_argument("--layers", type=int, default=2, help="tiny llama depth")
     parser.add_argument("--heads", type=int, default=4, help="tiny llama attention heads")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads for both settings; 1 by default because extra threads "
                              "that must wait for a busy core slow small ops down many times over")
-    parser.add_argument("--no-rules", action="store_true",
-                        help="kuhn_poker_v0(rules_in_prompt=False): a system prompt without the rules, so "
-                             "prompts are shorter (to see what prompt length costs)")
+    parser.add_argument("--no-share-prefix", action="store_true",
+                        help="TransformersPolicy(share_prefix=False): run every prompt whole, for comparison")
     parser.add_argument("--seed", type=int, default=0, help="model init, sampling and env seeds")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.episodes, args.episodes_b1 = 1, args.batch, 4
-    for name in ("rounds", "episodes", "episodes_b1", "batch", "max_new_tokens", "threads"):
+    for name in ("rounds", "episodes", "episodes_b1", "batch", "threads"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1; got {getattr(args, name)!r}")
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        parser.error(f"--max-new-tokens must be >= 1; got {args.max_new_tokens!r}")
 
     import torch
 
     torch.set_num_threads(args.threads)
     policy = build_policy(args)
-    env_kwargs = {"rules_in_prompt": False} if args.no_rules else {}
-    # WARM-UP: first forward passes, allocator, tokenizer caches, template compilation.
-    run_collect(policy, args.batch, range(10**6, 10**6 + min(args.batch, 16)), args.seed, Result(args.batch), env_kwargs)
-    run_collect(policy, 1, range(10**6, 10**6 + 2), args.seed, Result(1), env_kwargs)
+    runs = [(s, Result(1), Result(args.batch)) for s in settings(args)]
+    for setting, _, _ in runs:
+        policy.max_new_tokens = setting.max_new_tokens
+        # WARM-UP: first forward passes, allocator, tokenizer caches, template compilation.
+        warm = range(10**6, 10**6 + min(args.batch, 16))
+        run_collect(policy, args.batch, warm, args.seed, Result(args.batch), setting.env_kwargs)
+        run_collect(policy, 1, range(10**6, 10**6 + 2), args.seed, Result(1), setting.env_kwargs)
 
-    small, large = Result(1), Result(args.batch)
     next_seed = 0
     for round_ in range(args.rounds):
-        for result, count in ((large, args.episodes), (small, args.episodes_b1)):
-            run_collect(policy, result.batch, range(next_seed, next_seed + count), args.seed + round_, result, env_kwargs)
-            next_seed += count
+        for setting, small, large in runs:
+            policy.max_new_tokens = setting.max_new_tokens
+            for result, count in ((large, args.episodes), (small, args.episodes_b1)):
+                run_collect(policy, result.batch, range(next_seed, next_seed + count), args.seed + round_, result,
+                            setting.env_kwargs)
+                next_seed += count
 
     model = policy.model.config
-    setting = (f"untrained tiny llama (hidden {model.hidden_size}, {model.num_hidden_layers} layers, "
-               f"vocab {model.vocab_size}), max_new_tokens {args.max_new_tokens}, {args.threads} torch "
-               f"thread(s), {args.rounds} round(s)" + (", rules_in_prompt=False" if args.no_rules else ""))
-    print_table([small, large], setting)
-    ratio = large.episodes_per_s / small.episodes_per_s
-    print(f"\nbatch {args.batch} / batch 1 = {ratio:.2f}x episodes/s (goal >= {GOAL_RATIO:g}x): "
-          f"{'met' if ratio >= GOAL_RATIO else 'NOT met'}")
-    figures = {
-        "episodes_per_s_b1": round(small.episodes_per_s, 2),
-        f"episodes_per_s_b{args.batch}": round(large.episodes_per_s, 2),
-        "ratio": round(ratio, 3),
-        "tokens_per_s_b1": round(small.tokens_per_s, 1),
-        f"tokens_per_s_b{args.batch}": round(large.tokens_per_s, 1),
-        "batch": args.batch,
-        "threads": args.threads,
-        "max_new_tokens": args.max_new_tokens,
-        "rules_in_prompt": not args.no_rules,
-        "episodes": [small.episodes, large.episodes],
-    }
+    figures: dict[str, Any] = {}
+    for setting, small, large in runs:
+        print_table([small, large],
+                    f"untrained tiny llama (hidden {model.hidden_size}, {model.num_hidden_layers} layers, "
+                    f"vocab {model.vocab_size}), {setting.describe()}, {args.threads} torch thread(s), "
+                    f"{args.rounds} round(s)" + ("" if policy.share_prefix else ", share_prefix=False"))
+        ratio = large.episodes_per_s / small.episodes_per_s
+        print(f"\nbatch {args.batch} / batch 1 = {ratio:.2f}x episodes/s (goal >= {GOAL_RATIO:g}x): "
+              f"{'met' if ratio >= GOAL_RATIO else 'NOT met'}\n")
+        if figures:
+            figures[setting.name] = figures_of(small, large, setting, args)
+        else:
+            figures = figures_of(small, large, setting, args)
     print(json.dumps(figures))
     return figures
 

@@ -13,21 +13,43 @@ distribution at step ``t``, computed in float32, *before* top-p truncation. So t
 recompute exactly the same quantity with one teacher-forced forward pass
 (:func:`completion_logprobs`), and top-p never turns a log-prob into ``-inf``. With
 ``temperature=0`` decoding is greedy and the log-probs are taken at temperature 1.
+
+Shared prompt prefixes
+----------------------
+Prompts of one batch often start alike: the same system prompt in every seat, the same game state
+in many envs. Sampling and :func:`completion_logprobs` therefore run each distinct prompt once (rows
+with the same prompt share its logits and KV cache) and run a prefix shared by several prompts
+once: a first forward pass computes the KV cache of each shared prefix (one row per group of
+prompts, :func:`_plan_prefixes` picks the groups), the cache is copied out to the group's prompts,
+and a second pass runs only what follows the prefix, laid out as ``prefix + left-padded rest``
+with the pads masked and position ids that go on counting real tokens from the prefix length. The
+attention of every token is the same as in one pass over the whole prompt, so log-probs agree
+with an unshared pass to float rounding (about 1e-6 in float32), and gradients flow through the
+copied cache. ``share_prefix=False`` (on the policy and on :func:`completion_logprobs`) runs
+every row whole, as the reference. Nothing is cached across calls: the trainer updates the weights
+in place between rollouts, and a stale prefix would go unnoticed.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from llm_zoo.policies.base import Observation, Policy, Reply
+
+try:
+    from transformers.cache_utils import DynamicLayer as _DynamicLayer
+except ImportError:  # transformers from before per-layer caches: decode steps concatenate
+    _DynamicLayer = None
 
 if sys.version_info >= (3, 12):
     from typing import override
@@ -59,6 +81,8 @@ class TransformersPolicy(Policy):
         seed: Seed of the private sampling generator; ``None`` draws fresh entropy.
         device: Where to run; defaults to ``"cuda"`` when available, else ``"cpu"``.
         dtype: Cast the model to this dtype (e.g. ``torch.bfloat16``); ``None`` keeps it.
+        share_prefix: Run each distinct prompt, and each prefix shared by several prompts, once
+            per batch (module docstring); ``False`` runs every prompt whole.
     """
 
     def __init__(
@@ -73,6 +97,7 @@ class TransformersPolicy(Policy):
         seed: int | None = None,
         device: str | torch.device | None = None,
         dtype: torch.dtype | None = None,
+        share_prefix: bool = True,
     ) -> None:
         if temperature < 0:
             raise ValueError(
@@ -91,6 +116,7 @@ class TransformersPolicy(Policy):
         self.temperature = float(temperature)
         self.top_p = float(top_p)
         self.max_new_tokens = int(max_new_tokens)
+        self.share_prefix = bool(share_prefix)
         self.device = torch.device(device if device is not None else _default_device())
         self.model = model.to(self.device) if dtype is None else model.to(self.device, dtype=dtype)
         self.tokenizer = tokenizer
@@ -100,6 +126,12 @@ class TransformersPolicy(Policy):
         )
         self._generator = torch.Generator(device=self.device)
         self.seed(seed)
+        # Chat-template token ids by conversation. Rendering and tokenising cost more than a small
+        # model's forward pass, and env prompts repeat (a game state recurs across episodes). A
+        # template that reads the clock (strftime_now) renders differently over time: not memoised.
+        self._prompt_memo: dict[Hashable, tuple[int, ...]] | None = (
+            None if "strftime_now" in str(tokenizer.chat_template) else {}
+        )
 
     @classmethod
     def from_pretrained(
@@ -145,24 +177,43 @@ class TransformersPolicy(Policy):
         prompts = self.encode_prompts(observations)
         with _eval_mode(self.model), torch.inference_mode():
             completions, logprobs = self._sample(prompts)
-        texts = self.tokenizer.batch_decode(completions, skip_special_tokens=True)
+        distinct, row_of = _distinct(map(tuple, completions))  # one-token replies repeat a lot
+        decoded = self.tokenizer.batch_decode([list(c) for c in distinct], skip_special_tokens=True)
+        texts = [decoded[i] for i in row_of]
         return [
             Reply(text, prompt_ids=p, completion_ids=c, logprobs=lp, policy=self.name)
             for text, p, c, lp in zip(texts, prompts, completions, logprobs, strict=True)
         ]
 
     def encode_prompts(self, observations: Sequence[Observation]) -> list[list[int]]:
-        """Return the chat-template token ids of each observation's messages, with the generation prompt."""
+        """Return the chat-template token ids of each observation's messages, with the generation prompt.
+
+        Results are memoised by conversation (up to ``_PROMPT_MEMO_SIZE`` of them), which assumes
+        the tokenizer and its chat template are not changed after the policy is built.
+        """
         conversations = [[dict(m) for m in _messages(obs, i)] for i, obs in enumerate(observations)]
-        # sanitize_control_tokens (transformers >= 5) encodes control tokens typed inside messages as
-        # text; older versions hand the flag to the template, which ignores it.
-        ids = self.tokenizer.apply_chat_template(
-            conversations,
-            add_generation_prompt=True,
-            tokenize=True,
-            return_dict=False,
-            sanitize_control_tokens=True,
-        )
+        memo = self._prompt_memo
+        keys = [_conversation_key(c) if memo is not None else None for c in conversations]
+        ids: list[Sequence[int] | None] = [
+            memo.get(k) if memo is not None and k is not None else None for k in keys
+        ]
+        missing = [i for i, row in enumerate(ids) if row is None]
+        if missing:
+            # sanitize_control_tokens (transformers >= 5) encodes control tokens typed inside messages
+            # as text; older versions hand the flag to the template, which ignores it.
+            encoded = self.tokenizer.apply_chat_template(
+                [conversations[i] for i in missing],
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=False,
+                sanitize_control_tokens=True,
+            )
+            if memo is not None and len(memo) + len(missing) > _PROMPT_MEMO_SIZE:
+                memo.clear()
+            for i, row in zip(missing, encoded, strict=True):
+                row_ids = ids[i] = tuple(row)
+                if memo is not None and keys[i] is not None:
+                    memo[keys[i]] = row_ids
         return [list(row) for row in ids]
 
     def logprobs_of(
@@ -196,37 +247,57 @@ class TransformersPolicy(Policy):
 
     def _sample(self, prompts: list[list[int]]) -> tuple[list[list[int]], list[list[float]]]:
         """Sample a completion per prompt; return the token ids and their log-probs, unpadded."""
-        input_ids, attention_mask = _left_pad(prompts, self.pad_token_id, self.device)
-        position_ids = _position_ids(attention_mask)
-        eos = torch.tensor(self.eos_token_ids, device=self.device)
-        keep_last = _keep_logits_kwargs(self.model, 1)
-        cache_arg = _cache_arg(self.model)
-        batch = len(prompts)
-        finished = torch.zeros(batch, dtype=torch.bool, device=self.device)
+        model, device, batch = self.model, self.device, len(prompts)
+        cache_arg = _cache_arg(model)
+        keep_last = _keep_logits_kwargs(model, 1)
+        distinct, row_of = _distinct(map(tuple, prompts)) if self.share_prefix else (prompts, None)
+        out, prefill_mask = _forward_prompts(
+            model,
+            distinct,
+            self.pad_token_id,
+            device,
+            share_prefix=self.share_prefix,
+            use_cache=self.max_new_tokens > 1,  # one-token replies need no cache after the prompt
+        )
+        # rows -> their distinct prompt; None when every prompt is distinct
+        rows = torch.tensor(row_of, device=device) if len(distinct) < batch else None
+        logits = out.logits[:, -1, :] if rows is None else out.logits[rows, -1, :]
+        eos = torch.tensor(self.eos_token_ids, device=device)
+        finished = torch.zeros(batch, dtype=torch.bool, device=device)
         step_tokens: list[torch.Tensor] = []  # max_new_tokens x [batch]
         step_logprobs: list[torch.Tensor] = []
-        cache = None
-        for _ in range(self.max_new_tokens):
-            out = self.model(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                position_ids=position_ids,
-                use_cache=True,
-                **{cache_arg: cache},
-                **keep_last,
-            )
-            cache = getattr(out, cache_arg)
-            token, logprob = self._next_token(out.logits[:, -1, :].float())
+        for step in range(self.max_new_tokens):
+            if step == 1:
+                # Lay the prefill's cache out per row, and preallocate the mask and positions of
+                # every decode step: the mask grows by a column of ones a step, positions by one.
+                cache = getattr(out, cache_arg)
+                _lay_out_for_decoding(cache, rows, self.max_new_tokens - 1)
+                if rows is not None:
+                    prefill_mask = prefill_mask[rows]
+                width = prefill_mask.shape[1]
+                attention_mask = prefill_mask.new_ones(batch, width + self.max_new_tokens - 1)
+                attention_mask[:, :width] = prefill_mask
+                lengths = torch.tensor([len(p) for p in prompts], device=device)
+                position_ids = lengths[:, None] + torch.arange(self.max_new_tokens - 1, device=device)
+            if step:
+                # Finished rows keep feeding padding; their outputs are never read.
+                out = model(
+                    input_ids=step_tokens[-1][:, None],
+                    attention_mask=attention_mask[:, : width + step],
+                    position_ids=position_ids[:, step - 1 : step],
+                    use_cache=True,
+                    **{cache_arg: cache},
+                    **keep_last,
+                )
+                cache = getattr(out, cache_arg)
+                logits = out.logits[:, -1, :]
+            token, logprob = self._next_token(logits.float())
             token = token.masked_fill(finished, self.pad_token_id)
             step_tokens.append(token)
             step_logprobs.append(logprob)
             finished |= torch.isin(token, eos)
             if bool(finished.all()):
                 break
-            # Finished rows keep feeding padding; their outputs are never read.
-            input_ids = token[:, None]
-            position_ids = position_ids[:, -1:] + 1
-            attention_mask = torch.cat([attention_mask, attention_mask.new_ones(batch, 1)], dim=1)
         tokens = torch.stack(step_tokens, dim=1).tolist()  # [batch, steps]
         logprobs = torch.stack(step_logprobs, dim=1).tolist()
         eos_set = set(self.eos_token_ids)
@@ -259,13 +330,19 @@ def completion_logprobs(
     pad_token_id: int,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    share_prefix: bool = True,
 ) -> tuple[torch.Tensor, ...]:
-    """Score completions given prompts with one teacher-forced forward pass.
+    """Score completions given prompts by teacher forcing.
 
     The batch is laid out as sampling lays it out: prompts left-padded to a common length, then
     completions right-padded, with an attention mask over real tokens and position ids counting
     real tokens only. Only the logits that predict completion tokens are computed. Gradients flow
     when called outside ``torch.no_grad``, so the trainer can use it for the policy loss.
+
+    With ``share_prefix`` (the default), each distinct (prompt, completion) pair is scored once and
+    a prompt prefix shared by several rows runs once, in a first pass whose KV cache the second pass
+    reads (module docstring): the same log-probs and gradients, to float rounding, for less work.
+    It falls back to one pass when the model uses gradient checkpointing, which drops the cache.
 
     Args:
         model: The causal LM (on its device).
@@ -273,9 +350,9 @@ def completion_logprobs(
         completions_ids: Token ids of each completion, unpadded; may be empty.
         pad_token_id: Filler for padding (never attended to).
         temperature: Divides the logits before the log-softmax; must be > 0.
-
         with_entropy: Also return the entropy of the tempered next-token distribution at each
             completion position (``per_token_entropy``, same shape, 0 on padding).
+        share_prefix: Share repeated rows and prompt prefixes; ``False`` runs every row whole in one pass.
 
     Returns:
         ``per_token_logps`` [batch, max_completion_len], float32, and ``completion_mask`` of the
@@ -294,25 +371,229 @@ def completion_logprobs(
     if width == 0:
         empty = torch.zeros(len(prompts_ids), 0, device=device)
         return (empty, empty.long(), empty) if with_entropy else (empty, empty.long())
-    prompt_ids, prompt_mask = _left_pad(prompts_ids, pad_token_id, device)
-    completion_ids, completion_mask = _right_pad(completions_ids, pad_token_id, device)
-    input_ids = torch.cat([prompt_ids, completion_ids], dim=1)  # [batch, prompt_len + width]
-    attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+    if share_prefix and model.training and torch.is_grad_enabled() and _checkpoints_activations(model):
+        share_prefix = False
+    if share_prefix:
+        pairs, row_of = _distinct(zip(map(tuple, prompts_ids), map(tuple, completions_ids)))
+        prompts, completions = [p for p, _ in pairs], [c for _, c in pairs]
+    else:
+        prompts, completions, row_of = list(prompts_ids), list(completions_ids), None
+    completion_ids, completion_mask = _right_pad(completions, pad_token_id, device, width=width)
+    out, _ = _forward_prompts(
+        model,
+        prompts,
+        pad_token_id,
+        device,
+        completions=(completion_ids, completion_mask),
+        share_prefix=share_prefix,
+        use_cache=False,
+    )
+    # The logit at position i predicts token i + 1: the last width + 1 positions minus the final one.
+    logits = out.logits[:, -(width + 1) : -1, :].float() / temperature  # [distinct, width, vocab]
+    all_logps = torch.log_softmax(logits, dim=-1)
+    per_token_logps = all_logps.gather(2, completion_ids[:, :, None]).squeeze(2) * completion_mask
+    per_token_entropy = -(all_logps.exp() * all_logps).sum(dim=-1) * completion_mask if with_entropy else None
+    if row_of is not None and len(row_of) > len(prompts):
+        rows = torch.tensor(row_of, device=device)  # back to one row per input pair
+        per_token_logps, completion_mask = per_token_logps[rows], completion_mask[rows]
+        per_token_entropy = None if per_token_entropy is None else per_token_entropy[rows]
+    if per_token_entropy is None:
+        return per_token_logps, completion_mask
+    return per_token_logps, completion_mask, per_token_entropy
+
+
+def _forward_prompts(
+    model: PreTrainedModel,
+    prompts: Sequence[Sequence[int]],
+    pad_token_id: int,
+    device: torch.device,
+    *,
+    completions: tuple[torch.Tensor, torch.Tensor] | None = None,
+    share_prefix: bool,
+    use_cache: bool,
+) -> tuple[Any, torch.Tensor]:
+    """Run left-padded prompts, then ``completions`` (right-padded ids and mask), through ``model``.
+
+    With ``share_prefix``, when :func:`_plan_prefixes` finds prefixes worth sharing, a first pass
+    runs each shared prefix once and its KV cache is copied out to the prompts of its group; the
+    returned pass then runs the rest of each prompt (left-padded) and the completions, on top of
+    that cache. Logits are kept for the last ``1 + completion width`` positions.
+
+    Returns:
+        The model output of the last pass, and its attention mask [batch, cache + new positions].
+    """
+    cache_arg = _cache_arg(model)
+    plan = _plan_prefixes(prompts) if share_prefix else None
+    kwargs: dict[str, Any] = {}
+    if plan is None:
+        input_ids, attention_mask = _left_pad(prompts, pad_token_id, device)
+    else:
+        prefix_ids, prefix_mask = _left_pad(plan.prefixes, pad_token_id, device)
+        first = model(
+            input_ids=prefix_ids,
+            attention_mask=prefix_mask,
+            position_ids=_position_ids(prefix_mask),
+            use_cache=True,
+            **_keep_logits_kwargs(model, 1),
+        )
+        groups = torch.tensor(plan.group_of, device=device)
+        cache = getattr(first, cache_arg)
+        cache.batch_select_indices(groups)  # a gather of keys and values: gradients flow back
+        kwargs[cache_arg] = cache
+        input_ids, attention_mask = _left_pad(
+            [p[n:] for p, n in zip(prompts, plan.shared)], pad_token_id, device
+        )
+    if completions is not None:
+        input_ids = torch.cat([input_ids, completions[0]], dim=1)
+        attention_mask = torch.cat([attention_mask, completions[1]], dim=1)
+    position_ids = _position_ids(attention_mask)
+    if plan is not None:
+        position_ids = position_ids + torch.tensor(plan.shared, device=device)[:, None]
+        attention_mask = torch.cat([prefix_mask[groups], attention_mask], dim=1)
     out = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
-        position_ids=_position_ids(attention_mask),
-        use_cache=False,
-        **_keep_logits_kwargs(model, width + 1),
+        position_ids=position_ids,
+        use_cache=use_cache or plan is not None,
+        **kwargs,
+        **_keep_logits_kwargs(model, 1 + (0 if completions is None else completions[0].shape[1])),
     )
-    # The logit at position i predicts token i + 1: the last width + 1 positions minus the final one.
-    logits = out.logits[:, -(width + 1) : -1, :].float() / temperature  # [batch, width, vocab]
-    all_logps = torch.log_softmax(logits, dim=-1)
-    per_token_logps = all_logps.gather(2, completion_ids[:, :, None]).squeeze(2)
-    if not with_entropy:
-        return per_token_logps * completion_mask, completion_mask
-    per_token_entropy = -(all_logps.exp() * all_logps).sum(dim=-1)
-    return per_token_logps * completion_mask, completion_mask, per_token_entropy * completion_mask
+    return out, attention_mask
+
+
+def _lay_out_for_decoding(cache: Any, rows: torch.Tensor | None, room: int) -> None:
+    """Give each sampled row its copy of the prefill cache (``rows``: row -> cache row; None: as is).
+
+    Layers that are plain ``DynamicLayer``s are swapped for :class:`_ReservedLayer`s, which hold
+    ``room`` more positions, so that decode steps write in place rather than concatenate (which
+    copies the whole cache every step).
+    """
+    layers = getattr(cache, "layers", None)
+    if _DynamicLayer is not None and layers and all(type(layer) is _DynamicLayer for layer in layers):
+        layers[:] = [_ReservedLayer(layer, rows, room) for layer in layers]
+    elif rows is not None:
+        cache.batch_select_indices(rows)
+
+
+if _DynamicLayer is not None:
+
+    class _ReservedLayer(_DynamicLayer):
+        """A ``DynamicLayer`` with room reserved for ``room`` more positions: ``update`` writes in place."""
+
+        def __init__(self, layer: Any, rows: torch.Tensor | None, room: int) -> None:
+            super().__init__()
+            keys, values = layer.keys, layer.values
+            if rows is not None:
+                keys, values = keys.index_select(0, rows), values.index_select(0, rows)
+            batch, heads, self._length, dim = keys.shape
+            self._keys = keys.new_empty(batch, heads, self._length + room, dim)
+            self._values = values.new_empty(batch, heads, self._length + room, values.shape[-1])
+            self._keys[:, :, : self._length] = keys
+            self._values[:, :, : self._length] = values
+            self.keys, self.values = self._keys[:, :, : self._length], self._values[:, :, : self._length]
+            self.device = keys.device
+            self.is_initialized = True
+
+        def update(
+            self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+            end = self._length + key_states.shape[-2]
+            assert end <= self._keys.shape[-2], "decoded past the room reserved in the cache"
+            self._keys[:, :, self._length : end] = key_states
+            self._values[:, :, self._length : end] = value_states
+            self._length = end
+            self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
+            return self.keys, self.values
+
+
+@dataclass
+class _PrefixPlan:
+    """Groups of prompts that share a prefix: what runs once per group and where each prompt resumes."""
+
+    prefixes: list[Sequence[int]]
+    """The shared tokens of each group."""
+    group_of: list[int]
+    """Each prompt's group."""
+    shared: list[int]
+    """Each prompt's count of tokens inside its group's prefix."""
+
+
+_PASS_COST_TOKENS = 64
+"""The fixed cost of an extra forward pass, counted in tokens run: a prefix pass must save more."""
+
+
+def _plan_prefixes(prompts: Sequence[Sequence[int]]) -> _PrefixPlan | None:
+    """Group prompts by shared prefix when running each prefix once saves work; else return None.
+
+    Sorted, prompts that share a prefix sit side by side; the groups are the runs of neighbours
+    that share at least ``depth`` tokens, for each depth that occurs. A plan costs the padded
+    tokens of both passes (groups x longest prefix, prompts x longest rest) plus
+    ``_PASS_COST_TOKENS``; the cheapest wins if it beats one pass over the whole prompts. A prefix
+    stops at least one token short of each of its prompts, whose last logits the second pass
+    computes. A group of one prompt shares nothing, so its prefix just takes the width the prefix
+    pass has anyway.
+
+    Prompts compare as sequences of one type (tuples or lists, not mixed).
+    """
+    n = len(prompts)
+    lengths = [len(p) for p in prompts]
+    if n < 2 or min(lengths) < 2:
+        return None
+    order = sorted(range(n), key=prompts.__getitem__)
+    common = [_common_length(prompts[a], prompts[b]) for a, b in zip(order, order[1:])]
+    best_cost, best = n * max(lengths), None
+    for depth in sorted(set(common) - {0}):
+        groups: list[list[int]] = []
+        shared: list[int | None] = []  # None: a group of one
+        start = 0
+        for end in [k + 1 for k, c in enumerate(common) if c < depth] + [n]:
+            group = order[start:end]
+            groups.append(group)
+            shared.append(
+                min(min(common[start : end - 1]), min(lengths[i] for i in group) - 1)
+                if len(group) > 1
+                else None
+            )
+            start = end
+        widths = [s for s in shared if s is not None]
+        if not widths:
+            continue
+        width = max(widths)
+        resolved = [min(width, lengths[g[0]] - 1) if s is None else s for g, s in zip(groups, shared)]
+        rest = max(lengths[i] - s for g, s in zip(groups, resolved) for i in g)
+        cost = len(groups) * width + n * rest + _PASS_COST_TOKENS
+        if cost < best_cost:
+            best_cost, best = cost, (groups, resolved)
+    if best is None:
+        return None
+    groups, resolved = best
+    group_of, shared_of = [0] * n, [0] * n
+    for g, (group, s) in enumerate(zip(groups, resolved)):
+        for i in group:
+            group_of[i], shared_of[i] = g, s
+    return _PrefixPlan([prompts[g[0]][:s] for g, s in zip(groups, resolved)], group_of, shared_of)
+
+
+def _common_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """Return how many leading tokens ``a`` and ``b`` share (a binary search over slice equality)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        mid = (low + high + 1) // 2
+        if a[:mid] == b[:mid]:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+_K = TypeVar("_K", bound=Hashable)
+
+
+def _distinct(keys: Iterable[_K]) -> tuple[list[_K], list[int]]:
+    """Return the distinct keys in first-seen order, and the index of each key among them."""
+    index: dict[_K, int] = {}
+    positions = [index.setdefault(k, len(index)) for k in keys]
+    return list(index), positions
 
 
 # ---- helpers ---------------------------------------------------------------------------------
@@ -349,32 +630,42 @@ def _messages(obs: Observation, index: int) -> Sequence[Mapping[str, Any]]:
     return messages
 
 
+_PROMPT_MEMO_SIZE = 4096
+"""Most conversations whose token ids a policy remembers; the memo starts over when full."""
+
+
+def _conversation_key(conversation: Sequence[Mapping[str, Any]]) -> Hashable | None:
+    """Return a hashable copy of a conversation, or None when a message holds unhashable content."""
+    key = tuple(tuple(m.items()) for m in conversation)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 def _left_pad(
     rows: Sequence[Sequence[int]], pad: int, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-pad token id rows into ``ids`` [batch, max_len] and ``mask`` [batch, max_len]."""
     width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        if row:
-            ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
-            mask[i, width - len(row) :] = 1
-    return ids.to(device), mask.to(device)
+    ids = [[pad] * (width - len(r)) + list(r) for r in rows]
+    mask = [[0] * (width - len(r)) + [1] * len(r) for r in rows]
+    return torch.tensor(ids, dtype=torch.long, device=device), torch.tensor(
+        mask, dtype=torch.long, device=device
+    )
 
 
 def _right_pad(
-    rows: Sequence[Sequence[int]], pad: int, device: torch.device
+    rows: Sequence[Sequence[int]], pad: int, device: torch.device, *, width: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad token id rows into ``ids`` [batch, max_len] and ``mask`` [batch, max_len]."""
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        if row:
-            ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-            mask[i, : len(row)] = 1
-    return ids.to(device), mask.to(device)
+    """Right-pad token id rows into ``ids`` [batch, width] and ``mask`` [batch, width] (width: the longest row)."""
+    width = max(len(r) for r in rows) if width is None else width
+    ids = [list(r) + [pad] * (width - len(r)) for r in rows]
+    mask = [[1] * len(r) + [0] * (width - len(r)) for r in rows]
+    return torch.tensor(ids, dtype=torch.long, device=device), torch.tensor(
+        mask, dtype=torch.long, device=device
+    )
 
 
 def _position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -391,8 +682,20 @@ def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 def _forward_params(model: PreTrainedModel) -> Mapping[str, inspect.Parameter]:
+    if "forward" in vars(model):  # a forward patched onto the instance (e.g. by a hook library)
+        return _signature_params(model.forward)
+    return _class_forward_params(type(model))
+
+
+@functools.cache
+def _class_forward_params(cls: type) -> Mapping[str, inspect.Parameter]:
+    # inspect.signature costs about as much as a tiny model's decode step: once per class.
+    return _signature_params(cls.forward)
+
+
+def _signature_params(fn: Any) -> Mapping[str, inspect.Parameter]:
     try:
-        return inspect.signature(model.forward).parameters
+        return inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return {}
 
@@ -408,6 +711,12 @@ def _cache_arg(model: PreTrainedModel) -> str:
     return "cache" if "cache" in _forward_params(model) else "past_key_values"
 
 
+def _checkpoints_activations(model: torch.nn.Module) -> bool:
+    """Whether a layer recomputes activations in backward (transformers' ``gradient_checkpointing``):
+    such layers drop the KV cache in training, so a shared prefix would not reach them."""
+    return any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
+
+
 class _eval_mode:
     """Put a model in eval mode for a block and restore its training flag after."""
 
@@ -415,8 +724,12 @@ class _eval_mode:
         self.model = model
 
     def __enter__(self) -> None:
+        # Switching walks every submodule, which costs as much as a tiny model's forward: only when
+        # the model is training (a model in eval mode is taken to be in eval mode throughout).
         self.was_training = self.model.training
-        self.model.eval()
+        if self.was_training:
+            self.model.eval()
 
     def __exit__(self, *exc: object) -> None:
-        self.model.train(self.was_training)
+        if self.was_training:
+            self.model.train()
