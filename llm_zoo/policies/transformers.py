@@ -45,6 +45,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from llm_zoo.policies.base import Observation, Policy, Reply
+from llm_zoo.policies.constraints import allowed_next, legal_paths
 
 try:
     from transformers.cache_utils import DynamicLayer as _DynamicLayer
@@ -83,6 +84,9 @@ class TransformersPolicy(Policy):
         dtype: Cast the model to this dtype (e.g. ``torch.bfloat16``); ``None`` keeps it.
         share_prefix: Run each distinct prompt, and each prefix shared by several prompts, once
             per batch (module docstring); ``False`` runs every prompt whole.
+        constrain: Sample only the replies an observation lists in ``legal_actions``
+            (:mod:`llm_zoo.policies.constraints`); observations without them are unconstrained.
+            The reported log-probs are then those of the constrained distribution.
     """
 
     def __init__(
@@ -98,6 +102,7 @@ class TransformersPolicy(Policy):
         device: str | torch.device | None = None,
         dtype: torch.dtype | None = None,
         share_prefix: bool = True,
+        constrain: bool = False,
     ) -> None:
         if temperature < 0:
             raise ValueError(
@@ -117,6 +122,7 @@ class TransformersPolicy(Policy):
         self.top_p = float(top_p)
         self.max_new_tokens = int(max_new_tokens)
         self.share_prefix = bool(share_prefix)
+        self.constrain = bool(constrain)
         self.device = torch.device(device if device is not None else _default_device())
         self.model = model.to(self.device) if dtype is None else model.to(self.device, dtype=dtype)
         self.tokenizer = tokenizer
@@ -175,8 +181,9 @@ class TransformersPolicy(Policy):
         if not observations:
             return []
         prompts = self.encode_prompts(observations)
+        paths = [self.legal_paths(obs) for obs in observations] if self.constrain else None
         with _eval_mode(self.model), torch.inference_mode():
-            completions, logprobs = self._sample(prompts)
+            completions, logprobs = self._sample(prompts, paths)
         distinct, row_of = _distinct(map(tuple, completions))  # one-token replies repeat a lot
         decoded = self.tokenizer.batch_decode([list(c) for c in distinct], skip_special_tokens=True)
         texts = [decoded[i] for i in row_of]
@@ -245,8 +252,17 @@ class TransformersPolicy(Policy):
 
     # ---- sampling --------------------------------------------------------------------------
 
-    def _sample(self, prompts: list[list[int]]) -> tuple[list[list[int]], list[list[float]]]:
-        """Sample a completion per prompt; return the token ids and their log-probs, unpadded."""
+    def legal_paths(self, observation: Observation) -> list[tuple[int, ...]] | None:
+        """Return the token paths of the observation's legal replies, or None when it lists none."""
+        replies = observation.get("legal_actions")
+        if not replies:
+            return None
+        return legal_paths(self.tokenizer, replies, self.eos_token_ids[0], self.max_new_tokens)
+
+    def _sample(
+        self, prompts: list[list[int]], paths: Sequence[list[tuple[int, ...]] | None] | None = None
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """Sample a completion per prompt (within its legal paths, if given); return ids and log-probs, unpadded."""
         model, device, batch = self.model, self.device, len(prompts)
         cache_arg = _cache_arg(model)
         keep_last = _keep_logits_kwargs(model, 1)
@@ -291,7 +307,15 @@ class TransformersPolicy(Policy):
                 )
                 cache = getattr(out, cache_arg)
                 logits = out.logits[:, -1, :]
-            token, logprob = self._next_token(logits.float())
+            mask = None
+            if paths is not None and any(p is not None for p in paths):
+                mask = torch.ones_like(logits, dtype=torch.bool)
+                for i, row_paths in enumerate(paths):
+                    allowed = allowed_next(row_paths, [int(t[i]) for t in step_tokens]) if row_paths else None
+                    if allowed:
+                        mask[i] = False
+                        mask[i, allowed] = True
+            token, logprob = self._next_token(logits.float(), mask)
             token = token.masked_fill(finished, self.pad_token_id)
             step_tokens.append(token)
             step_logprobs.append(logprob)
@@ -308,8 +332,10 @@ class TransformersPolicy(Policy):
             completion_logprobs_.append(row_logprobs[:end])
         return completions, completion_logprobs_
 
-    def _next_token(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Pick a token per row from float32 ``logits`` [batch, vocab]; return it and its log-prob."""
+    def _next_token(self, logits: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pick a token per row from float32 ``logits`` [batch, vocab] (only where ``mask``); return it and its log-prob."""
+        if mask is not None:
+            logits = logits.masked_fill(~mask, float("-inf"))
         if self.temperature == 0:
             logprobs = torch.log_softmax(logits, dim=-1)
             token = logits.argmax(dim=-1)
@@ -331,6 +357,8 @@ def completion_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     share_prefix: bool = True,
+    allowed: Sequence[Sequence[Sequence[int]] | None] | None = None,
+    with_all_logps: bool = False,
 ) -> tuple[torch.Tensor, ...]:
     """Score completions given prompts by teacher forcing.
 
@@ -353,11 +381,16 @@ def completion_logprobs(
         with_entropy: Also return the entropy of the tempered next-token distribution at each
             completion position (``per_token_entropy``, same shape, 0 on padding).
         share_prefix: Share repeated rows and prompt prefixes; ``False`` runs every row whole in one pass.
+        allowed: Per row, None (unconstrained) or the tokens allowed at each completion position
+            (:mod:`llm_zoo.policies.constraints`): the distribution is renormalised over them, as
+            constrained sampling draws from it.
+        with_all_logps: Also return the full log-probability rows ``[batch, max_completion_len,
+            vocab]`` (``-inf`` on disallowed tokens), for an exact KL between two models.
 
     Returns:
         ``per_token_logps`` [batch, max_completion_len], float32, and ``completion_mask`` of the
         same shape (1 on real completion tokens, 0 on padding, whose log-probs are 0); then
-        ``per_token_entropy`` when ``with_entropy``.
+        ``per_token_entropy`` when ``with_entropy``; then the full log-probs when ``with_all_logps``.
     """
     if len(prompts_ids) != len(completions_ids):
         raise ValueError(
@@ -370,12 +403,17 @@ def completion_logprobs(
     width = max((len(c) for c in completions_ids), default=0)
     if width == 0:
         empty = torch.zeros(len(prompts_ids), 0, device=device)
-        return (empty, empty.long(), empty) if with_entropy else (empty, empty.long())
+        vocab = model.get_output_embeddings().weight.shape[0]
+        return (empty, empty.long(), *([empty] if with_entropy else []),
+                *([torch.zeros(len(prompts_ids), 0, vocab, device=device)] if with_all_logps else []))
     if share_prefix and model.training and torch.is_grad_enabled() and _checkpoints_activations(model):
         share_prefix = False
+    allowed = list(allowed) if allowed is not None else [None] * len(prompts_ids)
     if share_prefix:
-        pairs, row_of = _distinct(zip(map(tuple, prompts_ids), map(tuple, completions_ids)))
-        prompts, completions = [p for p, _ in pairs], [c for _, c in pairs]
+        keys = zip(map(tuple, prompts_ids), map(tuple, completions_ids),
+                   (None if a is None else tuple(map(tuple, a)) for a in allowed))
+        triples, row_of = _distinct(keys)
+        prompts, completions, allowed = [t[0] for t in triples], [t[1] for t in triples], [t[2] for t in triples]
     else:
         prompts, completions, row_of = list(prompts_ids), list(completions_ids), None
     completion_ids, completion_mask = _right_pad(completions, pad_token_id, device, width=width)
@@ -390,16 +428,40 @@ def completion_logprobs(
     )
     # The logit at position i predicts token i + 1: the last width + 1 positions minus the final one.
     logits = out.logits[:, -(width + 1) : -1, :].float() / temperature  # [distinct, width, vocab]
+    if any(a is not None for a in allowed):
+        logits = logits.masked_fill(~_allowed_mask(allowed, width, logits.shape[-1], device), float("-inf"))
     all_logps = torch.log_softmax(logits, dim=-1)
     per_token_logps = all_logps.gather(2, completion_ids[:, :, None]).squeeze(2) * completion_mask
-    per_token_entropy = -(all_logps.exp() * all_logps).sum(dim=-1) * completion_mask if with_entropy else None
+    per_token_entropy = None
+    if with_entropy:  # p log p with p = 0 on disallowed tokens counts 0, not nan
+        finite = torch.isfinite(all_logps)
+        safe = torch.where(finite, all_logps, 0.0)  # -inf in the arithmetic would make NaN gradients
+        plogp = torch.where(finite, safe.exp() * safe, 0.0)
+        per_token_entropy = -plogp.sum(dim=-1) * completion_mask
     if row_of is not None and len(row_of) > len(prompts):
         rows = torch.tensor(row_of, device=device)  # back to one row per input pair
         per_token_logps, completion_mask = per_token_logps[rows], completion_mask[rows]
         per_token_entropy = None if per_token_entropy is None else per_token_entropy[rows]
-    if per_token_entropy is None:
-        return per_token_logps, completion_mask
-    return per_token_logps, completion_mask, per_token_entropy
+        all_logps = all_logps[rows]
+    result = [per_token_logps, completion_mask]
+    if with_entropy:
+        result.append(per_token_entropy)
+    if with_all_logps:
+        result.append(all_logps)
+    return tuple(result)
+
+
+def _allowed_mask(allowed: Sequence[Any], width: int, vocab: int, device: torch.device) -> torch.Tensor:
+    """Build [rows, width, vocab] booleans: True where a token is allowed (everywhere, for None rows)."""
+    mask = torch.ones(len(allowed), width, vocab, dtype=torch.bool)
+    for i, row in enumerate(allowed):
+        if row is None:
+            continue
+        for t, tokens in enumerate(row[:width]):
+            if tokens:
+                mask[i, t] = False
+                mask[i, t, list(tokens)] = True
+    return mask.to(device)
 
 
 def _forward_prompts(

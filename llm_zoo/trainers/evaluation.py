@@ -58,7 +58,8 @@ def load_run_policies(checkpoint: str | Path, *, seed: int = 0) -> tuple[dict[st
     for i, path in enumerate(sorted(p for p in (checkpoint / "policies").iterdir() if p.is_dir())):
         policies[path.name] = TransformersPolicy.from_pretrained(
             path, name=path.name, temperature=config.get("temperature", 1.0), top_p=config.get("top_p", 1.0),
-            max_new_tokens=config.get("max_new_tokens", 64), seed=seed + i)
+            max_new_tokens=config.get("max_new_tokens", 64), seed=seed + i,
+            constrain=config.get("constrain_to_legal", False))
     return config, policies
 
 

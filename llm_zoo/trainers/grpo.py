@@ -35,6 +35,7 @@ import torch
 
 import llm_zoo
 from llm_zoo.episode import Episode
+from llm_zoo.policies.constraints import allowed_per_position
 from llm_zoo.policies.transformers import TransformersPolicy, completion_logprobs
 from llm_zoo.trainers import advantages as adv
 from llm_zoo.trainers.rollout import collect
@@ -42,6 +43,8 @@ from llm_zoo.trainers.rollout import collect
 # ---------------------------------------------------------------------------------------------
 # CONFIG
 # ---------------------------------------------------------------------------------------------
+
+SCRIPTED_PREFIX = "scripted:"  # a policy name that seats one of the env's scripted players
 
 
 @dataclass
@@ -79,7 +82,8 @@ class TrainConfig:
     model_init_std: float = 0.02
     """Std of the tiny model's weight initialisation."""
     policies: dict[str, str] = field(default_factory=dict)
-    """Role or agent -> policy name; roles not named get the policy "main"."""
+    """Role or agent -> policy name; roles not named get the policy "main". A name "scripted:NAME"
+    seats the env's scripted player NAME there (frozen), e.g. {"user": "scripted:scripted"}."""
     learn: list[str] = field(default_factory=list)
     """Roles (or agents) whose turns are trained; empty = the env's default learning roles."""
     schedule: str = "together"
@@ -93,6 +97,9 @@ class TrainConfig:
     """Nucleus sampling mass."""
     max_new_tokens: int = 64
     """Longest reply, in tokens."""
+    constrain_to_legal: bool = False
+    """Sample only the replies an observation lists in legal_actions (action masking for LLMs);
+    the loss then uses the constrained distribution's log-probs."""
     generation: str = "transformers"
     """Who samples the rollouts: transformers (each learner's own model) or vllm (a VLLMPolicy on the
     GPU, loaded with the learner's weights at the start and after every update)."""
@@ -121,7 +128,13 @@ class TrainConfig:
     """token (mean over the batch's completion tokens), sequence (mean of per-sequence means),
     or constant (sum over tokens / (sequences * max_new_tokens))."""
     beta: float = 0.0
-    """Weight of the KL penalty to the frozen initial policy (0: no reference model)."""
+    """Weight of the KL penalty to the reference policy (0: no reference model)."""
+    reference_ema: float = 1.0
+    """1 keeps the reference at the initial policy; below 1 the reference follows the learner as an
+    EMA of its weights (decay per step): a magnet that regularises self-play toward its own recent
+    past (as in magnetic mirror descent and R-NaD), which damps the cycling of plain self-play."""
+    kl_estimator: str = "k3"
+    """k3 (sampled-token estimator) or exact (summed over the vocabulary)."""
     entropy_coef: float = 0.0
     """Weight of the entropy bonus on completion tokens."""
     max_grad_norm: float = 1.0
@@ -137,13 +150,13 @@ class TrainConfig:
     run_dir: str = ""
     """Where the run writes; empty = runs/<env>-<time>."""
     eval_every: int = 20
-    """Evaluate the env's headline metric every this many steps (and at the end)."""
+    """Evaluate the env's headline metric every this many steps (and at the end); 0 = only at the end."""
     checkpoint_every: int = 50
     """Write a checkpoint every this many steps (and at the end); 0 = only at the end."""
     keep_checkpoints: int = 2
     """Most checkpoints kept on disk."""
     sample_every: int = 50
-    """Write a few episode transcripts every this many steps."""
+    """Write a few episode transcripts every this many steps (and at the end); 0 = never."""
     rollout_batch_size: int = 64
     """Envs run side by side during a rollout."""
     device: str = "auto"
@@ -159,6 +172,7 @@ class TrainConfig:
         choices = {"algorithm": ("rae", "grpo", "hgrpo", "none"), "grpo_scale": ("group", "batch", "none"),
                    "schedule": ("together", "freeze_rotate"), "aggregation": ("token", "sequence", "constant"),
                    "lr_schedule": ("constant", "linear", "cosine"), "baseline_key": ("role", "agent"),
+                   "kl_estimator": ("k3", "exact"),
                    "generation": ("transformers", "vllm")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -170,6 +184,8 @@ class TrainConfig:
         if self.episodes_per_step % self.group_size:
             raise ValueError(f"config.episodes_per_step ({self.episodes_per_step}) must be a multiple of "
                              f"config.group_size ({self.group_size})")
+        if not 0.0 <= self.reference_ema <= 1.0:
+            raise ValueError(f"config.reference_ema must be in [0, 1]; got {self.reference_ema!r}")
         if not 0.0 <= self.p_latest <= 1.0:
             raise ValueError(f"config.p_latest must be in [0, 1]; got {self.p_latest!r}")
         if not 0.0 < self.vllm_gpu_memory_utilization < 1.0:
@@ -238,6 +254,7 @@ def per_token_policy_loss(
     epsilon_high: float,
     ref_per_token_logps: torch.Tensor | None = None,
     beta: float = 0.0,
+    per_token_kl: torch.Tensor | None = None,
     per_token_entropy: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -245,8 +262,9 @@ def per_token_policy_loss(
 
     ``loss_t = -min(r_t A, clip(r_t, 1 - eps_low, 1 + eps_high) A) + beta * KL_t - entropy_coef * H_t``
     with ``r_t = exp(logp_t - old_logp_t)`` and ``KL_t`` the k3 estimator
-    ``exp(ref_t - logp_t) - (ref_t - logp_t) - 1`` (Schulman, 2020). Tokens off the mask are
-    multiplied out, so neither their values nor their gradients reach the loss.
+    ``exp(ref_t - logp_t) - (ref_t - logp_t) - 1`` (Schulman, 2020), or ``per_token_kl`` when given
+    (e.g. :func:`exact_kl`). Tokens off the mask are multiplied out, so neither their values nor
+    their gradients reach the loss.
     """
     mask = completion_mask.to(per_token_logps.dtype)
     log_ratio = (per_token_logps - old_per_token_logps) * mask
@@ -256,9 +274,10 @@ def per_token_policy_loss(
     clipped = torch.clamp(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high) * a
     per_token_loss = -torch.min(unclipped, clipped)
     stats = {"clip_fraction": ((clipped != unclipped).to(mask.dtype) * mask).sum() / mask.sum().clamp(min=1)}
-    if ref_per_token_logps is not None and beta:
+    if per_token_kl is None and ref_per_token_logps is not None and beta:
         delta = (ref_per_token_logps - per_token_logps) * mask
         per_token_kl = torch.exp(delta) - delta - 1.0
+    if per_token_kl is not None and beta:
         per_token_loss = per_token_loss + beta * per_token_kl
         stats["kl"] = (per_token_kl * mask).sum() / mask.sum().clamp(min=1)
     if per_token_entropy is not None:
@@ -266,6 +285,15 @@ def per_token_policy_loss(
             per_token_loss = per_token_loss - entropy_coef * per_token_entropy
         stats["entropy"] = (per_token_entropy * mask).sum() / mask.sum().clamp(min=1)
     return per_token_loss * mask, stats
+
+
+def exact_kl(all_logps: torch.Tensor, ref_all_logps: torch.Tensor) -> torch.Tensor:
+    """Return ``KL(p || q)`` per position from full log-prob rows [batch, T, vocab] (-inf = excluded)."""
+    finite = torch.isfinite(all_logps) & torch.isfinite(ref_all_logps)
+    # zero the excluded entries before the arithmetic: -inf there would make NaN gradients through where()
+    p_log = torch.where(finite, all_logps, 0.0)
+    q_log = torch.where(finite, ref_all_logps, 0.0)
+    return torch.where(finite, p_log.exp() * (p_log - q_log), 0.0).sum(dim=-1)
 
 
 def aggregate(per_token_loss: torch.Tensor, completion_mask: torch.Tensor, aggregation: str,
@@ -346,7 +374,8 @@ def make_learner(name: str, config: TrainConfig, device: torch.device, index: in
     """Build a learner: model, sampling policy, AdamW, and a frozen reference when ``beta > 0``."""
     tokenizer, model = build_tokenizer_and_model(config, seed=config.seed + index)
     policy = TransformersPolicy(model, tokenizer, name=name, temperature=config.temperature, top_p=config.top_p,
-                                max_new_tokens=config.max_new_tokens, device=device)
+                                max_new_tokens=config.max_new_tokens, device=device,
+                                constrain=config.constrain_to_legal)
     optimizer = torch.optim.AdamW(policy.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     reference = None
     if config.beta:
@@ -374,7 +403,8 @@ def snapshot_policy(learner: Learner, snapshot_step: int, state: Mapping[str, to
         model.load_state_dict(state)
         cache[key] = TransformersPolicy(model.eval(), learner.policy.tokenizer, name=f"{learner.name}@{snapshot_step}",
                                         temperature=learner.policy.temperature, top_p=learner.policy.top_p,
-                                        max_new_tokens=learner.policy.max_new_tokens, device=learner.policy.device)
+                                        max_new_tokens=learner.policy.max_new_tokens, device=learner.policy.device,
+                                        constrain=learner.policy.constrain)
     return cache[key]
 
 
@@ -390,7 +420,8 @@ def save_checkpoint(run_dir: Path, step: int, learners: Mapping[str, Learner], r
         learner.model.save_pretrained(tmp / "policies" / name)
         learner.policy.tokenizer.save_pretrained(tmp / "policies" / name)
         torch.save({"optimizer": learner.optimizer.state_dict(),
-                    "pool": [(s, {k: v.cpu() for k, v in sd.items()}) for s, sd in learner.pool]},
+                    "pool": [(s, {k: v.cpu() for k, v in sd.items()}) for s, sd in learner.pool],
+                    "reference": None if learner.reference is None else learner.reference.state_dict()},
                    tmp / f"{name}.trainer.pt")
     state = {"step": step, "rae": rae_state.to_dict(), "policies": sorted(learners),
              "torch_rng": torch.get_rng_state().tolist()}
@@ -415,6 +446,8 @@ def load_checkpoint(path: Path, learners: Mapping[str, Learner]) -> tuple[int, a
         trainer_state = torch.load(path / f"{name}.trainer.pt", weights_only=False)
         learner.optimizer.load_state_dict(trainer_state["optimizer"])
         learner.pool = [(s, sd) for s, sd in trainer_state["pool"]]
+        if learner.reference is not None and trainer_state.get("reference") is not None:
+            learner.reference.load_state_dict(trainer_state["reference"])
     torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
     return int(state["step"]), adv.RAEState.from_dict(state["rae"])
 
@@ -461,7 +494,14 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
     (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2))
     _write_yaml(run_dir / "config.yaml", dataclasses.asdict(config))
 
-    learners = {name: make_learner(name, config, device, i) for i, name in enumerate(sorted(set(policy_of.values())))}
+    scripted = {n for n in policy_of.values() if n.startswith(SCRIPTED_PREFIX)}
+    players = getattr(env_module, "SCRIPTED", {})
+    for name in sorted(scripted):
+        if name[len(SCRIPTED_PREFIX):] not in players:
+            raise ValueError(f"config.policies names {name!r}, but {config.env} has no such scripted player; "
+                             f"its players are {sorted(players)}")
+    learners = {name: make_learner(name, config, device, i)
+                for i, name in enumerate(sorted(set(policy_of.values()) - scripted))}
     rae_state, start = adv.RAEState(), 0
     if resume and (ckpt := latest_checkpoint(run_dir)) is not None:
         start, rae_state = load_checkpoint(ckpt, learners)
@@ -473,6 +513,8 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
                              f"gives {device}. Set --set device=cuda, or generation=transformers.")
         acting = {name: make_vllm_generator(learner, run_dir / "vllm" / name, config)
                   for name, learner in learners.items()}
+    acting.update({n: players[n[len(SCRIPTED_PREFIX):]](seed=config.seed) for n in scripted})
+    seated = {a: learners[n].policy if n in learners else acting[n] for a, n in policy_of.items()}
     logger = MetricsLogger(run_dir, resume_from=start, tensorboard=config.tensorboard)
     evaluate = getattr(env_module, "evaluate_policies", None)
     snapshots: dict[tuple[str, int], TransformersPolicy] = {}
@@ -482,7 +524,7 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
 
     for step in range(start, config.steps):
         t0 = time.perf_counter()
-        active = _active_learners(step, config, learn, roles, policy_of)
+        active = _active_learners(step, config, learn, roles, policy_of) - scripted
         for learner in learners.values():
             for group in learner.optimizer.param_groups:
                 group["lr"] = config.lr * learning_rate_factor(step, config)
@@ -498,7 +540,7 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
             if config.pool_every and rng.random() >= config.p_latest and trainable:
                 me = rng.choice(sorted(trainable))
                 for a in agents:
-                    pool = learners[policy_of[a]].pool
+                    pool = learners[policy_of[a]].pool if policy_of[a] in learners else []
                     if a != me and pool:
                         snap_step, state = pool[rng.randrange(len(pool))]
                         mapping[a] = snapshot_policy(learners[policy_of[a]], snap_step, state, snapshots)
@@ -532,11 +574,15 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
 
         # LOSS and STEP, per learner, over the completion tokens of its trained turns
         t1 = time.perf_counter()
-        batches: dict[str, list[tuple[list[int], list[int], list[float], float]]] = {n: [] for n in learners}
+        batches: dict[str, list[Sample]] = {n: [] for n in learners}
         for (i, agent, _, _, _), a in zip(samples, advantages):
             for turn in episodes[i].turns:
                 if turn.agent == agent and turn.completion_ids and turn.policy == policy_of[agent]:
-                    batches[policy_of[agent]].append((turn.prompt_ids, turn.completion_ids, turn.logprobs, a))
+                    learner = learners[policy_of[agent]]
+                    paths = learner.policy.legal_paths(turn.observation) if learner.policy.constrain else None
+                    allowed = allowed_per_position(paths, turn.completion_ids) if paths else None
+                    batches[policy_of[agent]].append(Sample(turn.prompt_ids, turn.completion_ids, turn.logprobs, a,
+                                                            allowed))
         metrics: dict[str, float] = {}
         for name, batch in batches.items():
             if batch:
@@ -560,8 +606,8 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
         metrics.update({"charts/episodes": totals["episodes"], "charts/lr": config.lr * learning_rate_factor(step, config),
                         "perf/rollout_s": t_rollout, "perf/update_s": t_update,
                         "perf/step_s": time.perf_counter() - t0})
-        if evaluate and (done % config.eval_every == 0 or done == config.steps):
-            final_eval = evaluate({a: learners[policy_of[a]].policy for a in agents}, env_kwargs=config.env_kwargs)
+        if evaluate and ((config.eval_every and done % config.eval_every == 0) or done == config.steps):
+            final_eval = evaluate(seated, env_kwargs=config.env_kwargs)
             metrics.update({f"eval/{k}": v for k, v in final_eval.items() if isinstance(v, (int, float))})
         logger.log(done, metrics)
         if config.sample_every and (done % config.sample_every == 0 or done == config.steps):
@@ -576,18 +622,28 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
         bar.close()
     logger.close()
     if not final_eval and evaluate:
-        final_eval = evaluate({a: learners[policy_of[a]].policy for a in agents}, env_kwargs=config.env_kwargs)
+        final_eval = evaluate(seated, env_kwargs=config.env_kwargs)
     (run_dir / "eval.json").write_text(json.dumps(final_eval, indent=2, default=str))
     return final_eval
 
 
-def update(learner: Learner, batch: Sequence[tuple[list[int], list[int], list[float], float]],
-           config: TrainConfig) -> dict[str, float]:
+@dataclass(frozen=True)
+class Sample:
+    """One trained turn: its tokens, sampling log-probs, advantage and (when constrained) allowed tokens."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    advantage: float
+    allowed: list[list[int]] | None = None
+
+
+def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig) -> dict[str, float]:
     """Take one optimiser step (per ``updates_per_step``) on a learner's batch; return its stats."""
     model = learner.model
     device = learner.policy.device
     pad = learner.policy.pad_token_id
-    n_tokens = sum(len(c) for _, c, _, _ in batch)
+    n_tokens = sum(len(b.completion_ids) for b in batch)
     normalizer = {"token": n_tokens, "sequence": len(batch),
                   "constant": len(batch) * config.max_new_tokens}[config.aggregation]
     sums: dict[str, float] = {}
@@ -597,21 +653,27 @@ def update(learner: Learner, batch: Sequence[tuple[list[int], list[int], list[fl
         total_loss = 0.0
         for start in range(0, len(batch), config.micro_batch_size):
             mb = batch[start:start + config.micro_batch_size]
-            prompts, completions = [b[0] for b in mb], [b[1] for b in mb]
-            mb_logps, mb_mask, mb_entropy = completion_logprobs(model, prompts, completions, pad_token_id=pad,
-                                                                temperature=config.temperature or 1.0,
-                                                                with_entropy=True)
+            prompts, completions = [b.prompt_ids for b in mb], [b.completion_ids for b in mb]
+            allowed = [b.allowed for b in mb]
+            exact = learner.reference is not None and config.kl_estimator == "exact"
+            temperature = config.temperature or 1.0
+            mb_logps, mb_mask, mb_entropy, *mb_all = completion_logprobs(
+                model, prompts, completions, pad_token_id=pad, temperature=temperature, with_entropy=True,
+                allowed=allowed, with_all_logps=exact)
             width = mb_logps.shape[1]
-            old = torch.tensor([b[2] + [0.0] * (width - len(b[2])) for b in mb], device=device)
-            mb_adv = torch.tensor([b[3] for b in mb], device=device, dtype=mb_logps.dtype)
-            ref = None
+            old = torch.tensor([b.logprobs + [0.0] * (width - len(b.logprobs)) for b in mb], device=device)
+            mb_adv = torch.tensor([b.advantage for b in mb], device=device, dtype=mb_logps.dtype)
+            ref = kl = None
             if learner.reference is not None:
                 with torch.no_grad():
-                    ref, _ = completion_logprobs(learner.reference, prompts, completions, pad_token_id=pad,
-                                                 temperature=config.temperature or 1.0)
+                    ref, _, *ref_all = completion_logprobs(learner.reference, prompts, completions, pad_token_id=pad,
+                                                           temperature=temperature, allowed=allowed,
+                                                           with_all_logps=exact)
+                if exact:
+                    kl = exact_kl(mb_all[0], ref_all[0])
             per_token_loss, stats = per_token_policy_loss(
                 mb_logps, old, mb_adv, mb_mask, epsilon_low=config.epsilon_low, epsilon_high=config.epsilon_high,
-                ref_per_token_logps=ref, beta=config.beta, per_token_entropy=mb_entropy,
+                ref_per_token_logps=ref, beta=config.beta, per_token_kl=kl, per_token_entropy=mb_entropy,
                 entropy_coef=config.entropy_coef)
             loss = aggregate(per_token_loss, mb_mask, config.aggregation, normalizer)
             loss.backward()
@@ -621,6 +683,10 @@ def update(learner: Learner, batch: Sequence[tuple[list[int], list[int], list[fl
                 sums[k] = sums.get(k, 0.0) + v.item() * share / config.updates_per_step
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
         learner.optimizer.step()
+        if learner.reference is not None and config.reference_ema < 1.0:
+            with torch.no_grad():
+                for ref_param, param in zip(learner.reference.parameters(), model.parameters()):
+                    ref_param.lerp_(param, 1.0 - config.reference_ema)
         sums["loss"] = sums.get("loss", 0.0) + total_loss / config.updates_per_step
         sums["grad_norm"] = sums.get("grad_norm", 0.0) + float(grad_norm) / config.updates_per_step
     model.eval()

@@ -177,7 +177,9 @@ def test_self_play_pool_is_bounded_and_used(tmp_path):
 
 
 def _run_cli(run_dir: Path, steps: int, extra=()):
-    sets = {**TINY, "steps": steps, "checkpoint_every": 1, "keep_checkpoints": 10, "eval_every": 2}
+    # the magnet (an EMA reference with an exact KL) and constrained sampling are state a resume must restore
+    sets = {**TINY, "steps": steps, "checkpoint_every": 1, "keep_checkpoints": 10, "eval_every": 2, "beta": 0.5,
+            "reference_ema": 0.9, "kl_estimator": "exact", "constrain_to_legal": True, "pool_every": 2}
     args = [sys.executable, "-m", "llm_zoo.cli", "train", "kuhn_poker_v0", "--run-dir", str(run_dir)]
     for k, v in sets.items():
         args += ["--set", f"{k}={json.dumps(v) if not isinstance(v, str) else v}"]
@@ -220,3 +222,17 @@ def test_cli_train_eval_plot(tmp_path):
                          text=True, timeout=120).stdout
     png = Path(out.strip())
     assert png.exists() and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_scripted_players_hold_frozen_seats(tmp_path):
+    # user_sim_v0 seats its scripted user by default: only the assistant is a model, and it learns
+    config = make_config("user_sim_v0", {**TINY, "steps": 1, "episodes_per_step": 2, "rollout_batch_size": 2,
+                                         "max_new_tokens": 8, "run_dir": str(tmp_path), "eval_every": 0,
+                                         "env_kwargs": {"max_turns": 6}})
+    assert config.policies == {"user": "scripted:scripted"}
+    train(config)
+    assert sorted(p.name for p in (tmp_path / "checkpoints" / "step_000001" / "policies").iterdir()) == ["main"]
+    sample = json.loads((tmp_path / "samples" / "step_000001.jsonl").read_text().splitlines()[0])
+    assert sample["policies"] == {"user": "scripted", "assistant": "main"}
+    with pytest.raises(ValueError, match="no such scripted player"):
+        train(make_config("user_sim_v0", {**TINY, "policies": {"user": "scripted:nobody"}, "run_dir": str(tmp_path)}))

@@ -57,6 +57,8 @@ def exact_strategy(policy: Any, env_kwargs: Mapping[str, Any] | None = None) -> 
     that takes at most :data:`ENUMERATION_LIMIT` sequences, else reads the canonical replies only.
     """
     vocab = len(policy.tokenizer)
+    if getattr(policy, "constrain", False):  # it samples canonical replies only: their renormalised mass
+        return _canonical_strategy(policy, env_kwargs or {})
     if policy.max_new_tokens <= 2 and len(theory.INFO_SETS) * vocab ** (policy.max_new_tokens - 1) <= ENUMERATION_LIMIT:
         return _enumerated_strategy(policy, env_kwargs or {})
     return _canonical_strategy(policy, env_kwargs or {})

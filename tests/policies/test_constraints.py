@@ -1,0 +1,69 @@
+"""Constrained decoding: only legal replies are sampled, and their log-probs are the constrained ones."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from llm_zoo.envs.kuhn_poker import text  # noqa: E402
+from llm_zoo.envs.kuhn_poker.evaluate import info_set_observation  # noqa: E402
+from llm_zoo.models import build_byte_tokenizer, build_tiny_model, build_word_tokenizer  # noqa: E402
+from llm_zoo.policies.constraints import allowed_next, allowed_per_position, legal_paths  # noqa: E402
+from llm_zoo.policies.transformers import TransformersPolicy, completion_logprobs  # noqa: E402
+
+INFO_SETS = ["K:", "J:bet", "Q:check,bet", "K:check"]
+
+
+def test_paths_and_allowed_sets():
+    paths = [(5, 7, 0), (5, 8, 0), (6, 0)]
+    assert allowed_next(paths, []) == [5, 6]
+    assert allowed_next(paths, [5]) == [7, 8]
+    assert allowed_next(paths, [5, 7]) == [0]
+    assert allowed_next(paths, [5, 7, 0]) == []
+    assert allowed_per_position(paths, [6, 0]) == [[5, 6], [0]]
+
+
+def test_legal_paths_end_with_eos_when_the_budget_allows():
+    tok = build_word_tokenizer(text.corpus())
+    one = legal_paths(tok, ["[bet]", "[check]"], tok.eos_token_id, 1)
+    two = legal_paths(tok, ["[bet]", "[check]"], tok.eos_token_id, 2)
+    assert all(len(p) == 1 for p in one)
+    assert all(len(p) == 2 and p[1] == tok.eos_token_id for p in two)
+    with pytest.raises(ValueError, match="no legal reply"):
+        legal_paths(tok, [], tok.eos_token_id, 2)
+
+
+@pytest.mark.parametrize(("tokenizer", "budget"), [("words", 1), ("words", 3), ("bytes", 10)])
+def test_constrained_sampling_gives_legal_replies_with_exact_logprobs(tokenizer, budget):
+    tok = build_word_tokenizer(text.corpus()) if tokenizer == "words" else build_byte_tokenizer()
+    model = build_tiny_model(tok, hidden_size=32, initializer_range=0.125)
+    policy = TransformersPolicy(model, tok, max_new_tokens=budget, constrain=True, seed=0)
+    observations = [info_set_observation(i) for i in INFO_SETS] * 6
+    replies = policy.act(observations)
+    for obs, reply in zip(observations, replies):
+        assert reply in obs["legal_actions"]
+    allowed = [allowed_per_position(policy.legal_paths(o), r.completion_ids) for o, r in zip(observations, replies)]
+    logps, mask = completion_logprobs(model, [r.prompt_ids for r in replies], [r.completion_ids for r in replies],
+                                      pad_token_id=policy.pad_token_id, allowed=allowed)
+    for reply, row in zip(replies, logps.tolist()):
+        assert max(abs(a - b) for a, b in zip(reply.logprobs, row)) < 1e-4
+    # the legal replies of one observation have probabilities summing to 1 under the constraint
+    obs = observations[0]
+    prompt = policy.encode_prompts([obs])[0]
+    paths = policy.legal_paths(obs)
+    lp, _ = completion_logprobs(model, [prompt] * len(paths), [list(p) for p in paths],
+                                pad_token_id=policy.pad_token_id,
+                                allowed=[allowed_per_position(paths, list(p)) for p in paths])
+    assert sum(math.exp(sum(row)) for row in lp.tolist()) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_unconstrained_observations_pass_through():
+    tok = build_byte_tokenizer()
+    model = build_tiny_model(tok, hidden_size=32)
+    policy = TransformersPolicy(model, tok, max_new_tokens=4, constrain=True, seed=0)
+    replies = policy.act([{"messages": ({"role": "user", "content": "hi"},)}] * 3)
+    assert all(isinstance(r, str) and r.completion_ids for r in replies)
