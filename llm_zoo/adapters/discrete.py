@@ -142,16 +142,16 @@ class DiscreteActions(BaseWrapper):
 
 
 def _feature_space(base: AECEnv) -> spaces.Box:
-    """Return the space of ``base.features(agent)``: the env's ``feature_space()`` if it has one, else probed.
+    """Return the space of ``base.features(agent)``: the env's ``feature_space()`` if it declares one, else probed.
 
     The probe resets a deep copy of the (not yet reset) env once and measures one feature vector; with
     no declared bounds the space is unbounded.
     """
     declared = getattr(base, "feature_space", None)
-    if callable(declared):
-        box = declared()
+    box = declared() if callable(declared) else None
+    if box is not None:
         if not isinstance(box, spaces.Box):
-            raise ValueError(f"{base}.feature_space() must return a gymnasium Box; got {box!r:.200}")
+            raise ValueError(f"{base}.feature_space() must return a gymnasium Box or None; got {box!r:.200}")
         return box
     probe = copy.deepcopy(base)
     try:

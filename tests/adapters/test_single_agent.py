@@ -48,7 +48,7 @@ def discrete(agent="player_0", num_hands=1, opponents=scripted) -> SingleAgent:
 
 def quiet_check_env(env):
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # unbounded Box and missing-spec warnings are expected
+        warnings.simplefilter("ignore")  # missing-spec warnings are expected
         check_env(env)
 
 
@@ -56,7 +56,7 @@ def quiet_check_env(env):
 @pytest.mark.parametrize("num_hands", [1, 3])
 def test_check_env_discrete_view(agent, num_hands):
     env = discrete(agent, num_hands)
-    assert env.observation_space == spaces.Box(-np.inf, np.inf, (FEATURE_SIZE,), np.float32)
+    assert env.observation_space == spaces.Box(0.0, 1.0, (FEATURE_SIZE,), np.float32)
     assert env.action_space == spaces.Discrete(len(MENU))
     quiet_check_env(env)
 

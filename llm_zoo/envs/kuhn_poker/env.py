@@ -48,17 +48,17 @@ times in a row (default 1); the next invalid reply forfeits. Counts are in
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from pettingzoo.utils import wrappers
 
-from llm_zoo.envs.core import InvalidReply, TextEnv, text_space
+from llm_zoo.envs.core import FastOrderEnforcingWrapper, InvalidReply, TextEnv, text_space
 from llm_zoo.envs.kuhn_poker import text
-from llm_zoo.envs.kuhn_poker.rules import CARDS, Hand, Move, deal, first_player
+from llm_zoo.envs.kuhn_poker.rules import CARDS, LEGAL, Hand, Move, deal, first_player
 
 ENV_ID = "kuhn_poker_v0"
 AGENTS = ("player_0", "player_1")
@@ -66,6 +66,15 @@ REWARD_RANGE = (-2.0, 2.0)  # per hand
 _MOVES = tuple(Move)
 MENU = text.legal_replies(_MOVES)  # ("[check]", "[bet]", "[call]", "[fold]"): the discrete view's actions
 FEATURE_SIZE = 3 + 3 * len(_MOVES) + 2
+# history -> what the player to act is shown: its legal replies and the prompt naming them (texts built once)
+_LEGAL_REPLIES = {history: text.legal_replies(moves) for history, moves in LEGAL.items()}
+_PROMPT_LINE = {history: text.prompt_line(moves) for history, moves in LEGAL.items()}
+_MOVE_LINE = {(agent, move): text.move_line(agent, move) for agent in AGENTS for move in Move}
+_OPPONENT = {AGENTS[0]: AGENTS[1], AGENTS[1]: AGENTS[0]}
+# Formatting the amounts (:g) is most of the cost of a hand's end, and the same few lines recur. (A
+# memo cannot tell -0.0 from 0.0; totals never are -0.0: they start at 0.0 and move by non-zero payoffs.)
+_result_line = functools.lru_cache(maxsize=1024)(text.result_line)
+_match_over_line = functools.lru_cache(maxsize=64)(text.match_over_line)
 
 
 class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the class raw_env
@@ -102,8 +111,8 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
 
     def extra_observation(self, agent: str) -> dict[str, Any]:
         acting = agent == self.agent_selection and not (self.terminations.get(agent) or self.truncations.get(agent))
-        legal = text.legal_replies(self._hand.legal_moves) if acting else ()
-        return {"legal_actions": legal, "info_set": self._hand.info_set(self._seat(agent))}
+        legal = _LEGAL_REPLIES.get(self._hand.history, ()) if acting else ()
+        return {"legal_actions": legal, "info_set": self._hand.info_set(self._first.index(agent))}
 
     def system_prompt(self, agent: str) -> str:
         return text.system_prompt(agent, self.num_hands, self.rules_in_prompt)
@@ -113,7 +122,8 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
         self._hand_index = 0
         self._totals = {a: 0.0 for a in AGENTS}
         self._pending: dict[str, list[str]] = {a: [] for a in AGENTS}
-        self.narrate(f"Kuhn poker, {self.num_hands} hand(s).")
+        if self.render_mode is not None:  # here and below: no transcript line is formatted that nothing shows
+            self.narrate(f"Kuhn poker, {self.num_hands} hand(s).")
         return self._start_hand()
 
     def parse(self, agent: str, reply: str) -> Move:
@@ -124,9 +134,10 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
 
     def play(self, agent: str, move: Move) -> None:
         self._hand = self._hand.play(move)
-        other = _opponent(agent)
-        self._pending[other].append(text.move_line(agent, move))
-        self.narrate(f"   {agent} {move.value}s")
+        other = _OPPONENT[agent]
+        self._pending[other].append(_MOVE_LINE[agent, move])
+        if self.render_mode is not None:
+            self.narrate(f"   {agent} {move.value}s")
         if not self._hand.is_terminal:
             self._ask(other)
             return
@@ -136,7 +147,7 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
             self._start_hand()
             return
         for a in AGENTS:
-            self._pending[a].append(text.match_over_line(self._totals[a]))
+            self._pending[a].append(_match_over_line(self._totals[a]))
             self._flush(a)
         self.end(totals=dict(self._totals))
 
@@ -146,24 +157,24 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
     def features(self, agent: str) -> np.ndarray:
         # card one-hot (3) | the hand's moves so far, one-hot per position (3 x 4) | own seat (2)
         vec = np.zeros(FEATURE_SIZE, dtype=np.float32)
-        hand, seat = self._hand, self._seat(agent)
+        hand, seat = self._hand, self._first.index(agent)
         vec[hand.cards[seat]] = 1.0
         for i, move in enumerate(hand.history):
             vec[3 + 4 * i + _MOVES.index(move)] = 1.0
         vec[15 + seat] = 1.0
         return vec
 
+    def feature_space(self) -> spaces.Box:
+        return spaces.Box(0.0, 1.0, (FEATURE_SIZE,), np.float32)
+
     def forfeit_rewards(self, agent: str) -> dict[str, float]:
-        return {agent: -self.forfeit_penalty, _opponent(agent): self.forfeit_penalty}
+        return {agent: -self.forfeit_penalty, _OPPONENT[agent]: self.forfeit_penalty}
 
     # ---- internals ------------------------------------------------------------------------
 
-    def _seat(self, agent: str) -> int:
-        return self._first.index(agent)
-
     def _start_hand(self) -> str:
         first = AGENTS[first_player(self._hand_index)]
-        self._first = (first, _opponent(first))
+        self._first = (first, _OPPONENT[first])
         if self._deals is not None:
             by_agent = dict(zip(AGENTS, self._deals[self._hand_index]))
             cards = (by_agent[self._first[0]], by_agent[self._first[1]])
@@ -173,15 +184,16 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
         for seat, agent in enumerate(self._first):
             self._pending[agent].append(text.deal_line(self._hand_index, self.num_hands, cards[seat]))
             self.infos[agent].update(card=CARDS[cards[seat]], hand=self._hand_index, seat=seat)
-        self.narrate(f"Hand {self._hand_index + 1}: {self._first[0]} has {CARDS[cards[0]]}, "
-                     f"{self._first[1]} has {CARDS[cards[1]]}; {first} acts first")
+        if self.render_mode is not None:
+            self.narrate(f"Hand {self._hand_index + 1}: {self._first[0]} has {CARDS[cards[0]]}, "
+                         f"{self._first[1]} has {CARDS[cards[1]]}; {first} acts first")
         self._ask(first)
         return first
 
     def _ask(self, agent: str) -> None:
-        self._pending[agent].append(text.prompt_line(self._hand.legal_moves))
+        self._pending[agent].append(_PROMPT_LINE[self._hand.history])
         self._flush(agent)
-        self.infos[agent]["info_set"] = self._hand.info_set(self._seat(agent))
+        self.infos[agent]["info_set"] = self._hand.info_set(self._first.index(agent))
         if self.agents:
             self.pass_turn(agent)
 
@@ -191,25 +203,20 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
             self._pending[agent] = []
 
     def _settle_hand(self) -> None:
-        hand, (first, second) = self._hand, self._first
-        payoff = hand.payoff
-        self.reward(first, payoff)
-        self.reward(second, -payoff)
-        self._totals[first] += payoff
-        self._totals[second] -= payoff
-        winner = first if payoff > 0 else second
-        for seat, agent in enumerate(self._first):
-            opponent_seat = 1 - seat
-            shown = f"{self._first[opponent_seat]} had {CARDS[hand.cards[opponent_seat]]}" if hand.is_showdown else None
+        hand, first = self._hand, self._first
+        payoff, showdown = hand.payoff, hand.is_showdown  # seat 0's payoff
+        winner = first[0] if payoff > 0 else first[1]
+        for seat, agent in enumerate(first):
+            won = payoff if seat == 0 else -payoff
+            self.reward(agent, won)
+            self._totals[agent] += won
+            shown = f"{first[1 - seat]} had {CARDS[hand.cards[1 - seat]]}" if showdown else None
             self._pending[agent].append(
-                text.result_line(self._hand_index, winner, abs(payoff), shown, agent, self._totals[agent]))
-            self.infos[agent].setdefault("payoffs", []).append(payoff if seat == 0 else -payoff)
+                _result_line(self._hand_index, winner, abs(payoff), shown, agent, self._totals[agent]))
+            self.infos[agent].setdefault("payoffs", []).append(won)
             self.infos[agent]["total"] = self._totals[agent]
-        self.narrate(f"   {winner} wins {abs(payoff):g}" + (" at showdown" if hand.is_showdown else ""))
-
-
-def _opponent(agent: str) -> str:
-    return AGENTS[1 - AGENTS.index(agent)]
+        if self.render_mode is not None:
+            self.narrate(f"   {winner} wins {abs(payoff):g}" + (" at showdown" if showdown else ""))
 
 
 def _read_deals(deals: Any, num_hands: int) -> list[tuple[int, int]] | None:
@@ -230,6 +237,6 @@ def _read_deals(deals: Any, num_hands: int) -> list[tuple[int, int]] | None:
     return out
 
 
-def env(**kwargs: Any) -> wrappers.OrderEnforcingWrapper:
+def env(**kwargs: Any) -> FastOrderEnforcingWrapper:
     """Make Kuhn poker with the standard wrappers (call-order checks); see :class:`raw_env`."""
-    return wrappers.OrderEnforcingWrapper(raw_env(**kwargs))
+    return FastOrderEnforcingWrapper(raw_env(**kwargs))

@@ -6,6 +6,7 @@ vocabulary of the env (a word-level tokenizer for a tiny model is drawn from it)
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 
@@ -27,6 +28,7 @@ _BRACKETED = re.compile(r"\[\s*(check|bet|call|fold)\s*\]", re.IGNORECASE)
 _WORD = re.compile(r"(?<![\w-])(check|bet|call|fold)(?![\w-])", re.IGNORECASE)
 
 
+@functools.lru_cache(maxsize=64)  # built at every reset; the same few prompts recur
 def system_prompt(agent: str, num_hands: int, rules: bool = True) -> str:
     """Return the system prompt of ``agent`` for a match of ``num_hands`` hands (with the rules or not)."""
     hands = "1 hand" if num_hands == 1 else f"{num_hands} hands"
@@ -36,6 +38,9 @@ def system_prompt(agent: str, num_hands: int, rules: bool = True) -> str:
 def reply_for(move: Move) -> str:
     """Return the canonical reply for a move, e.g. ``"[bet]"``."""
     return f"[{Move(move).value}]"
+
+
+_CANONICAL = {reply_for(m): m for m in Move}  # "[bet]" -> Move.BET: what most replies are, read without a regex
 
 
 def legal_replies(moves: Sequence[Move]) -> tuple[str, ...]:
@@ -77,10 +82,12 @@ def parse_move(reply: str, legal: Sequence[Move]) -> Move | None:
     (``[bet]``), only those count; otherwise whole words count (``"I bet"`` is a bet, ``"alphabet"``
     and ``"betting"`` are not). A reply naming two different moves is invalid.
     """
-    found = {m.lower() for m in _BRACKETED.findall(reply)} or {m.lower() for m in _WORD.findall(reply)}
-    if len(found) != 1:
-        return None
-    move = Move(found.pop())
+    move = _CANONICAL.get(reply)
+    if move is None:
+        found = {m.lower() for m in _BRACKETED.findall(reply)} or {m.lower() for m in _WORD.findall(reply)}
+        if len(found) != 1:
+            return None
+        move = Move(found.pop())
     return move if move in legal else None
 
 
