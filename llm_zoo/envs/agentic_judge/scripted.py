@@ -1,0 +1,265 @@
+"""Scripted agentic_judge players: solvers that submit stored solutions, and a rule-based judge.
+
+The solvers write a stored solution of the task with ``write_file``, run the visible tests, and
+submit. The rule-based judge never sees the hidden tests. In its first reply it runs the visible
+tests (``run_tests``) and its own check of the statement's doctest examples (``run_python``, values
+compared leniently: numbers to 1e-9, exceptions by class, and as multisets where the statement says
+"in any order"). In its second it decides by these rules, in order:
+
+1. an example that fails, or a solution that does not import: FAIL;
+2. a visible test that fails for a reason the statement does not leave free: FAIL;
+3. otherwise PASS.
+
+A visible failure is *free* (it does not count) when it only asks for what the statement does not:
+a name the statement never gives as code (a helper), an exception message the statement does not give,
+floats that differ past the 9th significant digit, or an order where the statement allows any.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from llm_zoo.envs.agentic_judge import grading, text
+from llm_zoo.envs.agentic_judge.tasks import SOLUTION_KINDS, load_tasks
+from llm_zoo.policies.base import Observation, Policy, Reply
+
+__all__ = ["PLAYERS", "RuleJudge", "StoredSolver", "decide", "tool_call"]
+
+
+def tool_call(name: str, arguments: dict[str, Any] | None = None) -> str:
+    """Write one tool call in the env's format."""
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments or {}}) + "</tool_call>"
+
+
+def _first_user_message(obs: Observation) -> str:
+    return next((m["content"] for m in obs["messages"] if m["role"] == "user"), "")
+
+
+class StoredSolver(Policy):
+    """Submits a stored solution of the task: a named one, or one of a kind drawn by the policy's RNG.
+
+    Args:
+        which: A solution kind (``reference``, ``alternative``, ``wrong``) or a stored solution's
+            name (``alt_loop``); a name the task lacks falls back to its reference.
+        seed: Seed of the draw among the task's solutions of the kind.
+    """
+
+    def __init__(self, which: str = "reference", seed: int | None = None) -> None:
+        self.which = which
+        self.name = f"stored:{which}"
+        self._rng = random.Random(seed)
+
+    def seed(self, seed: int | None) -> None:
+        self._rng.seed(seed)
+
+    def act(self, observations: Sequence[Observation]) -> list[Reply]:
+        self.check_batch(observations, key="messages")
+        return [Reply(self._reply(obs), policy=self.name) for obs in observations]
+
+    def _reply(self, obs: Observation) -> str:
+        if any(m["role"] == "assistant" for m in obs["messages"]):
+            return text.SUBMIT
+        task = load_tasks().get(text.task_id_of(_first_user_message(obs)) or "")
+        if task is None:
+            return text.SUBMIT
+        if self.which in SOLUTION_KINDS:
+            name = self._rng.choice(task.of_kind(self.which))
+        else:
+            name = self.which if self.which in task.solutions else "reference"
+        return (tool_call("write_file", {"path": grading.SOLUTION_FILE, "content": task.solutions[name]})
+                + "\n" + tool_call("run_tests"))
+
+
+# ---- the rule-based judge ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failing visible test, as the run_tests report shows it."""
+
+    name: str
+    source: str
+    error: str
+    message: str
+    left: str | None
+    right: str | None
+
+
+_FAIL = re.compile(r"^FAIL (\S+)(?: \(line \d+\): (.*))?$")
+_ERROR = re.compile(r"^  (\w+)(?:: (.*?))?(?: \(raised in [^)]*\))?$")
+_MISSING_NAME = re.compile(r"cannot import name '(\w+)'|has no attribute '(\w+)'")
+
+
+def read_failures(report: str) -> list[Failure]:
+    """Read the failing tests of a ``run_tests`` report."""
+    failures: list[Failure] = []
+    current: dict[str, Any] | None = None
+    for line in report.splitlines():
+        match = _FAIL.match(line)
+        if match:
+            if current:
+                failures.append(Failure(**current))
+            current = {"name": match.group(1), "source": match.group(2) or "", "error": "", "message": "",
+                       "left": None, "right": None}
+        elif current is not None and line.startswith("  left: "):
+            current["left"] = line[len("  left: "):]
+        elif current is not None and line.startswith("  right: "):
+            current["right"] = line[len("  right: "):]
+        elif current is not None and not current["error"] and (err := _ERROR.match(line)):
+            current["error"], current["message"] = err.group(1), _literal(err.group(2) or "''") or ""
+        elif line.startswith("PASS ") and current:
+            failures.append(Failure(**current))
+            current = None
+    if current:
+        failures.append(Failure(**current))
+    return failures
+
+
+def _literal(source: str | None) -> Any:
+    """Read a repr back (None when it is not a Python literal, or too long to read safely)."""
+    if source is None or len(source) > 2000:
+        return None
+    try:
+        return ast.literal_eval(source)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+
+
+def _normal(value: Any, any_order: bool) -> Any:
+    if isinstance(value, (list, tuple)):
+        items = [_normal(v, any_order) for v in value]
+        return ("seq", sorted(items, key=repr) if any_order else items)
+    if isinstance(value, (set, frozenset)):
+        return ("seq", sorted((_normal(v, any_order) for v in value), key=repr))
+    if isinstance(value, dict):
+        return ("map", sorted(((repr(k), _normal(v, any_order)) for k, v in value.items()), key=repr))
+    return value
+
+
+def _close(a: Any, b: Any) -> bool:
+    """Equal, with numbers compared to 1e-9 relative (bools only equal bools)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _asks_for(statement: str, name: str) -> bool:
+    """True when the statement names ``name`` as code: in backticks or in an example."""
+    code = re.findall(r"`[^`]*`", statement) + [line for line in statement.splitlines() if line.lstrip().startswith(">>>")]
+    return any(re.search(rf"\b{re.escape(name)}\b", span) for span in code)
+
+
+# Why a failing visible test asks for something the statement leaves free: (label, test) in order.
+def _free_helper(f: Failure, statement: str, any_order: bool) -> bool:
+    match = _MISSING_NAME.search(f.message) if f.error in ("ImportError", "AttributeError") else None
+    return match is not None and not _asks_for(statement, match.group(1) or match.group(2))
+
+
+def _free_message(f: Failure, statement: str, any_order: bool) -> bool:
+    left, right = _literal(f.left), _literal(f.right)
+    return (f.error == "AssertionError" and isinstance(left, str) and isinstance(right, str)
+            and re.search(r"\bstr\(|\.args\b", f.source) is not None and right not in statement)
+
+
+def _free_float(f: Failure, statement: str, any_order: bool) -> bool:
+    left, right = _literal(f.left), _literal(f.right)
+    has_float = any(isinstance(x, float) for x in _flat(left) + _flat(right))
+    return f.error == "AssertionError" and has_float and _close(_normal(left, False), _normal(right, False))
+
+
+def _free_order(f: Failure, statement: str, any_order: bool) -> bool:
+    left, right = _literal(f.left), _literal(f.right)
+    return (any_order and f.error == "AssertionError" and isinstance(left, (list, tuple))
+            and _close(_normal(left, True), _normal(right, True)))
+
+
+def _flat(value: Any) -> list[Any]:
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [x for v in value for x in _flat(v)]
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _flat(v)]
+    return [value]
+
+
+FREE_FAILURES = (("a helper the statement does not ask for", _free_helper),
+                 ("an error message the statement does not give", _free_message),
+                 ("float digits past what the statement asks", _free_float),
+                 ("an order the statement leaves free", _free_order))
+
+
+def decide(statement: str, visible_report: str, check_output: str | None) -> tuple[str, str]:
+    """Apply the rule judge's rules; return (verdict, one-paragraph reason)."""
+    any_order = grading.statement_leaves_order_free(statement)
+    checked = grading.read_example_check(check_output or "")
+    if checked is None:
+        return "FAIL", "The check of the statement's examples did not finish."
+    passed, total, bad = checked
+    if bad:
+        return "FAIL", f"The statement's examples fail ({passed} of {total} pass): " + "; ".join(bad)[:600]
+    reasons = []
+    for failure in read_failures(visible_report):
+        why = next((label for label, test in FREE_FAILURES if test(failure, statement, any_order)), None)
+        if why is None:
+            return "FAIL", f"The visible test {failure.name} fails for a reason the statement fixes: {failure.error}."
+        reasons.append(f"{failure.name} only asks for {why}")
+    tail = f" Visible failures set aside: {'; '.join(reasons)}." if reasons else ""
+    return "PASS", f"All {total} examples of the statement pass.{tail}"
+
+
+def _python_stdout(result: str) -> str | None:
+    """The stdout block of a run_python tool result, unquoted."""
+    match = re.search(r"^stdout:\n(.*?)(?=^stderr:)", result, re.MULTILINE | re.DOTALL)
+    return text.unquote(match.group(1).rstrip("\n")) if match else None
+
+
+class RuleJudge(Policy):
+    """The rule-based judge of the module docstring; it uses its tools and never reads hidden tests."""
+
+    name = "rule_judge"
+
+    def act(self, observations: Sequence[Observation]) -> list[Reply]:
+        self.check_batch(observations, key="messages")
+        return [Reply(self._reply(obs), policy=self.name) for obs in observations]
+
+    def _reply(self, obs: Observation) -> str:
+        messages = obs["messages"]
+        statement = text.section(_first_user_message(obs), "Statement") or ""
+        last_assistant = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=None)
+        if last_assistant is None:
+            program = grading.example_check_program(grading.parse_examples(statement),
+                                                    any_order=grading.statement_leaves_order_free(statement))
+            return (tool_call("run_tests") + "\n" + tool_call("run_python", {"code": program}))
+        results = [m["content"] for m in messages[last_assistant + 1:] if m["role"] == "tool"]
+        if len(results) < 2:
+            return "My checks did not run.\nVERDICT: ABSTAIN"
+        verdict, reason = decide(statement, results[0], _python_stdout(results[1]))
+        return f"{reason}\nVERDICT: {verdict}"
+
+
+def stored_solver(which: str) -> Any:
+    """Return a factory(seed=None) of a solver that submits stored solutions of kind or name ``which``."""
+    def factory(seed: int | None = None) -> StoredSolver:
+        return StoredSolver(which, seed=seed)
+
+    return factory
+
+
+def rule_judge(seed: int | None = None) -> RuleJudge:
+    """Return the rule-based judge (deterministic: the seed is ignored)."""
+    return RuleJudge()
+
+
+PLAYERS = {"reference": stored_solver("reference"), "alternative": stored_solver("alternative"),
+           "wrong": stored_solver("wrong"), "rule_judge": rule_judge}
+"""Name -> factory(seed=...) of every scripted player, as the CLI and benchmarks name them."""

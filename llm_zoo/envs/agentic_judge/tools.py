@@ -1,0 +1,199 @@
+"""An episode's sandboxed workspace: the tools the agents use in it, and freezing a submission.
+
+A :class:`Workbench` owns one :class:`llm_zoo.sandbox.Workspace` from reset to close. Its tools
+turn every refusal (a bad path, a missing file, the read-only visible tests) into a
+:class:`llm_zoo.envs.core.ToolError`, which the agent reads as the tool's result. For the judge,
+whatever the solver controls (file contents, program output) comes back quoted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+from llm_zoo.envs.agentic_judge import grading, text
+from llm_zoo.envs.agentic_judge.grading import HIDDEN_FILE, VISIBLE_FILE, TestReport
+from llm_zoo.envs.agentic_judge.tasks import Task
+from llm_zoo.envs.core import Tool, ToolError
+from llm_zoo.sandbox import Workspace, run_python
+
+__all__ = ["TOOLS_OF", "Submission", "Workbench"]
+
+TOOL_OUTPUT_CHARS = 6_000  # of each tool result
+MAX_SUBMISSION_FILES = 64  # files of a submission copied for the tests and shown to the judge
+MAX_FILE_BYTES = 1 << 20
+_PATH = {"type": "string", "maxLength": 200, "description": "a path relative to the workspace, e.g. 'solution.py'"}
+_TOOLS: dict[str, tuple[str, dict[str, Any], list[str]]] = {  # name -> (description, properties, required)
+    "write_file": ("Write a text file in the workspace, replacing it if it exists. test_solution.py is read-only.",
+                   {"path": _PATH, "content": {"type": "string", "maxLength": 65536}}, ["path", "content"]),
+    "read_file": ("Read a text file of the workspace.", {"path": _PATH}, ["path"]),
+    "list_files": ("List the files of the workspace.", {}, []),
+    "run_tests": ("Run the test* functions of a test module in the workspace and report each. The default, "
+                  "test_solution.py, always runs the original visible tests.", {"file": _PATH}, []),
+    "run_python": ("Run Python code with the workspace as the current directory (Python 3 standard library, "
+                   "no network); returns the exit status, stdout and stderr.",
+                   {"code": {"type": "string", "maxLength": 65536}}, ["code"]),
+}
+TOOLS_OF = {"solver": ("write_file", "read_file", "list_files", "run_tests", "run_python"),
+            "judge": ("read_file", "list_files", "run_tests", "run_python")}
+"""Role -> the names of its tools, in the order the system prompt declares them."""
+
+
+@dataclass(frozen=True)
+class Submission:
+    """The solver's files when it submitted, and the visible and hidden tests' reports on them."""
+
+    files: dict[str, bytes]
+    skipped: list[str]
+    """Files left out: over the count or size caps, unreadable."""
+    visible: TestReport
+    hidden: TestReport
+
+    def text_files(self) -> tuple[dict[str, str], list[str]]:
+        """Return (the text files as str, every file not shown: skipped ones and binaries)."""
+        shown = {p: d.decode("utf-8") for p, d in self.files.items() if _is_text(d)}
+        return shown, self.skipped + [p for p in self.files if p not in shown]
+
+
+class Workbench:
+    """One episode's workspace for ``task``, with the visible tests in it, and the tools that act there.
+
+    Args:
+        task: The episode's task.
+        python_timeout_s: Wall-clock limit of each ``run_python`` call.
+        tests_timeout_s: Wall-clock limit of each test run.
+        allow_unsandboxed: Passed to every sandbox call.
+    """
+
+    def __init__(self, task: Task, *, python_timeout_s: float, tests_timeout_s: float,
+                 allow_unsandboxed: bool) -> None:
+        self.task = task
+        self.python_timeout_s = python_timeout_s
+        self.tests_timeout_s = tests_timeout_s
+        self.allow_unsandboxed = allow_unsandboxed
+        self.workspace = Workspace()
+        self.workspace.write_file(VISIBLE_FILE, task.visible)
+
+    def close(self) -> None:
+        """Remove the workspace."""
+        self.workspace.close()
+
+    def tools(self, role: str) -> tuple[Tool, ...]:
+        """Build the tools of ``role`` (``solver`` or ``judge``)."""
+        quoted = role == "judge"
+        functions = {"write_file": self.write_file, "read_file": lambda path: self.read_file(path, quoted),
+                     "list_files": self.list_files, "run_tests": lambda file=VISIBLE_FILE: self.run_tests(file),
+                     "run_python": lambda code: self.run_python(code, quoted)}
+        return tuple(Tool(name, _TOOLS[name][0], {"type": "object", "properties": _TOOLS[name][1],
+                                                  "required": _TOOLS[name][2], "additionalProperties": False},
+                          functions[name])
+                     for name in TOOLS_OF[role])
+
+    # ---- the tools ------------------------------------------------------------------------
+
+    def write_file(self, path: str, content: str) -> str:
+        """Write a file; the visible tests' file is read-only."""
+        if _names(path, VISIBLE_FILE):
+            raise ToolError(f"{VISIBLE_FILE} holds the visible tests and is read-only; write your own tests "
+                            "to another file")
+        try:
+            self.workspace.write_file(path, content)
+        except (OSError, ValueError) as exc:
+            raise ToolError(_short(exc)) from None
+        return f"wrote {len(content)} characters to {path}"
+
+    def read_file(self, path: str, quoted: bool = False) -> str:
+        """Read a text file (quoted for the judge)."""
+        content = _clip(self._read(path))
+        return text.quote(content) if quoted else content
+
+    def list_files(self) -> str:
+        """List the workspace's files, one per line."""
+        files = self.workspace.list_files()
+        return "\n".join(files) if files else "(no files)"
+
+    def run_tests(self, file: str = VISIBLE_FILE) -> str:
+        """Run a test module; the visible tests' name always runs the env's own copy of them."""
+        if _names(file, VISIBLE_FILE):
+            try:
+                self.workspace.write_file(VISIBLE_FILE, self.task.visible)  # whatever was done to the file
+            except (OSError, ValueError):
+                raise ToolError(f"{VISIBLE_FILE} in the workspace was replaced by something that is not a regular "
+                                "file, so the visible tests cannot run here") from None
+            source = self.task.visible
+        else:
+            source = self._read(file)
+            if not file.endswith(".py") or not grading.test_names(source):
+                raise ToolError(f"{file!r} is not a Python module with test* functions")
+        report = grading.run_tests(self.workspace, {file: source}, timeout_s=self.tests_timeout_s,
+                                   allow_unsandboxed=self.allow_unsandboxed)[0]
+        return _clip(report.format())
+
+    def run_python(self, code: str, quoted: bool = False) -> str:
+        """Run code in the workspace; its output is quoted for the judge."""
+        result = run_python(code, workspace=self.workspace, timeout_s=self.python_timeout_s,
+                            memory_mb=grading.MEMORY_MB, limits=grading.LIMITS, allow_unsandboxed=self.allow_unsandboxed)
+        half = TOOL_OUTPUT_CHARS // 2
+        return _clip(text.python_result(result.returncode, _clip(result.stdout, half), _clip(result.stderr, half),
+                                        result.reason, quoted))
+
+    # ---- submitting -----------------------------------------------------------------------
+
+    def submit(self) -> Submission:
+        """Freeze the workspace's files and run the visible and the hidden tests, each on a fresh copy.
+
+        Neither run sees what the other wrote, and the hidden tests are never on disk while code
+        runs whose output an agent may see. The env's own test file names are not part of a submission.
+        """
+        files: dict[str, bytes] = {}
+        skipped: list[str] = []
+        for path in self.workspace.list_files():
+            if path in (VISIBLE_FILE, HIDDEN_FILE):
+                continue
+            if len(files) >= MAX_SUBMISSION_FILES:
+                skipped.append(path)
+                continue
+            try:
+                files[path] = self.workspace.read_bytes(path, max_bytes=MAX_FILE_BYTES)
+            except (OSError, ValueError):
+                skipped.append(path)
+        return Submission(files, skipped, self._run_on_copy(files, VISIBLE_FILE, self.task.visible),
+                          self._run_on_copy(files, HIDDEN_FILE, self.task.hidden))
+
+    def _run_on_copy(self, files: dict[str, bytes], test_file: str, tests: str) -> TestReport:
+        with Workspace() as copy:
+            for path, data in files.items():
+                copy.write_file(path, data)
+            copy.write_file(test_file, tests)
+            return grading.run_tests(copy, {test_file: tests}, timeout_s=self.tests_timeout_s,
+                                     allow_unsandboxed=self.allow_unsandboxed)[0]
+
+    def _read(self, path: str) -> str:
+        try:
+            return self.workspace.read_file(path, max_bytes=MAX_FILE_BYTES)
+        except FileNotFoundError:
+            raise ToolError(f"no file {path!r} in the workspace; list_files shows what there is") from None
+        except (OSError, ValueError) as exc:
+            raise ToolError(_short(exc)) from None
+
+
+def _names(path: str, name: str) -> bool:
+    """True when a workspace path names the top-level file ``name`` (``./name`` included)."""
+    return [p for p in PurePosixPath(path).parts if p != "."] == [name]
+
+
+def _is_text(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return b"\0" not in data
+
+
+def _clip(content: str, limit: int = TOOL_OUTPUT_CHARS) -> str:
+    return content if len(content) <= limit else content[:limit] + f"\n…[clipped {len(content) - limit} characters]"
+
+
+def _short(exc: BaseException) -> str:
+    return str(exc)[:300] or type(exc).__name__

@@ -1,0 +1,78 @@
+"""The scripted players: stored-solution solvers and the rules of the rule-based judge."""
+
+from __future__ import annotations
+
+import json
+
+from llm_zoo.envs.agentic_judge import scripted, text
+from llm_zoo.envs.agentic_judge.tasks import load_tasks
+
+STATEMENT = "Write `f(xs)`; it returns the values in any order and raises `ValueError` when empty.\n\n>>> f([1])\n[1]"
+CHECK_OK = "OK 1\nEXAMPLES 1/1"
+
+
+def report(*failures: str) -> str:
+    return "test_solution.py: 1 of 2 tests passed\nPASS test_a\n" + "\n".join(failures)
+
+
+def test_examples_that_fail_decide_fail():
+    verdict, reason = scripted.decide(STATEMENT, report(), "BAD 1: got [], expected [1]\nEXAMPLES 0/1")
+    assert verdict == "FAIL" and "BAD 1" in reason
+    assert scripted.decide(STATEMENT, report(), "IMPORT-ERROR SyntaxError: 'x'")[0] == "FAIL"
+    assert scripted.decide(STATEMENT, report(), None)[0] == "FAIL"
+
+
+def test_free_failures_are_set_aside():
+    helper = "FAIL test_b (line 1): from solution import f, _helper\n  ImportError: \"cannot import name '_helper' from 'solution'\""
+    message = "FAIL test_b (line 9): assert str(exc) == 'empty list'\n  AssertionError\n  left: 'nothing'\n  right: 'empty list'"
+    floats = "FAIL test_b (line 3): assert f([0.1]) == [0.30000000000000004]\n  AssertionError\n  left: [0.3]\n  right: [0.30000000000000004]"
+    order = "FAIL test_b (line 3): assert f([1, 2]) == [2, 1]\n  AssertionError\n  left: [1, 2]\n  right: [2, 1]"
+    for failure in (helper, message, floats, order):
+        verdict, reason = scripted.decide(STATEMENT, report(failure), CHECK_OK)
+        assert verdict == "PASS", (failure, reason)
+        assert "set aside" in reason
+
+
+def test_failures_the_statement_fixes_decide_fail():
+    asked = "FAIL test_b (line 1): from solution import f\n  ImportError: \"cannot import name 'f' from 'solution'\""
+    value = "FAIL test_b (line 3): assert f([1, 2]) == [1, 2, 3]\n  AssertionError\n  left: [1, 2]\n  right: [1, 2, 3]"
+    crash = "FAIL test_b (line 3): assert f([]) == []\n  ZeroDivisionError: 'division by zero' (raised in solution.py line 2)"
+    no_sides = "FAIL test_b (line 3): assert False, 'expected ValueError'\n  AssertionError: 'expected ValueError'"
+    ordered = STATEMENT.replace("in any order", "sorted")
+    for statement, failure in ((STATEMENT, asked), (STATEMENT, value), (STATEMENT, crash), (STATEMENT, no_sides),
+                               (ordered, "FAIL test_b (line 3): assert f([1, 2]) == [2, 1]\n  AssertionError\n"
+                                         "  left: [1, 2]\n  right: [2, 1]")):
+        assert scripted.decide(statement, report(failure), CHECK_OK)[0] == "FAIL", failure
+
+
+def test_read_failures_parses_the_report_format():
+    failures = scripted.read_failures(report(
+        "FAIL test_b (line 3): assert f(1) == 2\n  AssertionError\n  left: 1\n  right: 2\n  stdout: 'x'",
+        "FAIL test_c\n  NoReport"))
+    assert [(f.name, f.error, f.left, f.right) for f in failures] == [("test_b", "AssertionError", "1", "2"),
+                                                                    ("test_c", "NoReport", None, None)]
+
+
+def observation(*messages: tuple[str, str]) -> dict:
+    return {"messages": tuple({"role": r, "content": c} for r, c in messages)}
+
+
+def test_stored_solver_writes_then_submits():
+    task = load_tasks()["mean"]
+    first = observation(("system", "..."), ("user", text.task_message("mean", task.statement, "t.py", "", "s.py")))
+    reply = scripted.StoredSolver("alt_fsum")(first)
+    call = json.loads(reply.split("<tool_call>")[1].split("</tool_call>")[0])
+    assert call == {"name": "write_file", "arguments": {"path": "solution.py", "content": task.solutions["alt_fsum"]}}
+    assert '"run_tests"' in reply
+    later = observation(*first["messages"], ("assistant", reply), ("tool", "wrote"))
+    assert scripted.StoredSolver("alt_fsum")(later) == text.SUBMIT
+    wrong = {scripted.StoredSolver("wrong", seed=s)(first) for s in range(8)}
+    assert len(wrong) == 2  # both wrong solutions of the task get drawn
+    assert scripted.StoredSolver("no_such")(first) == scripted.StoredSolver("reference")(first)
+    assert scripted.StoredSolver()(observation(("user", "no task here"))) == text.SUBMIT
+
+
+def test_players_are_named_factories():
+    assert set(scripted.PLAYERS) == {"reference", "alternative", "wrong", "rule_judge"}
+    assert scripted.PLAYERS["rule_judge"](seed=3).name == "rule_judge"
+    assert scripted.PLAYERS["wrong"](seed=1).name == "stored:wrong"

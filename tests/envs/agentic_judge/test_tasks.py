@@ -1,0 +1,102 @@
+"""The shipped task set: its shape, the file format, and (in the sandbox) that its metadata is true."""
+
+from __future__ import annotations
+
+import pytest
+
+from llm_zoo.envs.agentic_judge import grading
+from llm_zoo.envs.agentic_judge.tasks import SOLUTION_KINDS, kind_of, load_tasks, parse_task
+from llm_zoo.sandbox import sandbox_info
+
+needs_sandbox = pytest.mark.skipif(not sandbox_info().available,
+                                   reason="bubblewrap is not installed (apt-get install bubblewrap); CI installs it")
+
+
+def test_the_set_has_enough_tasks_of_each_kind():
+    tasks = load_tasks()
+    assert len(tasks) >= 40
+    assert sum(bool(t.brittle) for t in tasks.values()) >= 10
+    assert sum(bool(t.weak) for t in tasks.values()) >= 10
+    for task in tasks.values():
+        assert {kind_of(n) for n in task.solutions} == set(SOLUTION_KINDS), task.id
+        assert next(iter(task.solutions)) == "reference"
+        assert task.entry and all(name in task.solutions["reference"] for name in task.entry), task.id
+        assert grading.parse_examples(task.statement), f"{task.id}: no >>> examples in the statement"
+        assert grading.test_names(task.visible) and grading.test_names(task.hidden), task.id
+    kinds = {"brittle": set(), "weak": set()}
+    for task in tasks.values():
+        kinds["brittle"] |= set(task.brittle.values())
+        kinds["weak"] |= set(task.weak.values())
+    assert any("message" in why for why in kinds["brittle"]) and any("helper" in why for why in kinds["brittle"])
+    assert any("float" in why for why in kinds["brittle"]) and any("order" in why for why in kinds["brittle"])
+
+
+@needs_sandbox
+def test_every_stored_solution_is_what_the_metadata_says():
+    """References and alternatives pass the hidden tests, wrong ones fail them; brittle and weak are exact."""
+    problems, checks = grading.validate_tasks(load_tasks().values(), max_workers=4)
+    assert not problems, "\n".join(problems)
+    assert len(checks) == sum(len(t.solutions) for t in load_tasks().values())
+    brittle = [c for c in checks if c.name in load_tasks()[c.task].brittle]
+    weak = [c for c in checks if c.name in load_tasks()[c.task].weak]
+    assert brittle and all(c.hidden.all_passed and not c.visible.all_passed for c in brittle)
+    assert weak and all(c.visible.all_passed and not c.hidden.all_passed for c in weak)
+
+
+GOOD = """@@ meta
+{"entry": "f", "weak": {"wrong_x": "why"}}
+@@ statement
+Write `f`.
+
+>>> f()
+1
+@@ visible
+from solution import f
+
+
+def test_f():
+    assert f() == 1
+@@ hidden
+from solution import f
+
+
+def test_f():
+    assert f() == 1
+@@ solution reference
+def f():
+    return 1
+@@ solution alt_y
+f = lambda: 1
+@@ solution wrong_x
+def f():
+    return 2
+"""
+
+
+def test_parse_task_reads_sections_and_metadata():
+    task = parse_task("t", GOOD)
+    assert task.entry == ("f",) and task.weak == {"wrong_x": "why"} and not task.brittle
+    assert list(task.solutions) == ["reference", "alt_y", "wrong_x"]
+    assert task.correct == ("reference", "alt_y") and task.wrong == ("wrong_x",)
+    assert task.of_kind("alternative") == ("alt_y",)
+    assert task.statement.startswith("Write `f`.")
+
+
+@pytest.mark.parametrize(("edit", "match"), [
+    (lambda s: s.replace("@@ meta\n", "junk\n@@ meta\n"), "start with"),
+    (lambda s: s.replace("@@ hidden", "@@ visible"), "twice"),
+    (lambda s: s.replace('"entry": "f", ', ""), "entry"),
+    (lambda s: s.replace("@@ solution alt_y", "@@ solution other_y"), "solution name"),
+    (lambda s: s.split("@@ solution wrong_x")[0], "at least one"),
+    (lambda s: s.replace('"weak": {"wrong_x"', '"weak": {"alt_y"'), "weak"),
+    (lambda s: s.replace('{"entry"', '{"bogus": 1, "entry"'), "meta must be"),
+    (lambda s: s.replace('"why"}}', '"why"}'), "not JSON"),
+])
+def test_parse_task_names_the_problem(edit, match):
+    with pytest.raises(ValueError, match=match):
+        parse_task("t", edit(GOOD))
+
+
+def test_kind_of_refuses_other_names():
+    with pytest.raises(ValueError, match="reference"):
+        kind_of("solution_1")
