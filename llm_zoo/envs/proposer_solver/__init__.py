@@ -1,0 +1,1 @@
+"""Proposer-solver: one agent proposes verifiable tasks, several solvers attempt them; see :mod:`.env`."""

@@ -1,0 +1,333 @@
+"""The pure rules of proposer-solver: task modes, what makes a task valid, how answers are judged.
+
+A task is a short Python program defining ``f`` plus inputs (or, in ``integer`` mode, a word problem
+plus a program ``f()`` computing its answer). Nothing here runs untrusted code: this module checks a
+program's text (:func:`check_program`), reads argument lists (:func:`read_arguments`), builds the
+harness that runs ``f`` inside the sandbox (:func:`harness`) and reads what it printed
+(:func:`read_harness`). :mod:`llm_zoo.envs.proposer_solver.verify` does the sandbox runs.
+
+Values crossing the sandbox are *canonical JSON*: ``json.dumps(value, sort_keys=True,
+allow_nan=False)`` of a value that survives the round trip unchanged (None, bool, int, float, str,
+lists and dicts with str keys; no tuples, sets, NaN or int-keyed dicts). Two outputs are equal when
+their canonical texts are.
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# ---- static facts ---------------------------------------------------------------------------
+
+
+class Mode(str, enum.Enum):
+    """What the solvers are asked, as in program-reasoning self-play (Absolute Zero, Zhao et al., 2025)."""
+
+    DEDUCTION = "deduction"  # see f and an input, give the output
+    ABDUCTION = "abduction"  # see f and an output, give an input that produces it
+    INDUCTION = "induction"  # see input-output pairs, write f
+    INTEGER = "integer"  # see a word problem, give its integer answer
+
+
+MODES: tuple[str, ...] = tuple(m.value for m in Mode)
+
+ALLOWED_IMPORTS: tuple[str, ...] = (
+    "bisect", "calendar", "collections", "dataclasses", "datetime", "decimal", "fractions", "functools",
+    "heapq", "itertools", "math", "operator", "re", "statistics", "string", "typing",
+)
+"""Top-level modules a program may import: pure computation, nothing that reaches the system."""
+
+FORBIDDEN_NAMES: frozenset[str] = frozenset({
+    "eval", "exec", "compile", "open", "input", "breakpoint", "exit", "quit", "help", "globals", "locals",
+    "vars", "getattr", "setattr", "delattr",
+})
+"""Builtins a program may not name, besides reading any ``__dunder__`` name or attribute; the sandbox is
+the security boundary, these keep tasks to plain computation."""
+
+MAX_PROGRAM_CHARS = 2000
+MAX_ARGUMENTS_CHARS = 200
+MAX_OUTPUT_CHARS = 200
+MAX_MESSAGE_CHARS = 300
+MAX_PROBLEM_CHARS = 1000
+INDUCTION_INPUTS = (4, 8)
+"""An induction task gives between 4 and 8 inputs; half of them (rounded down) are held out."""
+MAX_INTEGER = 10**15
+"""Largest magnitude of an integer-mode answer."""
+
+INVALID_REASONS: dict[str, str] = {
+    "format": "the reply does not follow the task format",
+    "too_long": "the program or an input is longer than allowed",
+    "syntax": "the program is not valid Python",
+    "no_f": "the program does not define a top-level function f",
+    "import": "the program imports a module outside the allowlist",
+    "forbidden": "the program names a forbidden builtin or a dunder name",
+    "error": "the program or f raised an exception",
+    "timeout": "the program ran past the time limit",
+    "memory": "the program ran past the memory limit",
+    "output": "the program printed more than allowed",
+    "processes": "the program started too many processes or threads",
+    "file_size": "the program wrote too large a file",
+    "disk_full": "the program filled its disk",
+    "crashed": "the interpreter crashed",
+    "killed": "the program was killed by a signal",
+    "not_json": "f returned a value that is not JSON data",
+    "output_too_long": f"an output is longer than {MAX_OUTPUT_CHARS} characters as JSON",
+    "not_integer": "in integer mode f() must return an int",
+    "nondeterministic": "two runs gave different outputs",
+    "duplicate_inputs": "the inputs are not all different",
+}
+"""Reason code -> what it means; ``infos["proposer"]["invalid_reason"]`` holds one of the codes."""
+
+
+def learnability(pass_rate: float) -> float:
+    """Return ``4 p (1 - p)``: 1 when half the solvers succeed, 0 when none or all do."""
+    return 4.0 * pass_rate * (1.0 - pass_rate)
+
+
+def azr_reward(pass_rate: float) -> float:
+    """Return Absolute Zero's proposer reward: ``1 - p`` for 0 < p < 1, else 0."""
+    return 1.0 - pass_rate if 0.0 < pass_rate < 1.0 else 0.0
+
+
+REWARD_FORMULAS: dict[str, Callable[[float], float]] = {"learnability": learnability, "azr": azr_reward}
+"""Name -> proposer reward as a function of the solvers' pass rate (``proposer_reward=`` option)."""
+
+
+class TaskInvalid(Exception):  # noqa: N818 - names the situation, as core's InvalidReply does
+    """A task (or a solver's program) broke a rule; ``code`` is a key of :data:`INVALID_REASONS`."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        assert code in INVALID_REASONS, code
+        super().__init__(f"{code}: {detail}")
+        self.code = code
+        self.detail = detail
+
+
+# ---- tasks ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A proposer's reply as parsed: the program and its inputs (canonical argument sources)."""
+
+    mode: Mode
+    program: str
+    inputs: tuple[str, ...] = ()
+    message: str = ""  # induction: an optional hint shown to the solvers
+    problem: str = ""  # integer: the word problem
+
+
+@dataclass(frozen=True)
+class Task:
+    """A validated task: a proposal, the output of ``f`` on each input, and the held-out inputs."""
+
+    proposal: Proposal
+    outputs: tuple[str, ...]  # canonical JSON, one per input (integer mode: one, of f())
+    held_out: tuple[int, ...] = ()  # induction: indices of inputs the solvers do not see
+
+    @property
+    def mode(self) -> Mode:
+        return self.proposal.mode
+
+    @property
+    def shown(self) -> tuple[int, ...]:
+        """Indices of the inputs whose pairs the solvers see."""
+        return tuple(i for i in range(len(self.proposal.inputs)) if i not in self.held_out)
+
+    def problem_id(self, seed: int | None) -> str:
+        """Return ``"<seed>/<hash>"``: the key that groups the solvers of one problem."""
+        data = json.dumps([self.mode.value, self.proposal.program, self.proposal.inputs, self.proposal.message,
+                           self.proposal.problem, self.outputs, self.held_out])
+        return f"{seed}/{hashlib.sha256(data.encode()).hexdigest()[:12]}"
+
+    def to_info(self) -> dict[str, Any]:
+        """Return the task as JSON-friendly data, for ``infos``."""
+        p = self.proposal
+        return {"mode": p.mode.value, "program": p.program, "inputs": list(p.inputs), "outputs": list(self.outputs),
+                "held_out": list(self.held_out), "message": p.message, "problem": p.problem}
+
+
+def held_out_count(num_inputs: int) -> int:
+    """Return how many of an induction task's inputs are held out: half, rounded down."""
+    return num_inputs // 2
+
+
+# ---- reading programs and values ------------------------------------------------------------
+
+
+def check_program(source: str, allowed_imports: Sequence[str] = ALLOWED_IMPORTS) -> None:
+    """Check a program's text: size, syntax, a top-level ``f``, imports and names.
+
+    Raises:
+        TaskInvalid: with code ``too_long``, ``syntax``, ``no_f``, ``import`` or ``forbidden``.
+    """
+    if len(source) > MAX_PROGRAM_CHARS:
+        raise TaskInvalid("too_long", f"the program has {len(source)} characters; at most {MAX_PROGRAM_CHARS}")
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        where = f" (line {exc.lineno})" if isinstance(exc, SyntaxError) and exc.lineno else ""
+        raise TaskInvalid("syntax", f"{type(exc).__name__}: {getattr(exc, 'msg', exc)}{where}") from None
+    if not any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "f" for node in tree.body):
+        raise TaskInvalid("no_f", "define f at the top level: def f(...):")
+    allowed = set(allowed_imports)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            modules = ["." if node.level else (node.module or "")]
+        else:
+            modules = []
+        for module in modules:
+            if module.split(".")[0] not in allowed:
+                raise TaskInvalid("import", f"import of {module!r}; allowed modules: {', '.join(sorted(allowed))}")
+        # builtins are barred by name (re.compile and os.open are attributes, not the builtins);
+        # dunders are barred where they are read (x.__class__), not where they are defined (def __init__)
+        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+        if name is not None and ((isinstance(node, ast.Name) and name in FORBIDDEN_NAMES) or _is_dunder(name)):
+            raise TaskInvalid("forbidden", f"the name {name!r} is not allowed")
+
+
+def _is_dunder(name: str) -> bool:
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
+
+
+def read_arguments(text: str) -> str:
+    """Read ``f``'s arguments written as in a call (``[3, 1], 2``) and return their canonical source.
+
+    Every argument must be a Python literal; no keywords or ``*``. Raises ``ValueError`` saying what
+    is wrong.
+    """
+    text = text.strip()
+    if len(text) > MAX_ARGUMENTS_CHARS:
+        raise ValueError(f"the arguments have {len(text)} characters; at most {MAX_ARGUMENTS_CHARS}")
+    try:
+        call = ast.parse(f"f({text})", mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        raise ValueError(f"cannot read {text[:80]!r} as arguments of a call f(...)") from None
+    if not isinstance(call, ast.Call) or call.keywords or any(isinstance(a, ast.Starred) for a in call.args):
+        raise ValueError(f"write the arguments as plain literals without names or *, e.g. [3, 1], 2; got {text[:80]!r}")
+    for arg in call.args:
+        try:
+            ast.literal_eval(arg)
+        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+            raise ValueError(f"{ast.unparse(arg)[:80]!r} is not a Python literal (numbers, strings, lists, "
+                             "tuples, dicts, sets, True/False/None)") from None
+    return ", ".join(ast.unparse(arg) for arg in call.args)
+
+
+def read_value(text: str) -> Any:
+    """Read one value written as a Python literal or as JSON (``true``, ``null``); ``ValueError`` if neither."""
+    text = text.strip().strip("`").strip()
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+        pass
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        raise ValueError(f"cannot read {text[:80]!r} as a Python literal or JSON value") from None
+
+
+def canonical(value: Any) -> str | None:
+    """Return the canonical JSON text of ``value``, or None if it is not JSON data.
+
+    Tuples count as lists here (a solver may write ``(1, 2)`` for ``[1, 2]``); ``f``'s own outputs
+    are held to the exact round trip inside the sandbox.
+    """
+    try:
+        return json.dumps(value, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+def show(canonical_json: str) -> str:
+    """Return a canonical JSON value written as a Python literal, as solvers are shown it."""
+    return repr(json.loads(canonical_json))
+
+
+# ---- the sandbox harness ----------------------------------------------------------------------
+
+RESULT_MARK = "\n@@llm_zoo_proposer_solver@@"
+"""Printed before the harness's JSON result line; the last mark in stdout counts."""
+
+_HARNESS = '''
+
+def _llm_zoo_main(calls):
+    import builtins as b
+    import json
+    results = []
+    for args in calls:
+        try:
+            value = f(*args)
+        except b.BaseException as exc:
+            results.append(["error", b.type(exc).__name__ + ": " + b.str(exc)[:200]])
+            continue
+        try:
+            text = json.dumps(value, sort_keys=True, allow_nan=False)
+            exact = json.loads(text) == value and b.type(json.loads(text)) is b.type(value)
+        except b.BaseException as exc:
+            results.append(["not_json", b.type(exc).__name__ + ": " + b.str(exc)[:200]])
+            continue
+        results.append(["ok", text] if exact else ["not_json", b.type(value).__name__])
+    b.print({mark!r} + json.dumps(results), flush=True)
+
+
+_llm_zoo_main([{calls}])
+'''
+
+
+def harness(program: str, arguments: Sequence[str]) -> str:
+    """Return a program that runs ``program``, calls ``f`` on each argument list, and prints the results.
+
+    ``arguments`` are canonical sources from :func:`read_arguments` (literals only, so nothing but
+    ``program`` itself runs code). The printed line is read back by :func:`read_harness`.
+    """
+    calls = ", ".join(f"({a},)" if a else "()" for a in arguments)
+    return program + _HARNESS.replace("{mark!r}", repr(RESULT_MARK.strip("\n"))).replace("{calls}", calls)
+
+
+def read_harness(stdout: str, expected: int) -> list[tuple[str, str]]:
+    """Return the ``(status, text)`` of each call from a harness's stdout; ``ValueError`` if there are none.
+
+    ``status`` is ``"ok"`` (``text`` is canonical JSON), ``"error"`` or ``"not_json"`` (``text`` says why).
+    """
+    mark = RESULT_MARK.strip("\n")
+    _, found, tail = stdout.rpartition(mark)
+    if not found:
+        raise ValueError("the program printed no result")
+    try:
+        results = json.loads(tail.splitlines()[0] if tail else "")
+    except (ValueError, IndexError):
+        raise ValueError("the program's result line is damaged") from None
+    if (not isinstance(results, list) or len(results) != expected
+            or not all(isinstance(r, list) and len(r) == 2 and all(isinstance(x, str) for x in r) for r in results)):
+        raise ValueError("the program's result line is damaged")
+    return [(status, text) for status, text in results]
+
+
+def check_outputs(results: Sequence[tuple[str, str]], mode: Mode) -> tuple[str, ...]:
+    """Return the canonical outputs of a proposal's calls, or raise :class:`TaskInvalid` naming the first problem."""
+    outputs = []
+    for i, (status, text) in enumerate(results):
+        where = "f()" if mode is Mode.INTEGER else f"input {i + 1}"
+        if status == "error":
+            raise TaskInvalid("memory" if text.startswith("MemoryError") else "error", f"{where}: f raised {text}")
+        if status == "not_json":
+            raise TaskInvalid("not_json", f"{where}: f returned {text}; return None, bool, int, float, str, "
+                                          "or lists and dicts (str keys) of them")
+        if len(text) > MAX_OUTPUT_CHARS:
+            raise TaskInvalid("output_too_long", f"{where}: the output has {len(text)} characters as JSON; "
+                                                 f"at most {MAX_OUTPUT_CHARS}")
+        if mode is Mode.INTEGER:
+            value = json.loads(text)
+            if not isinstance(value, int) or isinstance(value, bool) or abs(value) > MAX_INTEGER:
+                raise TaskInvalid("not_integer", f"f() returned {text[:40]}; return an int of at most "
+                                                 f"{MAX_INTEGER:.0e} in magnitude")
+        outputs.append(text)
+    return tuple(outputs)

@@ -1,0 +1,129 @@
+"""proposer_solver rules: the reward formulas, static program checks, argument reading, the harness format."""
+
+from __future__ import annotations
+
+import pytest
+
+from llm_zoo.envs.proposer_solver.rules import (
+    INVALID_REASONS,
+    Mode,
+    Proposal,
+    Task,
+    TaskInvalid,
+    azr_reward,
+    canonical,
+    check_outputs,
+    check_program,
+    harness,
+    held_out_count,
+    learnability,
+    read_arguments,
+    read_harness,
+    read_value,
+)
+
+
+@pytest.mark.parametrize(("correct", "expected"), [(0, 0.0), (1, 0.75), (2, 1.0), (3, 0.75), (4, 0.0)])
+def test_learnability_of_k_right_out_of_four(correct, expected):
+    assert learnability(correct / 4) == pytest.approx(expected)
+
+
+def test_azr_reward_is_zero_at_the_ends():
+    assert [azr_reward(k / 4) for k in range(5)] == [0.0, 0.75, 0.5, 0.25, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("source", "code"),
+    [
+        ("def f(x)\n    return x", "syntax"),
+        ("def g(x):\n    return x", "no_f"),
+        ("class f:\n    pass", "no_f"),
+        ("import os\ndef f(x):\n    return x", "import"),
+        ("from os import path\ndef f(x):\n    return x", "import"),
+        ("from . import x\ndef f(x):\n    return x", "import"),
+        ("import socket, math\ndef f(x):\n    return x", "import"),
+        ("def f(x):\n    return eval('1')", "forbidden"),
+        ("def f(x):\n    return open('a').read()", "forbidden"),
+        ("def f(x):\n    return __import__('os').getcwd()", "forbidden"),
+        ("def f(x):\n    return ().__class__.__bases__", "forbidden"),
+        ("def f(x):\n    return getattr(x, 'real')", "forbidden"),
+        ("def f(x):\n    return x" + " " * 3000, "too_long"),
+    ],
+)
+def test_check_program_names_the_broken_rule(source, code):
+    with pytest.raises(TaskInvalid) as info:
+        check_program(source)
+    assert info.value.code == code and info.value.code in INVALID_REASONS
+
+
+def test_check_program_accepts_allowed_imports_and_a_custom_allowlist():
+    check_program("import math\nfrom collections import Counter\ndef f(x):\n    return math.gcd(x, 4)")
+    check_program("import re\ndef f(s):\n    return re.compile('a+').findall(s)")  # compile as an attribute
+    check_program("class Node:\n    def __init__(self, v):\n        self.v = v\ndef f(x):\n    return Node(x).v")
+    with pytest.raises(TaskInvalid, match="__init__"):
+        check_program("class A(int):\n    def __init__(self):\n        super().__init__()\ndef f(x):\n    return x")
+    with pytest.raises(TaskInvalid, match="import"):
+        check_program("import math\ndef f(x):\n    return x", allowed_imports=("re",))
+    check_program("import os\ndef f(x):\n    return x", allowed_imports=("os",))
+
+
+@pytest.mark.parametrize(
+    ("text", "canonical_source"),
+    [("[3, 1, 2], 2", "[3, 1, 2], 2"), ("  'ab'  ", "'ab'"), ("", ""), ("{'a': (1, 2)}", "{'a': (1, 2)}"),
+     ("-5", "-5"), ("None, True", "None, True"), ("{1,2}", "{1, 2}")],
+)
+def test_read_arguments_canonicalises_literals(text, canonical_source):
+    assert read_arguments(text) == canonical_source
+
+
+@pytest.mark.parametrize("text", ["x", "1, y=2", "*[1]", "[1] * 3", "__import__('os')", "1)", "(", "len([])",
+                                  "1" * 300])
+def test_read_arguments_rejects_non_literals(text):
+    with pytest.raises(ValueError):
+        read_arguments(text)
+
+
+def test_read_value_takes_python_or_json_and_canonical_rejects_non_json():
+    assert read_value("[1, 'a', None]") == [1, "a", None]
+    assert read_value("[true, null]") == [True, None]
+    assert read_value("`3`") == 3
+    with pytest.raises(ValueError):
+        read_value("f(3)")
+    assert canonical((1, 2)) == canonical([1, 2]) == "[1, 2]"
+    assert canonical({"b": 1, "a": 2}) == '{"a": 2, "b": 1}'
+    assert canonical({1, 2}) is None and canonical(float("nan")) is None
+
+
+def test_harness_output_is_read_back_and_damage_is_detected():
+    code = harness("def f(x):\n    return x", ["1", "'a'"])
+    assert code.startswith("def f(x):") and "(1,), ('a',)" in code
+    stdout = 'noise\n@@llm_zoo_proposer_solver@@[["ok", "1"], ["error", "ValueError: x"]]\n'
+    assert read_harness(stdout, 2) == [("ok", "1"), ("error", "ValueError: x")]
+    for bad in ["", "@@llm_zoo_proposer_solver@@[1, 2", '@@llm_zoo_proposer_solver@@[["ok", "1"]]']:
+        with pytest.raises(ValueError):
+            read_harness(bad, 2)
+
+
+@pytest.mark.parametrize(
+    ("results", "mode", "code"),
+    [([("error", "ZeroDivisionError: x")], Mode.DEDUCTION, "error"),
+     ([("error", "MemoryError: ")], Mode.DEDUCTION, "memory"),
+     ([("not_json", "tuple")], Mode.DEDUCTION, "not_json"),
+     ([("ok", '"' + "y" * 300 + '"')], Mode.DEDUCTION, "output_too_long"),
+     ([("ok", "true")], Mode.INTEGER, "not_integer"),
+     ([("ok", "1.5")], Mode.INTEGER, "not_integer"),
+     ([("ok", str(10**16))], Mode.INTEGER, "not_integer")],
+)
+def test_check_outputs_names_the_problem(results, mode, code):
+    with pytest.raises(TaskInvalid) as info:
+        check_outputs(results, mode)
+    assert info.value.code == code
+
+
+def test_task_ids_and_held_out_split():
+    proposal = Proposal(Mode.INDUCTION, "def f(x):\n    return x", ("1", "2", "3", "4", "5"))
+    task = Task(proposal, ("1", "2", "3", "4", "5"), held_out=(1, 3))
+    assert task.shown == (0, 2, 4) and held_out_count(5) == 2 and held_out_count(8) == 4
+    assert task.problem_id(7).startswith("7/") and task.problem_id(7) == Task(proposal, task.outputs, (1, 3)).problem_id(7)
+    assert task.problem_id(7) != Task(proposal, task.outputs, (0, 3)).problem_id(7)
+    assert task.to_info()["held_out"] == [1, 3]
