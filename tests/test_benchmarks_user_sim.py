@@ -1,0 +1,37 @@
+"""Smoke test of benchmarks/user_sim_success.py at its smallest setting: it runs and ends with its JSON line."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "user_sim_success.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("user_sim_success", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_quick_run_prints_the_tables_and_ends_with_the_json_line(capsys):
+    figures = _load().main(["--quick", "--assistant", "scripted"])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(out[-1]) == figures
+    assert figures["scripted_success"] == 1.0 and figures["assistant_success"] == 1.0
+    assert 0.0 <= figures["random_success"] < 0.5
+    assert figures["episodes"] == figures["scenarios"] >= 30 and figures["seeds"] == 1
+    assert figures["scripted_tool_calls"] > 0 and figures["random_tool_calls"] > 0
+    assert any(line.startswith("random_tools") for line in out)
+    assert any(line.startswith("no change") for line in out)
+
+
+def test_bad_setting_is_refused():
+    with pytest.raises(SystemExit):
+        _load().main(["--seeds", "0"])
