@@ -20,6 +20,9 @@ __version__ = "0.1.0"
 # versioned module name -> module path; the single list the registry, the CLI and the docs read
 ENVS: dict[str, str] = {
     "kuhn_poker_v0": "llm_zoo.kuhn_poker_v0",
+    "agentic_judge_v0": "llm_zoo.agentic_judge_v0",
+    "proposer_solver_v0": "llm_zoo.proposer_solver_v0",
+    "user_sim_v0": "llm_zoo.user_sim_v0",
 }
 
 __all__ = ["ENVS", "Episode", "kuhn_poker_v0", "make_env", "register"]
