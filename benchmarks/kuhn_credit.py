@@ -72,6 +72,7 @@ def plot(results: list[dict[str, object]], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict[str, object]:
+    started = time.perf_counter()  # the JSON line's wall-clock "seconds"
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny budget, one seed")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per method (default 3)")
@@ -117,6 +118,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     print(f"\nplot: {figure}")
     (out / "results.json").write_text(json.dumps(results))
     line = {**summary, "episodes": results[0]["episodes"], "seeds": args.seeds}
+    line["seconds"] = round(time.perf_counter() - started, 2)
     print(json.dumps(line))
     return line
 

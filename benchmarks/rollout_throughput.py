@@ -224,6 +224,7 @@ def figures_of(small: Result, large: Result, setting: Setting, args: argparse.Na
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the benchmark, print the tables and the JSON line, and return the JSON's figures."""
+    started = time.perf_counter()  # the JSON line's wall-clock "seconds"
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1 round of 64 and 4 episodes (the test's setting)")
     parser.add_argument("--setting", choices=("both", "trainer", "long"), default="both",
@@ -288,6 +289,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             figures[setting.name] = figures_of(small, large, setting, args)
         else:
             figures = figures_of(small, large, setting, args)
+    figures["seconds"] = round(time.perf_counter() - started, 2)
     print(json.dumps(figures))
     return figures
 

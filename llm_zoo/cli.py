@@ -143,6 +143,14 @@ def build_parser() -> argparse.ArgumentParser:
     from llm_zoo.serve import add_parser as add_serve
 
     add_serve(sub)
+
+    from llm_zoo.crossplay import add_parser as add_crossplay
+
+    add_crossplay(sub)
+
+    from llm_zoo.bench import add_parser as add_bench
+
+    add_bench(sub)
     return parser
 
 

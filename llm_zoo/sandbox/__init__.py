@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from ._bwrap import SandboxInfo, SandboxUnavailable, reset_probe, sandbox_info
 from .pool import SandboxPool, run_many
-from .runner import PYTEST_MODULES, Limits, SandboxResult, run_command, run_pytest, run_python
+from .runner import PYTEST_MODULES, Limits, SandboxResult, run_command, run_pytest, run_python, runs_started
 from .workspace import Workspace
 
 __all__ = [
@@ -63,5 +63,6 @@ __all__ = [
     "run_many",
     "run_pytest",
     "run_python",
+    "runs_started",
     "sandbox_info",
 ]

@@ -42,6 +42,8 @@ _IDLE_POLL_S = 0.05
 """How often to look whether the program exited while its pipes stay open (unsandboxed leftovers)."""
 _DRAIN_AFTER_KILL_S = 5.0
 _CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGILL, signal.SIGFPE})
+_RUNS_LOCK = threading.Lock()
+_runs_started = 0  # programs started by this process, read by runs_started(); a cost the trainer logs
 # The last stderr line of a Python program that died of an uncaught exception, mapped to the limit
 # behind it. Python ignores SIGXFSZ, so the file size limit shows up as EFBIG (errno 27).
 _EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(: |$)")
@@ -118,6 +120,17 @@ class SandboxResult:
     def ok(self) -> bool:
         """True when the program exited 0 and no limit stopped it."""
         return self.returncode == 0 and self.reason is None
+
+
+def runs_started() -> int:
+    """Return how many programs this process has started in a sandbox (or unsandboxed) so far.
+
+    Every `run_python`, `run_command` and `run_pytest` call that gets as far as starting its
+    program counts once, whatever its outcome (a timeout or a crash counts); calls refused before
+    the start (bad arguments, no sandbox) do not. Pool threads count into the same total. Read it
+    before and after a piece of work to get that work's sandbox runs.
+    """
+    return _runs_started
 
 
 def run_python(
@@ -501,6 +514,9 @@ def _execute(
         for fd in child_fds:
             _close(fd)
         child_fds.clear()
+    global _runs_started
+    with _RUNS_LOCK:  # pool threads start runs concurrently
+        _runs_started += 1
     assert proc.stdin and proc.stdout and proc.stderr
     out, err, report = bytearray(), bytearray(), bytearray()
     out_fd, err_fd, in_fd = proc.stdout.fileno(), proc.stderr.fileno(), proc.stdin.fileno()

@@ -524,6 +524,7 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
 
     for step in range(start, config.steps):
         t0 = time.perf_counter()
+        sandbox_before = _sandbox_runs()
         active = _active_learners(step, config, learn, roles, policy_of) - scripted
         for learner in learners.values():
             for group in learner.optimizer.param_groups:
@@ -605,7 +606,7 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
         metrics.update(_rollout_metrics(episodes, roles, config))
         metrics.update({"charts/episodes": totals["episodes"], "charts/lr": config.lr * learning_rate_factor(step, config),
                         "perf/rollout_s": t_rollout, "perf/update_s": t_update,
-                        "perf/step_s": time.perf_counter() - t0})
+                        "perf/step_s": time.perf_counter() - t0, "perf/sandbox_runs": _sandbox_runs() - sandbox_before})
         if evaluate and ((config.eval_every and done % config.eval_every == 0) or done == config.steps):
             final_eval = evaluate(seated, env_kwargs=config.env_kwargs)
             metrics.update({f"eval/{k}": v for k, v in final_eval.items() if isinstance(v, (int, float))})
@@ -692,6 +693,13 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig) -> di
     model.eval()
     sums["tokens"] = float(n_tokens)
     return sums
+
+
+def _sandbox_runs() -> int:
+    """Return how many sandboxed programs this process has started (0 when the sandbox was never imported)."""
+    sandbox = sys.modules.get("llm_zoo.sandbox")
+    counter = getattr(sandbox, "runs_started", None)
+    return int(counter()) if callable(counter) else 0
 
 
 def _active_learners(step: int, config: TrainConfig, learn: set[str], roles: Mapping[str, str],

@@ -1,0 +1,389 @@
+"""Kuhn poker headline: every system on the same machine in one run, scored by one exact exploitability.
+
+One row per system, all on two-player Kuhn poker (``kuhn_poker_v0``), every strategy read into
+llm_zoo's tabular form and scored by :func:`llm_zoo.envs.kuhn_poker.theory.exploitability`:
+
+* uniform random (the floor);
+* CFR and CFR+ through OpenSpiel (:mod:`llm_zoo.trainers.baselines.cfr`) after 10, 100 and 1000
+  iterations, with the wall-clock of those iterations; deterministic, so one run each;
+* sb3-contrib MaskablePPO in self-play on the discrete view (:mod:`llm_zoo.trainers.baselines.ppo`),
+  given as many learner decisions as the LLM runs get episodes; two rows: the final network, and
+  the reach-weighted average of its strategies after each round (what CFR reports);
+* the LLM trainer (:mod:`llm_zoo.trainers.grpo`, the built-in tiny model, self-play) with RAE, with
+  GRPO and a baseline shared by both seats, without a baseline, and with one policy per seat: each
+  run is :func:`kuhn_credit.run`, the credit-assignment benchmark's own runner, on the main job's
+  config (``kuhn_poker_v0.TRAIN_DEFAULTS`` over the trainer's defaults, read at run time).
+
+Columns: final exploitability (mean ± half the range over seeds), episodes played (hands; CFR
+counts full-tree iterations, ``it``, instead), wall-clock of the whole run, exact payoff against the
+Nash equilibrium (both seats averaged), the cost to reach exploitability 0.1 and 0.05 (episodes or
+iterations, and seconds, to the first evaluation at or below the threshold; "not reached" when no
+seed got there; "k/n seeds" when only some did, averaged over those), and tokens (prompt +
+generated). Cost seconds count training only: the trainer's ``perf/step_s``, PPO's ``learn`` calls,
+CFR's iterations (iterations x seconds per iteration of its 1000-iteration run); evaluation is left
+out. The LLM trainer evaluates every ``eval_every`` steps, so its costs are resolved to that grid.
+
+It prints the table (Markdown), writes it with its notes to ``OUT/kuhn_headline.md`` and draws
+exploitability against training seconds for every system into ``OUT/kuhn_headline.png``; the last
+line is a JSON object: ``rows`` (per system: ``exploitability``, ``spread``, ``episodes``,
+``iterations``, ``seconds``, ``payoff_vs_nash``, ``to_0.1`` and ``to_0.05`` as ``{"episodes",
+"seconds", "seeds"}`` or null, ``prompt_tokens``, ``generated_tokens``), ``seeds``, ``budget`` and
+``seconds``.
+
+    python benchmarks/kuhn_headline.py            # the main job's budget, 3 seeds: about 40 min on 2 busy CPU cores
+    python benchmarks/kuhn_headline.py --quick    # tiny budgets, 1 seed: about 15 s
+
+The full run's time is almost all LLM training: 4 methods x 3 seeds x the main job's budget. With
+200 steps of 64 episodes (the config at the time of writing) one RAE run took 190 s on a 2-core CPU
+shared with other jobs, so about 40 min in all; CFR (about 3 s), MaskablePPO (about 10 s a seed)
+and random add well under a minute. After each LLM run the script prints an estimate of the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+THRESHOLDS = (0.1, 0.05)
+"""Exploitability levels whose cost (episodes and seconds to reach) the table reports."""
+CFR_ITERATIONS = (10, 100, 1000)
+"""Iteration counts of the CFR and CFR+ rows."""
+CFR_GRID = (*range(1, 21), *range(25, 101, 5), *range(110, 1001, 10))
+"""Iteration counts at which a second CFR run is scored, to find when it first reaches each threshold."""
+LLM_METHODS = {
+    "rae": "LLM trainer, RAE",
+    "grpo_shared": "LLM trainer, GRPO (shared baseline)",
+    "no_baseline": "LLM trainer, no baseline",
+    "per_seat": "LLM trainer, per-seat policies (RAE)",
+}
+"""kuhn_credit's method -> row label."""
+QUICK_BUDGET: dict[str, Any] = {"steps": 2, "episodes_per_step": 8, "rollout_batch_size": 8, "eval_every": 1,
+                                "model_hidden_size": 32}
+"""Trainer overrides of ``--quick`` (a smoke run; PPO then gets its smallest round, 512 decisions)."""
+
+
+@dataclass
+class Run:
+    """One training run of one system: its final score and its curve of (episodes, seconds, exploitability)."""
+
+    exploitability: float
+    payoff_vs_nash: float
+    episodes: float
+    seconds: float
+    curve: list[tuple[float, float, float]] | None
+    """None when the system's progress was not tracked; episodes here are iterations for CFR."""
+    prompt_tokens: float | None = None
+    generated_tokens: float | None = None
+
+
+@dataclass
+class Row:
+    """A row of the table: one system, its runs over seeds."""
+
+    key: str
+    label: str
+    runs: list[Run] = field(default_factory=list)
+    unit: str = "episodes"
+    """episodes, or iterations for CFR."""
+    cap: float | None = None
+    """Only count a threshold reached within this many iterations (the CFR rows share one run)."""
+
+
+def _credit() -> Any:
+    """Load benchmarks/kuhn_credit.py, whose ``run`` trains one LLM method with one seed."""
+    spec = importlib.util.spec_from_file_location("kuhn_credit", Path(__file__).with_name("kuhn_credit.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def first_reach(curve: list[tuple[float, float, float]], threshold: float,
+                cap: float | None = None) -> tuple[float, float] | None:
+    """Return (episodes, seconds) at the first point at or below ``threshold`` (within ``cap``), or None."""
+    for episodes, seconds, exploitability in curve:
+        if cap is not None and episodes > cap:
+            break
+        if exploitability <= threshold:
+            return episodes, seconds
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------
+# The systems
+# ---------------------------------------------------------------------------------------------------
+
+
+def random_row() -> Row:
+    """Uniform random: half and half at every info set; no training."""
+    from llm_zoo.envs.kuhn_poker import theory
+    from llm_zoo.envs.kuhn_poker.evaluate import score_strategy
+
+    score = score_strategy(theory.uniform_policy())
+    run = Run(score["exploitability"], score["payoff_vs_nash"], 0, 0.0, [(0, 0.0, score["exploitability"])])
+    return Row("random", "uniform random", [run])
+
+
+def cfr_rows() -> list[Row]:
+    """CFR and CFR+ after each of CFR_ITERATIONS; threshold costs from a second run scored on CFR_GRID.
+
+    The seconds to a threshold are its iterations times the seconds per iteration of the
+    1000-iteration run (each iteration walks the whole tree: a fixed cost).
+    """
+    from llm_zoo.envs.kuhn_poker.evaluate import score_strategy
+    from llm_zoo.trainers.baselines import cfr
+
+    rows = []
+    for solver, name in (("cfr", "CFR"), ("cfr+", "CFR+")):
+        results = cfr.solve(solver, list(CFR_ITERATIONS))
+        # Scoring at every grid point costs more than the iterations themselves, so the grid run's clock
+        # is not used: a CFR iteration is one full tree walk, a fixed cost, read from the longest clean run.
+        per_iteration = results[-1].seconds / results[-1].iterations
+        curve = [(r.iterations, r.iterations * per_iteration, r.exploitability)
+                 for r in cfr.solve(solver, list(CFR_GRID))]
+        for result in results:
+            run = Run(result.exploitability, score_strategy(result.policy)["payoff_vs_nash"], result.iterations,
+                      result.seconds, curve)
+            rows.append(Row(f"{solver}_{result.iterations}", f"{name}, {result.iterations} iterations", [run],
+                            unit="iterations", cap=result.iterations))
+    return rows
+
+
+def ppo_rows(timesteps: int, seeds: int) -> list[Row]:
+    """MaskablePPO self-play, ``timesteps`` learner decisions per seed: the final network and the average."""
+    from llm_zoo.envs.kuhn_poker.evaluate import score_strategy
+    from llm_zoo.trainers.baselines import ppo
+
+    final = Row("maskable_ppo", "MaskablePPO self-play, final network")
+    average = Row("maskable_ppo_average", "MaskablePPO self-play, average of rounds")
+    for seed in range(seeds):
+        start = time.perf_counter()
+        result = ppo.train_maskable_ppo(timesteps, seed=seed)
+        seconds = time.perf_counter() - start
+        curve = [(h["episodes"], h["seconds"], h["exploitability"]) for h in result.history]
+        final.runs.append(Run(result.exploitability, score_strategy(result.policy)["payoff_vs_nash"],
+                              result.episodes, seconds, curve))
+        average.runs.append(Run(result.average_exploitability,
+                                score_strategy(result.average_policy)["payoff_vs_nash"], result.episodes, seconds,
+                                None))
+        print(f"  maskable_ppo seed {seed}: exploitability {result.exploitability:.4f} "
+              f"(average {result.average_exploitability:.4f}) in {seconds:.0f}s", file=sys.stderr, flush=True)
+    return [final, average]
+
+
+def llm_rows(budget: dict[str, Any], seeds: int, out: Path) -> list[Row]:
+    """The LLM trainer with each of LLM_METHODS, through kuhn_credit.run; costs read from each run's metrics."""
+    from llm_zoo.trainers.logging import read_metrics
+
+    credit = _credit()
+    rows = []
+    done, total, started = 0, len(LLM_METHODS) * seeds, time.perf_counter()
+    for method, label in LLM_METHODS.items():
+        row = Row(f"llm_{method}", label)
+        for seed in range(seeds):
+            result = credit.run(method, seed, budget, out)
+            metrics = read_metrics(out / f"{method}-seed{seed}")
+            curve, elapsed = [], 0.0
+            for m in metrics:
+                elapsed += m.get("perf/step_s", 0.0)
+                if "eval/exploitability" in m:
+                    curve.append((m["charts/episodes"], elapsed, m["eval/exploitability"]))
+            row.runs.append(Run(result["final"], result["payoff_vs_nash"], result["episodes"], result["seconds"],
+                                curve, sum(m.get("perf/prompt_tokens", 0.0) for m in metrics),
+                                sum(m.get("perf/completion_tokens", 0.0) for m in metrics)))
+            done += 1
+            left = (time.perf_counter() - started) / done * (total - done)
+            print(f"  {method} seed {seed}: exploitability {result['final']:.4f} in {result['seconds']:.0f}s"
+                  f" ({done}/{total} LLM runs; about {left / 60:.0f} min left)", file=sys.stderr, flush=True)
+        rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------
+# The table, the plot, the JSON
+# ---------------------------------------------------------------------------------------------------
+
+
+def _seconds(x: float) -> str:
+    return f"{x:.2g} s" if x < 1 else f"{x:.3g} s" if x < 100 else f"{x:,.0f} s"
+
+
+def _count(x: float, unit: str) -> str:
+    return f"{x:,.0f} it" if unit == "iterations" else f"{x:,.0f}"
+
+
+def _tokens(x: float) -> str:
+    return f"{x / 1e6:.2f}M" if x >= 1e6 else f"{x / 1e3:.1f}k" if x >= 1e3 else f"{x:.0f}"
+
+
+def reach(row: Row, threshold: float) -> dict[str, float] | None:
+    """Mean (episodes, seconds) to the threshold over the seeds that reached it, and how many did; None if none."""
+    hits = [first_reach(r.curve, threshold, row.cap) for r in row.runs if r.curve is not None]
+    hits = [h for h in hits if h is not None]
+    if not hits:
+        return None
+    return {"episodes": statistics.mean(h[0] for h in hits), "seconds": statistics.mean(h[1] for h in hits),
+            "seeds": len(hits)}
+
+
+def figures(row: Row) -> dict[str, Any]:
+    """The row's numbers, as the JSON line holds them."""
+    finals = [r.exploitability for r in row.runs]
+    mean = statistics.mean
+    out: dict[str, Any] = {
+        "label": row.label, "seeds": len(row.runs), "exploitability": mean(finals),
+        "spread": (max(finals) - min(finals)) / 2,
+        "episodes": None if row.unit == "iterations" else mean(r.episodes for r in row.runs),
+        "iterations": mean(r.episodes for r in row.runs) if row.unit == "iterations" else None,
+        "seconds": mean(r.seconds for r in row.runs), "payoff_vs_nash": mean(r.payoff_vs_nash for r in row.runs),
+        "tracked": all(r.curve is not None for r in row.runs),
+        "prompt_tokens": None, "generated_tokens": None,
+    }
+    for t in THRESHOLDS:
+        out[f"to_{t:g}"] = reach(row, t)
+    if row.runs[0].prompt_tokens is not None:
+        out["prompt_tokens"] = mean(r.prompt_tokens or 0.0 for r in row.runs)
+        out["generated_tokens"] = mean(r.generated_tokens or 0.0 for r in row.runs)
+    return out
+
+
+def _reach_cell(f: dict[str, Any], threshold: float, unit: str) -> str:
+    hit = f[f"to_{threshold:g}"]
+    if not f["tracked"]:
+        return "not tracked"
+    if hit is None:
+        return "not reached"
+    seeds = "" if hit["seeds"] == f["seeds"] else f" ({hit['seeds']}/{f['seeds']} seeds)"
+    return f"{_count(hit['episodes'], unit)}, {_seconds(hit['seconds'])}{seeds}"
+
+
+def markdown(rows: list[Row], table: dict[str, dict[str, Any]]) -> str:
+    """Return the table as aligned Markdown (readable as printed text too)."""
+    header = ["system", "exploitability (final)", "episodes", "wall-clock", "payoff vs nash",
+              *(f"to {t:g}: episodes, seconds" for t in THRESHOLDS), "tokens (prompt + generated)"]
+    lines = []
+    for row in rows:
+        f = table[row.key]
+        spread = f" ± {f['spread']:.4f}" if f["seeds"] > 1 else ""
+        work = f["iterations"] if row.unit == "iterations" else f["episodes"]
+        tokens = ("—" if f["prompt_tokens"] is None
+                  else f"{_tokens(f['prompt_tokens'])} + {_tokens(f['generated_tokens'])}")
+        lines.append([row.label, f"{f['exploitability']:.4f}{spread}", _count(work, row.unit),
+                      _seconds(f["seconds"]), f"{f['payoff_vs_nash']:+.4f}",
+                      *(_reach_cell(f, t, row.unit) for t in THRESHOLDS), tokens])
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *lines)]
+
+    def fmt(cells: list[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
+
+    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([fmt(header), rule, *map(fmt, lines)])
+
+
+def notes(seeds: int, budget: dict[str, Any], ppo_timesteps: int, quick: bool) -> str:
+    """The lines under the table: the budget and how to read the columns."""
+    return "\n".join([
+        f"- Budget{' (--quick: a smoke run, not a result)' if quick else ''}: the LLM trainer runs "
+        f"{budget['steps']} steps x {budget['episodes_per_step']} episodes ({budget['steps'] * budget['episodes_per_step']:,}"
+        f" episodes) per seed, evaluated every {budget['eval_every'] or budget['steps']} steps; MaskablePPO gets "
+        f"{ppo_timesteps:,} learner decisions per seed (rounded up to whole rounds of 512); {seeds} seed(s); "
+        "CFR is deterministic (one run).",
+        "- Exploitability is exact (0 at a Nash equilibrium; uniform random is 0.4583); ± is half the range over "
+        "seeds. Payoff vs nash is the exact expected chips per hand against the Nash equilibrium, both seats "
+        "averaged (at best 0).",
+        "- An LLM episode is one hand in which one model plays both seats; a PPO episode is one hand in which "
+        "the learner plays one seat against a snapshot of itself. CFR counts iterations (`it`): each walks the "
+        "whole game tree for both players.",
+        "- Cost columns: episodes (or iterations) and training seconds to the first evaluation at or below the "
+        "threshold, averaged over the seeds that got there; evaluation time is not counted (CFR: iterations x "
+        "its seconds per iteration).",
+    ])
+
+
+def plot(rows: list[Row], path: Path) -> None:
+    """Draw exploitability against training seconds, every system on one log-log chart."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    colour = 0
+    for row in rows:
+        if row.key == "random":
+            ax.axhline(row.runs[0].exploitability, color="black", lw=0.8, label=row.label)
+            continue
+        if row.unit == "iterations" and row.cap != max(CFR_ITERATIONS):
+            continue  # the CFR rows share one curve
+        runs = [r for r in row.runs if r.curve]
+        for i, r in enumerate(runs):
+            xs = [max(s, 1e-4) for _, s, _ in r.curve]
+            ax.plot(xs, [e for _, _, e in r.curve], color=f"C{colour}", alpha=0.8,
+                    marker="." if len(xs) < 30 else None,  # a run evaluated once is one point
+                    label=row.label.split(",")[0] if row.unit == "iterations" else row.label if i == 0 else None)
+        colour += bool(runs)
+    for t in THRESHOLDS:
+        ax.axhline(t, color="grey", ls="--", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("training seconds (evaluation excluded)")
+    ax.set_ylabel("exploitability (exact)")
+    ax.set_title("Kuhn poker: every system, same machine, same run")
+    ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run every system, print the table and the JSON line, write the Markdown and the plot; return the figures."""
+    started = time.perf_counter()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny budgets, one seed (about 15 s)")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds per trained system (default 3; --quick: 1)")
+    parser.add_argument("--steps", type=int, default=None, help="LLM training steps (default: the main job's)")
+    parser.add_argument("--out", default=None, help="folder for the runs, kuhn_headline.md and kuhn_headline.png "
+                        "(default: a temporary folder)")
+    args = parser.parse_args(argv)
+    seeds = args.seeds if args.seeds is not None else 1 if args.quick else 3
+    if seeds < 1 or (args.steps is not None and args.steps < 1):
+        parser.error(f"--seeds and --steps must be >= 1; got {seeds} and {args.steps}")
+    from llm_zoo.trainers.grpo import make_config
+
+    overrides = dict(QUICK_BUDGET) if args.quick else {}
+    if args.steps:
+        overrides["steps"] = args.steps
+        overrides.setdefault("eval_every", max(1, args.steps // 10))
+    config = make_config("kuhn_poker_v0", overrides)
+    budget = {"steps": config.steps, "episodes_per_step": config.episodes_per_step, "eval_every": config.eval_every}
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="kuhn_headline_"))
+    out.mkdir(parents=True, exist_ok=True)
+    ppo_timesteps = config.steps * config.episodes_per_step
+
+    rows = [random_row(), *cfr_rows(), *ppo_rows(ppo_timesteps, seeds), *llm_rows(overrides, seeds, out)]
+    table = {row.key: figures(row) for row in rows}
+    text = markdown(rows, table)
+    caption = (f"Kuhn poker, every system on the same machine in one run "
+               f"({'--quick' if args.quick else 'full'} setting, {seeds} seed(s))")
+    print(f"\n{caption}\n\n{text}\n")
+    below = notes(seeds, budget, ppo_timesteps, args.quick)
+    print(below)
+    (out / "kuhn_headline.md").write_text(f"{caption}.\n\n{text}\n\n{below}\n")
+    plot(rows, out / "kuhn_headline.png")
+    print(f"\ntable: {out / 'kuhn_headline.md'}\nplot: {out / 'kuhn_headline.png'}")
+    line = {"rows": table, "seeds": seeds, "budget": {**budget, "ppo_timesteps": ppo_timesteps},
+            "quick": args.quick, "seconds": round(time.perf_counter() - started, 2)}
+    print(json.dumps(line))
+    return line
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,462 @@
+"""``llm-zoo bench``: run every benchmark script and write the results page, ``docs/results.md``.
+
+::
+
+    llm-zoo bench --quick                        # every script's smallest setting: about 1 min on 2 CPU cores
+    llm-zoo bench                                # the full settings: about 1.5 h on 2 CPU cores
+    llm-zoo bench --only kuhn_headline env_throughput
+
+On 2 busy CPU cores ``--quick`` took 40 s. The full run is estimated from its measured parts at about
+80 min: about 40 min each for ``kuhn_headline`` and ``kuhn_credit`` (12 LLM training runs each, one
+measured at 190 s) and 1.5 min for all the other scripts together (measured).
+
+Each script in ``benchmarks/`` runs as its own subprocess, one after another (so that no two
+measure at once), with ``--quick`` when asked and ``--out DIR`` where the script takes it, under a
+timeout. A script that fails, times out or ends without its JSON line is reported as such in the
+page; the rest still run. The page holds the machine (CPU, cores, memory, GPU, load), the
+versions, the date and the total wall-clock, then per script: its command, exit status and run
+time, its printed output verbatim (its tables), its JSON line, the Markdown tables it wrote to its
+``--out`` folder, and its plots (PNGs it wrote to ``--out`` are copied next to the page, under
+``results/<script>/``; PNGs it wrote under ``docs/`` are linked where they are).
+
+The README's headline block, between ``<!-- headline:start -->`` and ``<!-- headline:end -->``, is
+filled with the table ``kuhn_headline`` writes (``kuhn_headline.md``), after a full run; a
+``--quick`` run leaves the README alone unless ``--readme`` names one, since its budgets are a smoke
+test, not a result.
+
+The scripts' contract (see DESIGN.md, Benchmarks): each takes ``--quick``, prints readable tables,
+and ends with one line, a JSON object of its headline figures, including ``seconds``, its wall-clock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ScriptResult", "add_parser", "discover", "fill_readme", "machine", "render", "run", "run_script"]
+
+ROOT = Path(__file__).resolve().parents[1]
+"""The source checkout: benchmarks/, docs/ and README.md live here."""
+BENCHMARKS = ROOT / "benchmarks"
+PAGE = ROOT / "docs" / "results.md"
+README = ROOT / "README.md"
+HEADLINE = "kuhn_headline"
+"""The script whose Markdown table fills the README's headline block (and comes first on the page)."""
+HEADLINE_START, HEADLINE_END = "<!-- headline:start -->", "<!-- headline:end -->"
+TIMEOUT_S = {"quick": 300.0, "full": 4 * 3600.0}
+"""Default timeout per script: --quick settings take seconds; the full Kuhn trainings about an hour each."""
+VERSIONS = ("llm_zoo", "torch", "transformers", "pettingzoo", "gymnasium", "numpy", "stable-baselines3",
+            "sb3-contrib", "open_spiel", "vllm")
+"""Distributions whose versions the page lists (those installed)."""
+MAX_OUTPUT_LINES = 300
+"""Longest printed output the page shows per script; the rest is cut, and the page says so."""
+
+
+@dataclass
+class ScriptResult:
+    """What one benchmark script did.
+
+    Attributes:
+        name: The script's stem (``kuhn_headline``).
+        command: The command line run, as a shell would show it.
+        status: ``ok``; ``skipped`` (exit 0, its JSON says ``skipped``: a requirement such as a GPU is
+            missing); ``failed`` (non-zero exit); ``timeout``; ``no JSON`` (exit 0, no JSON last line).
+        returncode: Its exit status (None when killed at the timeout).
+        seconds: Wall-clock of the subprocess.
+        stdout: What it printed, less the JSON line.
+        stderr: Its stderr.
+        figures: The JSON line's object, or None.
+        tables: Markdown files it wrote to its ``--out`` folder: file name -> text.
+        plots: Paths of its plots, relative to the page's folder.
+    """
+
+    name: str
+    command: str
+    status: str
+    returncode: int | None
+    seconds: float
+    stdout: str
+    stderr: str
+    figures: dict[str, Any] | None = None
+    tables: dict[str, str] = field(default_factory=dict)
+    plots: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Running the scripts
+# ---------------------------------------------------------------------------------------------------
+
+
+def discover(scripts_dir: Path = BENCHMARKS) -> dict[str, Path]:
+    """Return the benchmark scripts of ``scripts_dir``, stem -> path, the headline script first."""
+    if not scripts_dir.is_dir():
+        raise FileNotFoundError(f"no benchmarks folder at {scripts_dir}; llm-zoo bench runs the scripts of a "
+                                "source checkout (git clone, then pip install -e .), or pass --benchmarks DIR")
+    paths = sorted(p for p in scripts_dir.glob("*.py") if not p.name.startswith("_"))
+    return {p.stem: p for p in sorted(paths, key=lambda p: (p.stem != HEADLINE, p.stem))}
+
+
+def _takes_out(script: Path) -> bool:
+    """True when the script declares an ``--out`` option (its plots and tables then go where we say)."""
+    return re.search(r"""add_argument\(\s*["']--out["']""", script.read_text()) is not None
+
+
+def _pngs(folder: Path) -> dict[Path, float]:
+    return {p: p.stat().st_mtime for p in folder.rglob("*.png")} if folder.is_dir() else {}
+
+
+def _text(value: str | bytes | None) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value or ""
+
+
+def run_script(script: Path, *, quick: bool, timeout_s: float, assets: Path, page_dir: Path,
+               docs: Path = ROOT / "docs") -> ScriptResult:
+    """Run one script in a subprocess; collect its output, JSON line, Markdown tables and plots.
+
+    Args:
+        script: The script's path.
+        quick: Pass ``--quick``.
+        timeout_s: Kill it (and everything it started) after this many seconds.
+        assets: Where its plots are copied (``assets/<stem>/``); that folder is emptied first.
+        page_dir: The page's folder: plot paths are given relative to it.
+        docs: Plots written under this folder during the run are linked where they are.
+    """
+    name = script.stem
+    argv = [sys.executable, str(script), *(["--quick"] if quick else [])]
+    with tempfile.TemporaryDirectory(prefix=f"bench_{name}_") as tmp:
+        out = Path(tmp) / "out"
+        if _takes_out(script):
+            argv += ["--out", str(out)]
+        shown = " ".join(["python", os.path.relpath(script, ROOT) if script.is_relative_to(ROOT) else str(script),
+                          *argv[2:]]).replace(str(out), "OUT")
+        before = _pngs(docs)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg"}
+        start = time.perf_counter()
+        # A session of its own, so that a timeout kills what it started too (sandboxes, worker pools).
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout_s)
+            returncode: int | None = proc.returncode
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # it ended just now
+            try:
+                stdout, stderr = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired as exc:  # a daemon of its own session holds the pipes open
+                proc.kill()
+                stdout, stderr = exc.stdout, exc.stderr
+            returncode = None
+        seconds = time.perf_counter() - start
+        # the out folder is temporary: its files are on the page, under their names
+        stdout, stderr = _text(stdout).replace(str(out), "OUT"), _text(stderr)
+
+        lines = stdout.rstrip("\n").splitlines()
+        figures = None
+        if lines:
+            try:
+                parsed = json.loads(lines[-1])
+            except json.JSONDecodeError:
+                parsed = None
+            if isinstance(parsed, dict):
+                figures, lines = parsed, lines[:-1]
+        status = ("timeout" if returncode is None else "failed" if returncode != 0 else "no JSON" if figures is None
+                  else "skipped" if "skipped" in figures else "ok")
+
+        tables = {p.name: p.read_text() for p in sorted(out.glob("*.md"))} if out.is_dir() else {}
+        target = assets / name
+        shutil.rmtree(target, ignore_errors=True)
+        plots = []
+        for png in sorted(out.glob("*.png")) if out.is_dir() else []:
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(png, target / png.name)
+            plots.append(target / png.name)
+        copied = {p.name for p in plots}
+        plots += [p for p, mtime in sorted(_pngs(docs).items())
+                  if before.get(p) != mtime and not p.is_relative_to(assets) and p.name not in copied]
+    return ScriptResult(name, shown, status, returncode, seconds, "\n".join(lines), stderr, figures, tables,
+                        [Path(os.path.relpath(p, page_dir)).as_posix() for p in plots])
+
+
+# ---------------------------------------------------------------------------------------------------
+# The machine
+# ---------------------------------------------------------------------------------------------------
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _memory_gib() -> float | None:
+    try:
+        kib = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+                   if line.startswith("MemTotal:"))
+        return kib / 2**20
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+def _gpus() -> str:
+    if shutil.which("nvidia-smi") is None:
+        return "none"
+    try:
+        query = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+                               capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return "none (nvidia-smi failed)"
+    names = [line.strip() for line in query.stdout.splitlines() if line.strip()]
+    return "; ".join(names) if query.returncode == 0 and names else "none"
+
+
+def _commit() -> str:
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True,
+                               timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if head.returncode != 0:
+        return "unknown"
+    return head.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
+
+
+def machine() -> dict[str, Any]:
+    """Return the machine's description: CPU, cores, memory, GPU, OS, load, Python and package versions."""
+    versions = {}
+    for dist in VERSIONS:
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    memory = _memory_gib()
+    return {
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "memory": f"{memory:.1f} GiB" if memory else "unknown",
+        "gpu": _gpus(),
+        "os": platform.platform(),
+        "load": " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "unknown",
+        "python": platform.python_version(),
+        "versions": versions,
+        "commit": _commit(),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------
+# The page
+# ---------------------------------------------------------------------------------------------------
+
+
+def _seconds(s: float) -> str:
+    return f"{s:.2f} s" if s < 1 else f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min"
+
+
+def _fence(text: str, lang: str = "text") -> str:
+    ticks = "```" if "```" not in text else "~~~~"
+    return f"{ticks}{lang}\n{text.rstrip()}\n{ticks}"
+
+
+def _cut(text: str, limit: int = MAX_OUTPUT_LINES) -> str:
+    lines = text.splitlines()
+    if len(lines) <= limit:
+        return text
+    return "\n".join([*lines[:limit], f"... ({len(lines) - limit} more lines cut)"])
+
+
+def _summary(script: Path) -> str:
+    """The first line of a script's docstring, in Markdown (reST's double backticks made single)."""
+    match = re.match(r'\s*(?:#[^\n]*\n\s*)*[rR]?"""(.*?)(?:\n|""")', script.read_text())
+    return match.group(1).strip().replace("``", "`") if match else ""
+
+
+def _json(figures: dict[str, Any]) -> str:
+    """The JSON line, one key a line; a mapping of mappings (a table's rows) one row a line."""
+    def value(v: Any) -> str:
+        if isinstance(v, dict) and v and all(isinstance(x, dict) for x in v.values()):
+            return "{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(x)}" for k, x in v.items()) + "\n }"
+        return json.dumps(v)
+
+    return "{\n" + ",\n".join(f" {json.dumps(k)}: {value(v)}" for k, v in figures.items()) + "\n}"
+
+
+def render(results: Sequence[ScriptResult], info: dict[str, Any], *, quick: bool, seconds: float,
+           command: str, date: str, summaries: dict[str, str] | None = None) -> str:
+    """Return the results page (Markdown)."""
+    summaries = summaries or {}
+    failed = [r.name for r in results if r.status not in ("ok", "skipped")]
+    out = [
+        "# Results",
+        "",
+        f"Generated by `{command}` on {date}; total wall-clock {_seconds(seconds)}"
+        f"{' (every script at its --quick setting: smoke budgets, not results)' if quick else ''}. "
+        "Do not edit by hand: run the command again.",
+        "",
+        "## Machine",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| CPU | {info['cpu']} |",
+        f"| cores | {info['cores']} ({info['cores_usable']} usable by this process) |",
+        f"| memory | {info['memory']} |",
+        f"| GPU | {info['gpu']} |",
+        f"| OS | {info['os']} |",
+        f"| load average at start (1, 5, 15 min) | {info['load']} |",
+        f"| Python | {info['python']} |",
+        *(f"| {dist} | {version} |" for dist, version in info["versions"].items()),
+        f"| commit | {info['commit']} |",
+        "",
+        "## Scripts",
+        "",
+        "| script | status | run time | what it compares |",
+        "|---|---|---|---|",
+        *(f"| [{r.name}](#{r.name}) | {r.status} | {_seconds(r.seconds)} | {summaries.get(r.name, '')} |"
+          for r in results),
+        "",
+    ]
+    if failed:
+        out += [f"**Not ok: {', '.join(failed)}.** Their sections show the error.", ""]
+    for r in results:
+        exit_text = "killed at the timeout" if r.returncode is None else f"exit status {r.returncode}"
+        out += [f"## {r.name}", ""]
+        if summaries.get(r.name):
+            out += [summaries[r.name], ""]
+        out += [f"`{r.command}`: {exit_text}, {_seconds(r.seconds)}, {r.status}.", ""]
+        for name, table in r.tables.items():
+            out += [f"Table (`{name}`):", "", table.strip(), ""]
+        for plot in r.plots:
+            out += [f"![{r.name}: {Path(plot).stem}]({plot})", ""]
+        out += ["Printed output:", "", _fence(_cut(r.stdout) or "(nothing)"), ""]
+        if r.figures is not None:
+            out += ["JSON line:", "", _fence(_json(r.figures), "json"), ""]
+        if r.status not in ("ok", "skipped"):
+            tail = "\n".join(r.stderr.rstrip().splitlines()[-40:])
+            out += ["stderr (last 40 lines):", "", _fence(tail or "(nothing)"), ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def fill_readme(readme: Path, table: str, footer: str) -> bool:
+    """Put ``table`` and ``footer`` between the README's headline markers; return False when it has none."""
+    text = readme.read_text()
+    start, end = text.find(HEADLINE_START), text.find(HEADLINE_END)
+    if start < 0 or end < start:
+        return False
+    block = f"{HEADLINE_START}\n{table.strip()}\n\n{footer.strip()}\n{HEADLINE_END}"
+    readme.write_text(text[:start] + block + text[end + len(HEADLINE_END):])
+    return True
+
+
+def run(*, quick: bool = False, only: Sequence[str] | None = None, timeout_s: float | None = None,
+        page: Path = PAGE, readme: Path | None = None, scripts_dir: Path = BENCHMARKS,
+        log: Any = sys.stderr) -> list[ScriptResult]:
+    """Run the benchmark scripts, write the page (and the README's headline block); return the results.
+
+    Args:
+        quick: Run every script at its ``--quick`` setting.
+        only: Script stems to run (default: all); the page then holds only those.
+        timeout_s: Per script (default ``TIMEOUT_S``).
+        page: The results page to write; plots go to ``page.parent / "results"``.
+        readme: The README whose headline block gets ``kuhn_headline``'s table, or None.
+        scripts_dir: Where the scripts are.
+        log: Where one progress line per script goes (None: nowhere).
+
+    Raises:
+        ValueError: ``only`` names a script that is not there.
+    """
+    scripts = discover(scripts_dir)
+    if only:
+        names = [n.removesuffix(".py") for n in only]
+        unknown = [n for n in names if n not in scripts]
+        if unknown:
+            raise ValueError(f"--only: no benchmark script {unknown!r} in {scripts_dir}; choose from {sorted(scripts)}")
+        scripts = {n: p for n, p in scripts.items() if n in names}
+    timeout_s = timeout_s or TIMEOUT_S["quick" if quick else "full"]
+    page = Path(page)
+    page.parent.mkdir(parents=True, exist_ok=True)
+    info = machine()
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    command = "llm-zoo bench" + (" --quick" if quick else "") + (f" --only {' '.join(scripts)}" if only else "")
+    start = time.perf_counter()
+    results = []
+    for name, script in scripts.items():
+        if log is not None:
+            print(f"bench: {name} ...", file=log, flush=True)
+        result = run_script(script, quick=quick, timeout_s=timeout_s, assets=page.parent / "results",
+                            page_dir=page.parent)
+        results.append(result)
+        if log is not None:
+            print(f"bench: {name} {result.status} in {_seconds(result.seconds)}", file=log, flush=True)
+    seconds = time.perf_counter() - start
+    summaries = {name: _summary(path) for name, path in scripts.items()}
+    page.write_text(render(results, info, quick=quick, seconds=seconds, command=command, date=date,
+                           summaries=summaries))
+    headline = next((r for r in results if r.name == HEADLINE and r.status == "ok"), None)
+    if readme is not None and headline is not None and f"{HEADLINE}.md" in headline.tables:
+        link = os.path.relpath(page, readme.parent) if page.resolve().is_relative_to(readme.parent.resolve()) \
+            else str(page)
+        footer = (f"From `{command}` on {date}, on {info['cpu']} ({info['cores']} cores, GPU: {info['gpu']}); "
+                  f"every table, plot and the machine in [{Path(link).as_posix()}]({Path(link).as_posix()}).")
+        if not fill_readme(readme, headline.tables[f"{HEADLINE}.md"], footer) and log is not None:
+            print(f"bench: {readme} has no {HEADLINE_START} ... {HEADLINE_END} block; left as it was", file=log)
+    return results
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register the ``bench`` subcommand on ``llm-zoo``'s subparsers; return its parser."""
+    parser = subparsers.add_parser("bench", help="run every benchmark script and write the results page "
+                                   "(docs/results.md)")
+    parser.add_argument("--quick", action="store_true",
+                        help="every script at its smallest setting (about 1 min on 2 CPU cores; the full run "
+                             "takes about 1.5 h there)")
+    parser.add_argument("--only", nargs="+", metavar="NAME", default=None,
+                        help="run only these scripts (stems of benchmarks/*.py, e.g. kuhn_headline); the page "
+                             "then holds only them")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help=f"seconds per script before it is killed (default {TIMEOUT_S['quick']:g} with "
+                             f"--quick, else {TIMEOUT_S['full']:g})")
+    parser.add_argument("--page", default=str(PAGE), help="the page to write; plots go beside it under results/ "
+                        "(default: docs/results.md of the checkout)")
+    parser.add_argument("--readme", default=None,
+                        help="README whose headline block gets the Kuhn table (default: the checkout's README.md "
+                             "after a full run; none after --quick)")
+    parser.add_argument("--no-readme", action="store_true", help="leave every README alone")
+    parser.add_argument("--benchmarks", default=str(BENCHMARKS), help="folder of the scripts (default: benchmarks/ "
+                        "of the checkout)")
+    parser.set_defaults(func=_command)
+    return parser
+
+
+def _command(args: argparse.Namespace) -> int:
+    if args.timeout is not None and args.timeout <= 0:
+        raise ValueError(f"--timeout must be > 0 seconds; got {args.timeout!r}")
+    readme = None if args.no_readme else Path(args.readme) if args.readme else None if args.quick else README
+    results = run(quick=args.quick, only=args.only, timeout_s=args.timeout, page=Path(args.page), readme=readme,
+                  scripts_dir=Path(args.benchmarks))
+    bad = [f"{r.name} ({r.status})" for r in results if r.status not in ("ok", "skipped")]
+    print(f"wrote {args.page}: {len(results) - len(bad)}/{len(results)} scripts ok or skipped"
+          + (f"; not ok: {', '.join(bad)}" if bad else ""))
+    return 1 if bad else 0
