@@ -51,8 +51,15 @@ _DERIVED_KEYS = ("prompt_tokens", "completion_tokens")
 
 def jsonable(value: Any) -> Any:
     """Return ``value`` in canonical JSON form (see the module docstring); containers are copied."""
-    if value is None or type(value) in (bool, int, float):
+    kind = type(value)
+    # exact built-in types first: observations are mostly dicts, tuples and plain str, and a
+    # collector converts one per turn, so the ABC checks below are kept for the rare cases
+    if kind is str or value is None or kind is bool or kind is int or kind is float:
         return value
+    if kind is dict:
+        return {k if type(k) is str else _key(k): jsonable(v) for k, v in value.items()}
+    if kind is tuple or kind is list:
+        return [jsonable(v) for v in value]
     if isinstance(value, enum.Enum):  # before str and int: StrEnum and IntEnum members are both
         return jsonable(value.value)
     if isinstance(value, str):
@@ -83,11 +90,11 @@ def _key(key: Any) -> str:
 
 
 def _int_list(values: Sequence[Any] | None) -> list[int] | None:
-    return None if values is None else [int(v) for v in values]
+    return None if values is None else list(map(int, values))
 
 
 def _float_list(values: Sequence[Any] | None) -> list[float] | None:
-    return None if values is None else [float(v) for v in values]
+    return None if values is None else list(map(float, values))
 
 
 @dataclass
