@@ -43,7 +43,6 @@ The last line printed is a JSON object with those figures and the setting.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import random
 import tempfile
@@ -55,17 +54,7 @@ ENV = "kuhn_poker_v0"
 ENV_KWARGS = {"rules_in_prompt": True, "max_retries": 0}
 
 
-def missing_requirements() -> str | None:
-    """Say what this machine lacks for the benchmark (vLLM, a CUDA GPU), or None; vLLM is looked up, not imported."""
-    if importlib.util.find_spec("vllm") is None:
-        return (
-            "needs vLLM and a CUDA GPU: vLLM is not installed (pip install 'llm_zoo[vllm]' on a CUDA machine)"
-        )
-    import torch
-
-    if not torch.cuda.is_available():
-        return "needs a CUDA GPU: torch.cuda.is_available() is False"
-    return None
+from llm_zoo.policies.vllm import missing_requirements  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

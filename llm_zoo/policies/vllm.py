@@ -387,3 +387,15 @@ def _eos_token_ids(tokenizer: PreTrainedTokenizerBase, path: Path) -> list[int]:
             "generation_config.json names an eos token; set tokenizer.eos_token and save it."
         )
     return ids
+
+
+def missing_requirements() -> str | None:
+    """Say what this machine lacks for vLLM (the package, a CUDA GPU), or None; vLLM is looked up, not imported."""
+    import importlib.util
+    if importlib.util.find_spec("vllm") is None:
+        return "needs vLLM and a CUDA GPU: vLLM is not installed (pip install 'llm_zoo[vllm]' on a CUDA machine)"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "needs a CUDA GPU: torch.cuda.is_available() is False"
+    return None
