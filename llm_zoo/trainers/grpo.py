@@ -116,6 +116,9 @@ class TrainConfig:
     """Linear warm-up steps."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
+    adam_beta1: float = 0.9
+    """AdamW's first-moment decay. Momentum is known to make two-player game dynamics cycle
+    (Gidel et al., 2019); 0 turns it off."""
     epsilon_low: float = 0.2
     """Lower clip of the importance ratio (1 - epsilon_low)."""
     epsilon_high: float = 0.2
@@ -376,7 +379,8 @@ def make_learner(name: str, config: TrainConfig, device: torch.device, index: in
     policy = TransformersPolicy(model, tokenizer, name=name, temperature=config.temperature, top_p=config.top_p,
                                 max_new_tokens=config.max_new_tokens, device=device,
                                 constrain=config.constrain_to_legal)
-    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=config.lr, weight_decay=config.weight_decay,
+                                  betas=(config.adam_beta1, 0.999))
     reference = None
     if config.beta:
         reference = copy.deepcopy(policy.model).eval().requires_grad_(False)
