@@ -25,6 +25,7 @@ from llm_zoo.cli import main as cli
 MISSING = {
     "sandbox_throughput": shutil.which("bwrap") is None,
     "judge_agreement": shutil.which("bwrap") is None,
+    "learnability": shutil.which("bwrap") is None,
     "env_throughput": importlib.util.find_spec("pygame") is None,
 }
 HEADLINE_ROWS = ("random", "cfr_10", "cfr_100", "cfr_1000", "cfr+_10", "cfr+_100", "cfr+_1000", "maskable_ppo",

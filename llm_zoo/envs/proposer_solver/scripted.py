@@ -14,6 +14,11 @@ It works like a careful but bounded person, in the sandbox and only from what it
 Within budget it answers right (abduction and induction: if its search finds an answer); past it,
 it guesses (induction: a program that memorises the shown pairs). So pass rates fall with the
 proposer's difficulty and rise with the solvers' skill, which is what the curriculum needs.
+
+:class:`AdaptiveProposer` (``proposer_adaptive``) is that curriculum in its simplest form: a
+scripted proposer whose difficulty goes up one when the solvers' mean pass rate over its last
+``window`` episodes is above one half, and down one when below (optionally one difficulty per
+mode). ``benchmarks/learnability.py`` compares it with proposers of fixed difficulty.
 """
 
 from __future__ import annotations
@@ -24,13 +29,18 @@ import json
 import random
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from llm_zoo.envs.proposer_solver import text
 from llm_zoo.envs.proposer_solver.rules import MODES, Mode
 from llm_zoo.policies.base import Observation, Policy, Reply
 from llm_zoo.sandbox import Limits, run_many
+
+if TYPE_CHECKING:
+    from llm_zoo.episode import Episode
 
 if sys.version_info >= (3, 12):
     from typing import override
@@ -43,6 +53,8 @@ MAX_BUDGET = 50_000
 """Most steps any solver spends on one answer (an unlimited solver's budget)."""
 MAX_CANDIDATES = 5000
 """Most candidate programs an induction solver considers."""
+MAX_DIFFICULTY = 9
+"""The highest difficulty whose tasks are valid in every mode (a story of 10 may pass PROBLEM's 1000 characters)."""
 _SANDBOX = {"timeout_s": 5.0, "memory_mb": 256, "limits": Limits(processes=8, file_mb=1, tmp_mb=1)}
 _PRIMES = (11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73, 79, 83, 89, 97)
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
@@ -206,6 +218,111 @@ class ScriptedProposer(Policy):
                 inputs.append(drawn)
         lines = "".join(f"INPUT: {i}\n" for i in inputs)
         return f"```python\n{template.program}\n```\n{lines}MESSAGE: f {template.hint}"
+
+
+class AdaptiveProposer(Policy):
+    """A :class:`ScriptedProposer` whose difficulty follows the solvers' recent pass rate: a curriculum.
+
+    The proposer never sees how its task went (its episode ends when the solvers have answered), so
+    the caller reports each finished episode with :meth:`update` (or :meth:`observe` for
+    :func:`~llm_zoo.trainers.rollout.collect`'s records). The controller keeps the pass rates of the
+    last ``window`` episodes; once it holds ``window`` of them it raises the difficulty by one when
+    their mean is above ``target`` and lowers it by one when below, within ``[1, max_difficulty]``.
+    After a move the window starts empty, so every move is judged only on tasks of the difficulty
+    in force. An invalid task counts as a pass rate of 0: a scripted task is invalid only when it is
+    too big (above :data:`MAX_DIFFICULTY`, a story past the 1000 characters of a PROBLEM), which is too hard.
+
+    With ``per_mode`` one controller runs per mode (the pass rate at one difficulty differs a lot
+    between modes), each fed only its mode's episodes. Never updated, it is the fixed proposer at
+    ``start``. Each reply's ``policy`` names the difficulty it was written at (``d=3``), so
+    episode records show it.
+
+    Args:
+        start: The difficulty of the first tasks (of every mode, with ``per_mode``).
+        window: How many recent episodes the controller averages (>= 1).
+        target: The pass rate it steers to, in (0, 1); 0.5 maximises learnability 4·p·(1−p).
+        max_difficulty: The highest difficulty it may reach (default :data:`MAX_DIFFICULTY`).
+        per_mode: One difficulty per mode instead of one for all.
+        family: The template family, as for :class:`ScriptedProposer` (None: any).
+        seed: Seeds the task draws.
+    """
+
+    ALL = "all"
+    """The controller key when one difficulty serves every mode."""
+
+    def __init__(self, start: int = 1, window: int = 4, target: float = 0.5, max_difficulty: int = MAX_DIFFICULTY,
+                 per_mode: bool = False, family: str | None = None, seed: int | None = None) -> None:
+        if not isinstance(max_difficulty, int) or max_difficulty < 1:
+            raise ValueError(f"max_difficulty must be an integer >= 1; got {max_difficulty!r}")
+        if not isinstance(start, int) or not 1 <= start <= max_difficulty:
+            raise ValueError(f"start must be an integer in [1, max_difficulty={max_difficulty}]; got {start!r}")
+        if not isinstance(window, int) or window < 1:
+            raise ValueError(f"window must be an integer >= 1 (episodes); got {window!r}")
+        if not isinstance(target, (int, float)) or not 0.0 < target < 1.0:
+            raise ValueError(f"target must be a pass rate in (0, 1); got {target!r}")
+        self.proposer = ScriptedProposer(start, family, seed=seed)
+        self.start, self.window, self.target, self.max_difficulty = start, window, float(target), max_difficulty
+        self.per_mode = per_mode
+        self.difficulties: dict[str, int] = {}
+        """Controller key (a mode, or :attr:`ALL`) -> its difficulty now; a key not yet seen is at ``start``."""
+        self._recent: dict[str, deque[float]] = {}
+        self._family = family or "any"
+        self.name = f"proposer_adaptive({self._family}, start={start}{', per mode' if per_mode else ''})"
+
+    def difficulty_of(self, mode: str | Mode | None = None) -> int:
+        """Return the difficulty now in force for ``mode`` (ignored unless ``per_mode``)."""
+        return self.difficulties.get(self._key(mode), self.start)
+
+    def update(self, pass_rate: float | None, mode: str | Mode | None = None) -> int:
+        """Record one finished episode's pass rate (None: an invalid task); return the difficulty now in force.
+
+        Raises:
+            ValueError: a pass rate outside [0, 1], or no ``mode`` for a ``per_mode`` controller.
+        """
+        if pass_rate is not None and not (isinstance(pass_rate, (int, float)) and 0.0 <= pass_rate <= 1.0):
+            raise ValueError(f"pass_rate must be in [0, 1], or None for an invalid task; got {pass_rate!r}")
+        if self.per_mode and mode is None:
+            raise ValueError("a per_mode controller needs each episode's mode: update(pass_rate, mode=...)")
+        key = self._key(mode)
+        recent = self._recent.setdefault(key, deque(maxlen=self.window))
+        recent.append(0.0 if pass_rate is None else float(pass_rate))
+        d = self.difficulties.get(key, self.start)
+        if len(recent) == self.window:
+            mean = sum(recent) / self.window
+            step = (mean > self.target) - (mean < self.target)  # +1 too easy, -1 too hard, 0 on target
+            moved = min(max(d + step, 1), self.max_difficulty)
+            if moved != d:
+                self.difficulties[key] = d = moved
+                recent.clear()
+        return d
+
+    def observe(self, episodes: Iterable[Episode]) -> None:
+        """Update from :func:`~llm_zoo.trainers.rollout.collect`'s records, in order; failed episodes are skipped."""
+        for episode in episodes:
+            info = episode.infos.get("proposer", {})
+            if not episode.failed and "valid" in info:
+                self.update(info.get("pass_rate"), info.get("mode"))
+
+    @override
+    def seed(self, seed: int | None) -> None:
+        self.proposer.seed(seed)
+
+    @override
+    def act(self, observations: Sequence[Observation]) -> list[Reply]:
+        self.check_batch(observations, key="messages")
+        replies: list[Reply] = []
+        for obs in observations:
+            mode = _mode_of(obs)
+            self.proposer.difficulty = d = self.difficulty_of(mode)
+            replies.append(Reply(self.proposer._propose(mode), policy=f"proposer_adaptive({self._family}, d={d})"))
+        return replies
+
+    def _key(self, mode: str | Mode | None) -> str:
+        if not self.per_mode:
+            return self.ALL
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {list(MODES)}; got {mode!r}")
+        return Mode(mode).value
 
 
 def _mode_of(obs: Observation) -> Mode:
@@ -443,6 +560,7 @@ PLAYERS: dict[str, Callable[..., Policy]] = {
     "proposer": lambda seed=None: ScriptedProposer(2, seed=seed),
     "proposer_easy": lambda seed=None: ScriptedProposer(1, seed=seed),
     "proposer_hard": lambda seed=None: ScriptedProposer(5, seed=seed),
+    "proposer_adaptive": lambda seed=None: AdaptiveProposer(seed=seed),
     "solver": lambda seed=None: ScriptedSolver(300, seed=seed),
     "solver_weak": lambda seed=None: ScriptedSolver(40, seed=seed),
     "solver_strong": lambda seed=None: ScriptedSolver(5000, seed=seed),

@@ -12,6 +12,7 @@ from llm_zoo.envs.proposer_solver import text, verify
 from llm_zoo.envs.proposer_solver.rules import MODES, Mode, check_program
 from llm_zoo.envs.proposer_solver.scripted import (
     FAMILIES,
+    AdaptiveProposer,
     ScriptedProposer,
     ScriptedSolver,
     _memoriser,
@@ -95,3 +96,64 @@ def test_scripted_players_are_named_and_seeded():
         ScriptedSolver(-1)
     with pytest.raises(ValueError, match="no mode"):
         a({"messages": ({"role": "user", "content": "hello"},)})
+
+
+# ---- the adaptive proposer ----------------------------------------------------------------------
+
+
+def test_the_adaptive_controller_steers_to_half_on_a_synthetic_pass_rate_sequence():
+    proposer = AdaptiveProposer(start=3, window=2, max_difficulty=5)
+    # each pair of pass rates fills the window; the mean decides: > .5 up, < .5 down, = .5 stay
+    # (at the top the window slides on: 5 stays while 1.0, 1.0 and then 1.0, 0.0 come; None counts as 0)
+    moves = [(1.0, 3), (0.75, 4), (1.0, 4), (1.0, 5), (1.0, 5), (1.0, 5), (0.0, 5), (0.25, 4), (0.5, 4), (0.5, 4),
+             (None, 3), (0.25, 3), (0.0, 2), (0.0, 2), (0.0, 1), (0.0, 1), (0.0, 1)]
+    assert [proposer.update(rate) for rate, _ in moves] == [d for _, d in moves]
+    assert proposer.difficulty_of() == 1 and proposer.difficulties == {"all": 1}
+
+
+def test_the_window_slides_until_a_move_and_starts_afresh_after_it():
+    proposer = AdaptiveProposer(start=2, window=3)
+    # the window [1, 0, 0] is below half: down; then three new episodes are needed before the next move
+    assert [proposer.update(p) for p in (1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0)] == [2, 2, 1, 1, 1, 2, 2]
+
+
+def test_a_per_mode_controller_moves_each_mode_on_its_own_episodes():
+    proposer = AdaptiveProposer(start=2, window=2, per_mode=True)
+    for _ in range(2):
+        proposer.update(1.0, "deduction")
+        proposer.update(0.0, Mode.ABDUCTION)
+    assert proposer.difficulty_of("deduction") == 3 and proposer.difficulty_of("abduction") == 1
+    assert proposer.difficulty_of("integer") == 2
+    with pytest.raises(ValueError, match="mode"):
+        proposer.update(0.5)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        proposer.difficulty_of("poems")
+
+
+def test_the_adaptive_proposer_writes_tasks_at_its_current_difficulty():
+    proposer, fixed = AdaptiveProposer(start=4, seed=5), ScriptedProposer(4, seed=5)
+    reply = proposer({"messages": ({"role": "user", "content": text.topic_message("sorting", Mode.INTEGER)},)})
+    assert reply == proposal_of(fixed, Mode.INTEGER) and reply.policy == "proposer_adaptive(any, d=4)"
+    assert read_story(text.parse_proposal(reply, Mode.INTEGER).problem)[1] == 3 * 4 + 2
+    for _ in range(4):  # the default window
+        proposer.update(1.0)
+    problem = text.parse_proposal(proposal_of(proposer, Mode.INTEGER), Mode.INTEGER).problem
+    assert read_story(problem)[1] == 3 * 5 + 2
+
+
+def test_the_adaptive_proposer_observes_collected_episodes():
+    proposer = proposer_solver_v0.SCRIPTED["proposer_adaptive"](seed=0)
+    assert isinstance(proposer, AdaptiveProposer) and proposer.difficulty_of() == 1
+    policies = {"proposer": proposer, "solver": ScriptedSolver(None, noise=0.0, seed=0)}
+    episodes = collect(lambda: proposer_solver_v0.env(modes=["integer"], num_solvers=1), policies, 8, batch_size=4)
+    proposer.observe(episodes)  # two full windows of 4, each all right: up twice
+    assert [e.infos["proposer"]["pass_rate"] for e in episodes] == [1.0] * 8 and proposer.difficulty_of() == 3
+
+
+def test_adaptive_settings_are_checked():
+    for kwargs, match in (({"start": 0}, "start"), ({"start": 10}, "start"), ({"window": 0}, "window"),
+                          ({"target": 1.0}, "target"), ({"max_difficulty": 0}, "max_difficulty")):
+        with pytest.raises(ValueError, match=match):
+            AdaptiveProposer(**kwargs)
+    with pytest.raises(ValueError, match="pass_rate"):
+        AdaptiveProposer().update(1.5)
