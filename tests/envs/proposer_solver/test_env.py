@@ -272,14 +272,14 @@ HOSTILE = [
 
 @pytest.mark.parametrize(("name", "proposal", "code"), HOSTILE, ids=[h[0] for h in HOSTILE])
 def test_hostile_and_broken_proposals_end_cleanly_with_the_reason(name, proposal, code):
-    ends_invalid(run([proposal]), code)
+    assert ends_invalid(run([proposal]), code) in ((code,) if isinstance(code, str) else code)
 
 
 def test_integer_mode_needs_an_int_and_induction_distinct_inputs():
-    ends_invalid(run(["PROBLEM: p\n" + block("def f():\n    return 1.5")], mode="integer"), "not_integer")
-    ends_invalid(run(["PROBLEM: p\n" + block("def f():\n    return True")], mode="integer"), "not_integer")
-    ends_invalid(run([block("def f(x):\n    return x") + "\n" + "INPUT: 1\n" * 4], mode="induction"),
-                 "duplicate_inputs")
+    assert ends_invalid(run(["PROBLEM: p\n" + block("def f():\n    return 1.5")], mode="integer")) == "not_integer"
+    assert ends_invalid(run(["PROBLEM: p\n" + block("def f():\n    return True")], mode="integer")) == "not_integer"
+    assert ends_invalid(run([block("def f(x):\n    return x") + "\n" + "INPUT: 1\n" * 4],
+                            mode="induction")) == "duplicate_inputs"
 
 
 def test_a_forged_result_line_does_not_fool_validation():
