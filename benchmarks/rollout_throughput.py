@@ -108,9 +108,11 @@ class Setting:
     name: str
     max_new_tokens: int
     env_kwargs: dict[str, Any]
+    constrain: bool = False
 
     def describe(self) -> str:
-        return f"setting {self.name!r}: max_new_tokens {self.max_new_tokens}, env_kwargs {self.env_kwargs}"
+        return (f"setting {self.name!r}: max_new_tokens {self.max_new_tokens}, env_kwargs {self.env_kwargs}, "
+                f"constrained to legal replies: {self.constrain}")
 
 
 def settings(args: argparse.Namespace) -> list[Setting]:
@@ -119,11 +121,13 @@ def settings(args: argparse.Namespace) -> list[Setting]:
 
     defaults = kuhn_poker_v0.TRAIN_DEFAULTS
     chosen = {
-        "trainer": Setting("trainer", defaults["max_new_tokens"], dict(defaults["env_kwargs"])),
+        "trainer": Setting("trainer", defaults["max_new_tokens"], dict(defaults["env_kwargs"]),
+                           bool(defaults.get("constrain_to_legal", False))),
         "long": Setting("long", 8, {}),
     }
     names = ["trainer", "long"] if args.setting == "both" else [args.setting]
-    return [Setting(n, args.max_new_tokens or chosen[n].max_new_tokens, chosen[n].env_kwargs) for n in names]
+    return [Setting(n, args.max_new_tokens or chosen[n].max_new_tokens, chosen[n].env_kwargs, chosen[n].constrain)
+            for n in names]
 
 
 def build_policy(args: argparse.Namespace) -> Any:
@@ -215,6 +219,7 @@ def figures_of(small: Result, large: Result, setting: Setting, args: argparse.Na
         "threads": args.threads,
         "setting": setting.name,
         "max_new_tokens": setting.max_new_tokens,
+        "constrain": setting.constrain,
         "rules_in_prompt": setting.env_kwargs.get("rules_in_prompt", True),
         "env_kwargs": setting.env_kwargs,
         "share_prefix": not args.no_share_prefix,
@@ -261,6 +266,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     runs = [(s, Result(1), Result(args.batch)) for s in settings(args)]
     for setting, _, _ in runs:
         policy.max_new_tokens = setting.max_new_tokens
+        policy.constrain = setting.constrain
         # WARM-UP: first forward passes, allocator, tokenizer caches, template compilation.
         warm = range(10**6, 10**6 + min(args.batch, 16))
         run_collect(policy, args.batch, warm, args.seed, Result(args.batch), setting.env_kwargs)
@@ -270,6 +276,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     for round_ in range(args.rounds):
         for setting, small, large in runs:
             policy.max_new_tokens = setting.max_new_tokens
+            policy.constrain = setting.constrain
             for result, count in ((large, args.episodes), (small, args.episodes_b1)):
                 run_collect(policy, result.batch, range(next_seed, next_seed + count), args.seed + round_, result,
                             setting.env_kwargs)

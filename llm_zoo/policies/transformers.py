@@ -257,7 +257,13 @@ class TransformersPolicy(Policy):
         replies = observation.get("legal_actions")
         if not replies:
             return None
-        return legal_paths(self.tokenizer, replies, self.eos_token_ids[0], self.max_new_tokens)
+        key = (tuple(replies), self.max_new_tokens)
+        cache = self.__dict__.setdefault("_paths_memo", {})  # a batch repeats a few legal-reply sets
+        if key not in cache:
+            if len(cache) > 4096:
+                cache.clear()
+            cache[key] = tuple(legal_paths(self.tokenizer, replies, self.eos_token_ids[0], self.max_new_tokens))
+        return list(cache[key])
 
     def _sample(
         self, prompts: list[list[int]], paths: Sequence[list[tuple[int, ...]] | None] | None = None
@@ -309,12 +315,18 @@ class TransformersPolicy(Policy):
                 logits = out.logits[:, -1, :]
             mask = None
             if paths is not None and any(p is not None for p in paths):
-                mask = torch.ones_like(logits, dtype=torch.bool)
+                # one vectorised write per step: the rows that are constrained, then their allowed tokens
+                generated = torch.stack(step_tokens, dim=1).tolist() if step_tokens else [[]] * batch
+                constrained, at_rows, at_cols = [], [], []
                 for i, row_paths in enumerate(paths):
-                    allowed = allowed_next(row_paths, [int(t[i]) for t in step_tokens]) if row_paths else None
+                    allowed = _allowed_cached(row_paths, tuple(generated[i])) if row_paths else ()
                     if allowed:
-                        mask[i] = False
-                        mask[i, allowed] = True
+                        constrained.append(i)
+                        at_rows.extend([i] * len(allowed))
+                        at_cols.extend(allowed)
+                mask = torch.ones_like(logits, dtype=torch.bool)
+                mask[constrained] = False
+                mask[at_rows, at_cols] = True
             token, logprob = self._next_token(logits.float(), mask)
             token = token.masked_fill(finished, self.pad_token_id)
             step_tokens.append(token)
@@ -449,6 +461,16 @@ def completion_logprobs(
     if with_all_logps:
         result.append(all_logps)
     return tuple(result)
+
+
+@functools.lru_cache(maxsize=4096)
+def _allowed_tuple(paths: tuple[tuple[int, ...], ...], prefix: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(allowed_next(paths, prefix))
+
+
+def _allowed_cached(paths: Sequence[tuple[int, ...]], prefix: tuple[int, ...]) -> tuple[int, ...]:
+    """Return :func:`allowed_next` for a row, memoised: a batch repeats a few legal-reply sets."""
+    return _allowed_tuple(tuple(paths), prefix)
 
 
 def _allowed_mask(allowed: Sequence[Any], width: int, vocab: int, device: torch.device) -> torch.Tensor:
