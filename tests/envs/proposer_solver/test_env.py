@@ -243,7 +243,7 @@ HOSTILE = [
     ("infinite loop", f_block("while True:\n    pass"), "timeout"),
     ("non-terminating count", f_block("n = 0\nwhile n >= 0:\n    n += 1\nreturn n"), "timeout"),
     ("memory bomb", f_block("return len(bytearray(1 << 34))"), "memory"),
-    ("gradual memory bomb", f_block("xs = []\nwhile True:\n    xs.append('x' * 10**6)"), "memory"),
+    ("gradual memory bomb", f_block("xs = []\nwhile True:\n    xs.append('x' * 10**7)"), "memory"),
     ("huge printed output", f_block("while True:\n    print('y' * 1000)"), "output"),
     ("huge returned output", f_block("return 'y' * 10**6"), ("output", "output_too_long")),
     ("long returned output", f_block("return 'y' * 1000"), "output_too_long"),
