@@ -79,14 +79,17 @@ class FakeEndpoint:
                     step = fake.script.pop(0) if fake.script else None
                 try:
                     time.sleep(fake.delay_s)
+                finally:
+                    # counted out before the reply leaves: once the client has it, it may send its
+                    # next request, which must not meet this one still counted
+                    with fake.lock:
+                        fake.in_flight -= 1
+                try:
                     if step is None:
                         step = (200, {}, completion("echo: " + body["messages"][-1]["content"]))
                     fake._write(self, *step)
                 except OSError:  # the client gave up (timeout tests)
                     pass
-                finally:
-                    with fake.lock:
-                        fake.in_flight -= 1
 
             def log_message(self, *args: Any) -> None:
                 pass
