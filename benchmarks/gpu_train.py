@@ -80,9 +80,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def model_shape(quick: bool) -> dict[str, int]:
     """Keyword arguments of ``build_tiny_model``: about 0.5B parameters, or a small model for ``--quick``."""
-    if quick:
-        return {"hidden_size": 256, "num_layers": 4, "num_heads": 4, "intermediate_size": 1024}
-    return {"hidden_size": 1024, "num_layers": 24, "num_heads": 16, "intermediate_size": 5632}
+    from llm_zoo.models import BENCHMARK_SHAPES
+
+    return dict(BENCHMARK_SHAPES["small" if quick else "0.5b"])
 
 
 def measure_peak_flops(n: int = 8192, iters: int = 20) -> float:

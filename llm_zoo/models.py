@@ -174,6 +174,15 @@ def _byte_to_char() -> list[str]:
 # ---- models ---------------------------------------------------------------------------------
 
 
+BENCHMARK_SHAPES: dict[str, dict[str, int]] = {
+    # about 0.5B parameters: the GPU benchmarks' model, built from a config (no hub)
+    "0.5b": {"hidden_size": 1024, "num_layers": 24, "num_heads": 16, "intermediate_size": 5632},
+    # the same family at a size a --quick run or a CPU can afford
+    "small": {"hidden_size": 256, "num_layers": 4, "num_heads": 4, "intermediate_size": 1024},
+}
+"""Keyword arguments of :func:`build_tiny_model` for the benchmark models, by name."""
+
+
 def build_tiny_model(
     tokenizer: PreTrainedTokenizerFast,
     *,

@@ -177,7 +177,21 @@ class Policy(ABC):
                 )
 
 
-class RandomPolicy(Policy):
+class SeededPolicy(Policy):
+    """A policy whose randomness is one private ``random.Random``, reseeded by :meth:`seed`.
+
+    Subclasses call ``super().__init__(seed)`` and draw from ``self._rng``.
+    """
+
+    def __init__(self, seed: int | None = None) -> None:
+        self._rng = random.Random(seed)
+
+    @override
+    def seed(self, seed: int | None) -> None:
+        self._rng.seed(seed)
+
+
+class RandomPolicy(SeededPolicy):
     """Replies at random: a uniform pick from ``obs["legal_actions"]`` when the env offers them,
     otherwise random printable text of 0 to ``max_chars`` characters.
 
@@ -194,11 +208,7 @@ class RandomPolicy(Policy):
             raise ValueError(f"RandomPolicy needs max_chars >= 0, got {max_chars!r}.")
         self.name = name
         self.max_chars = max_chars
-        self._rng = random.Random(seed)
-
-    @override
-    def seed(self, seed: int | None) -> None:
-        self._rng.seed(seed)
+        super().__init__(seed)
 
     @override
     def act(self, observations: Sequence[Observation]) -> list[Reply]:

@@ -7,11 +7,10 @@ state in ``obs["info_set"]``.
 
 from __future__ import annotations
 
-import random
 import sys
 from collections.abc import Mapping, Sequence
 
-from llm_zoo.policies.base import Observation, Policy, Reply
+from llm_zoo.policies.base import Observation, Reply, SeededPolicy
 
 if sys.version_info >= (3, 12):
     from typing import override
@@ -19,7 +18,7 @@ else:
     from typing_extensions import override
 
 
-class TabularPolicy(Policy):
+class TabularPolicy(SeededPolicy):
     """Sample each reply from ``table[obs["info_set"]]``, a mapping ``move -> probability``.
 
     Args:
@@ -34,11 +33,7 @@ class TabularPolicy(Policy):
         self.table = {k: dict(v) for k, v in table.items()}
         self.reply_format = reply_format
         self.name = name
-        self._rng = random.Random(seed)
-
-    @override
-    def seed(self, seed: int | None) -> None:
-        self._rng.seed(seed)
+        super().__init__(seed)
 
     @override
     def act(self, observations: Sequence[Observation]) -> list[Reply]:

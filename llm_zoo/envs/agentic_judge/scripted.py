@@ -20,7 +20,6 @@ from __future__ import annotations
 import ast
 import json
 import math
-import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from typing import Any
 
 from llm_zoo.envs.agentic_judge import grading, text
 from llm_zoo.envs.agentic_judge.tasks import SOLUTION_KINDS, load_tasks
-from llm_zoo.policies.base import Observation, Policy, Reply
+from llm_zoo.policies.base import Observation, Policy, Reply, SeededPolicy
 
 __all__ = ["PLAYERS", "RuleJudge", "StoredSolver", "decide", "tool_call"]
 
@@ -42,7 +41,7 @@ def _first_user_message(obs: Observation) -> str:
     return next((m["content"] for m in obs["messages"] if m["role"] == "user"), "")
 
 
-class StoredSolver(Policy):
+class StoredSolver(SeededPolicy):
     """Submits a stored solution of the task: a named one, or one of a kind drawn by the policy's RNG.
 
     Args:
@@ -54,10 +53,7 @@ class StoredSolver(Policy):
     def __init__(self, which: str = "reference", seed: int | None = None) -> None:
         self.which = which
         self.name = f"stored:{which}"
-        self._rng = random.Random(seed)
-
-    def seed(self, seed: int | None) -> None:
-        self._rng.seed(seed)
+        super().__init__(seed)
 
     def act(self, observations: Sequence[Observation]) -> list[Reply]:
         self.check_batch(observations, key="messages")

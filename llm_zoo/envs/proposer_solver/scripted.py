@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from llm_zoo.envs.proposer_solver import text
 from llm_zoo.envs.proposer_solver.rules import MODES, Mode
-from llm_zoo.policies.base import Observation, Policy, Reply
+from llm_zoo.policies.base import Observation, Policy, Reply, SeededPolicy
 from llm_zoo.sandbox import Limits, run_many
 
 if TYPE_CHECKING:
@@ -179,7 +179,7 @@ def read_story(problem: str) -> tuple[int, int] | None:
 # ---- the proposer -----------------------------------------------------------------------------
 
 
-class ScriptedProposer(Policy):
+class ScriptedProposer(SeededPolicy):
     """Proposes tasks of a fixed ``difficulty`` (>= 1) from ``family`` (None: a random family per task).
 
     ``difficulty`` is a plain attribute: a caller may change it between episodes (an adaptive curriculum).
@@ -192,11 +192,7 @@ class ScriptedProposer(Policy):
             raise ValueError(f"family must be one of {sorted(FAMILIES)} or None; got {family!r}")
         self.difficulty, self.family = difficulty, family
         self.name = f"proposer({family or 'any'}, d={difficulty})"
-        self._rng = random.Random(seed)
-
-    @override
-    def seed(self, seed: int | None) -> None:
-        self._rng.seed(seed)
+        super().__init__(seed)
 
     @override
     def act(self, observations: Sequence[Observation]) -> list[Reply]:
@@ -445,7 +441,7 @@ print(json.dumps({"result": result, "used": used}))
 _KINDS = {"int": "int", "str": "str", "list": "list"}
 
 
-class ScriptedSolver(Policy):
+class ScriptedSolver(SeededPolicy):
     """Solves within a budget of ``skill`` steps per answer (None: :data:`MAX_BUDGET`); see the module docstring.
 
     Each answer's budget is ``skill`` times a factor drawn uniformly from ``[1 - noise, 1 + noise]``.
@@ -458,11 +454,7 @@ class ScriptedSolver(Policy):
             raise ValueError(f"noise must be in [0, 1); got {noise!r}")
         self.skill, self.noise = skill, noise
         self.name = f"solver(skill={'max' if skill is None else skill})"
-        self._rng = random.Random(seed)
-
-    @override
-    def seed(self, seed: int | None) -> None:
-        self._rng.seed(seed)
+        super().__init__(seed)
 
     @override
     def act(self, observations: Sequence[Observation]) -> list[Reply]:

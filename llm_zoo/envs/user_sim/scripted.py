@@ -51,7 +51,7 @@ from typing import Any
 from llm_zoo.envs.core import parse_tool_calls
 from llm_zoo.envs.user_sim import text, world
 from llm_zoo.envs.user_sim.scenarios import Task
-from llm_zoo.policies.base import Observation, Policy, Reply
+from llm_zoo.policies.base import Observation, Reply, SeededPolicy
 
 ORDER_RE = re.compile(r"#W\d{7}")
 EMAIL_RE = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
@@ -828,7 +828,7 @@ class RandomToolCaller:
 _USER, _ASSISTANT = ScriptedUser(), ScriptedAssistant()
 
 
-class ScriptedPolicy(Policy):
+class ScriptedPolicy(SeededPolicy):
     """A policy for either seat: the scripted user in the user's, the given assistant in the assistant's.
 
     The seat is read from the observation's system prompt. Args: ``assistant`` is ``"scripted"``
@@ -845,10 +845,7 @@ class ScriptedPolicy(Policy):
             raise ValueError(f"user must be 'scripted' or 'random'; got {user!r}")
         self.assistant, self.user = assistant, user
         self.name = name or f"{user}_user+{assistant}_assistant"
-        self._rng = random.Random(seed)
-
-    def seed(self, seed: int | None) -> None:
-        self._rng.seed(seed)
+        super().__init__(seed)
 
     def act(self, observations: Sequence[Observation]) -> list[Reply]:
         self.check_batch(observations, key="messages")
