@@ -18,7 +18,8 @@ player alternating, and the payoffs add up.
 ## Observation
 `obs["messages"]` holds what the player may see: the system prompt with the rules and the reply
 format, its own card, the moves of the hand as the env parsed them (never the opponent's raw reply),
-the showdown when there is one, and its own earlier replies. `obs["legal_actions"]` is the tuple of
+the showdown when there is one, and its own earlier replies. Each request for a move restates the
+player's card (`Your card: K. Your move: [check] or [bet].`). `obs["legal_actions"]` is the tuple of
 canonical replies legal now (empty when it is not this player's turn), each always read as that
 move. `obs["info_set"]` is the player's information state in the current hand, the key of a
 tabular policy (see `llm_zoo.envs.kuhn_poker.theory`). `infos[agent]` holds the same info set, the
@@ -68,7 +69,8 @@ MENU = text.legal_replies(_MOVES)  # ("[check]", "[bet]", "[call]", "[fold]"): t
 FEATURE_SIZE = 3 + 3 * len(_MOVES) + 2
 # history -> what the player to act is shown: its legal replies and the prompt naming them (texts built once)
 _LEGAL_REPLIES = {history: text.legal_replies(moves) for history, moves in LEGAL.items()}
-_PROMPT_LINE = {history: text.prompt_line(moves) for history, moves in LEGAL.items()}
+_PROMPT_LINE = {(card, history): text.prompt_line(moves, card)
+                for history, moves in LEGAL.items() for card in range(len(CARDS))}
 _MOVE_LINE = {(agent, move): text.move_line(agent, move) for agent in AGENTS for move in Move}
 _OPPONENT = {AGENTS[0]: AGENTS[1], AGENTS[1]: AGENTS[0]}
 # Formatting the amounts (:g) is most of the cost of a hand's end, and the same few lines recur. (A
@@ -191,9 +193,10 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
         return first
 
     def _ask(self, agent: str) -> None:
-        self._pending[agent].append(_PROMPT_LINE[self._hand.history])
+        seat = self._first.index(agent)
+        self._pending[agent].append(_PROMPT_LINE[self._hand.cards[seat], self._hand.history])
         self._flush(agent)
-        self.infos[agent]["info_set"] = self._hand.info_set(self._first.index(agent))
+        self.infos[agent]["info_set"] = self._hand.info_set(seat)
         if self.agents:
             self.pass_turn(agent)
 

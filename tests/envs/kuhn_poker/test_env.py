@@ -103,6 +103,23 @@ def test_observation_holds_card_legal_replies_and_info_set():
     assert env.observe("player_0")["legal_actions"] == ()  # not its turn
 
 
+def test_every_request_for_a_move_restates_the_players_own_card():
+    env = kuhn_poker_v0.env(num_hands=2)
+    env.reset(seed=3, options={"deal": [("Q", "K"), ("K", "J")]})
+    asked = []
+    for agent in env.agent_iter():
+        obs, *_, info = env.last()
+        if env.terminations[agent] or env.truncations[agent]:
+            env.step(None)
+            continue
+        last = obs["messages"][-1]["content"].splitlines()[-1]
+        asked.append((agent, info["card"], last))
+        assert last == f"Your card: {info['card']}. Your move: " + " or ".join(obs["legal_actions"]) + "."
+        env.step(obs["legal_actions"][0])
+    cards = {(agent, card) for agent, card, _ in asked}
+    assert cards == {("player_0", "Q"), ("player_1", "K"), ("player_0", "K"), ("player_1", "J")}
+
+
 def test_hidden_information_never_leaks():
     """player_1 never sees player_0's card before a showdown, nor player_0's raw reply."""
     env = kuhn_poker_v0.env()

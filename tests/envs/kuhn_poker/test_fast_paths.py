@@ -75,7 +75,8 @@ def test_parse_shortcut_agrees_with_the_regexes(legal):
 def test_text_tables_match_the_text_functions():
     for history, moves in LEGAL.items():
         assert kuhn_env._LEGAL_REPLIES[history] == text.legal_replies(moves)
-        assert kuhn_env._PROMPT_LINE[history] == text.prompt_line(moves)
+        for card in range(len(CARDS)):
+            assert kuhn_env._PROMPT_LINE[card, history] == text.prompt_line(moves, card)
     for agent, move in itertools.product(kuhn_env.AGENTS, Move):
         assert kuhn_env._MOVE_LINE[agent, move] == text.move_line(agent, move)
 
