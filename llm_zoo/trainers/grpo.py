@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -71,7 +72,9 @@ class TrainConfig:
     grpo_scale: str = "group"
     """GRPO's std scaling: group, batch or none."""
     baseline_key: str = "role"
-    """What RAE baselines and GRPO groups are keyed by besides the env: role or agent."""
+    """What RAE baselines and GRPO groups are keyed by besides the env: ``role``, ``agent``, or ``prompt``
+    (the role and the agent's first prompt in the episode: one baseline per opening state, as GRPO
+    compares completions of one prompt; for Kuhn poker, per seat, card and what was seen before)."""
 
     model: str = "tiny"
     """tiny (built from a config for the env, offline) or a local model directory."""
@@ -174,7 +177,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         choices = {"algorithm": ("rae", "grpo", "hgrpo", "none"), "grpo_scale": ("group", "batch", "none"),
                    "schedule": ("together", "freeze_rotate"), "aggregation": ("token", "sequence", "constant"),
-                   "lr_schedule": ("constant", "linear", "cosine"), "baseline_key": ("role", "agent"),
+                   "lr_schedule": ("constant", "linear", "cosine"), "baseline_key": ("role", "agent", "prompt"),
                    "kl_estimator": ("k3", "exact"),
                    "generation": ("transformers", "vllm")}
         for name, allowed in choices.items():
@@ -562,7 +565,9 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
             if episode.failed:
                 continue
             for agent in sorted(trainable):
-                who = roles[agent] if config.baseline_key == "role" else agent
+                who = agent if config.baseline_key == "agent" else roles[agent]
+                if config.baseline_key == "prompt":
+                    who = f"{who}/{_opening(episode, agent)}"
                 group = episode.infos.get(agent, {}).get("group", episode.seed)
                 samples.append((i, agent, episode.returns.get(agent, 0.0), f"{config.env}/{who}", f"{group}/{who}"))
 
@@ -697,6 +702,15 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig) -> di
     model.eval()
     sums["tokens"] = float(n_tokens)
     return sums
+
+
+def _opening(episode: Episode, agent: str) -> str:
+    """Return a short digest of the agent's first prompt in an episode (its token ids, else its messages)."""
+    first = next((t for t in episode.turns if t.agent == agent), None)
+    if first is None:
+        return "none"
+    seen = first.prompt_ids if first.prompt_ids else first.observation.get("messages", first.observation)
+    return hashlib.blake2b(json.dumps(seen, default=str).encode(), digest_size=8).hexdigest()
 
 
 def _sandbox_runs() -> int:

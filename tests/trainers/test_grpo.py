@@ -236,3 +236,30 @@ def test_scripted_players_hold_frozen_seats(tmp_path):
     assert sample["policies"] == {"user": "scripted", "assistant": "main"}
     with pytest.raises(ValueError, match="no such scripted player"):
         train(make_config("user_sim_v0", {**TINY, "policies": {"user": "scripted:nobody"}, "run_dir": str(tmp_path)}))
+
+
+@pytest.mark.parametrize("key, expected", [("role", {"kuhn_poker_v0/player"}),
+                                           ("agent", {"kuhn_poker_v0/player_0", "kuhn_poker_v0/player_1"})])
+def test_rae_baselines_are_keyed_by_role_or_agent(tmp_path, key, expected):
+    train(make_config("kuhn_poker_v0", {**TINY, "steps": 1, "run_dir": str(tmp_path), "baseline_key": key}))
+    state = json.loads((tmp_path / "checkpoints" / "step_000001" / "state.json").read_text())
+    assert set(state["rae"]) == expected
+
+
+def test_rae_baselines_keyed_by_prompt_follow_the_opening_state(tmp_path):
+    """baseline_key=prompt: one baseline per (role, first prompt); in Kuhn poker a first prompt shows the card
+    (and, for the second player, the first move), so there are at most 3 + 6 keys and more than one."""
+    config = make_config("kuhn_poker_v0", {**TINY, "steps": 1, "episodes_per_step": 32, "rollout_batch_size": 32,
+                                           "run_dir": str(tmp_path), "baseline_key": "prompt"})
+    train(config)
+    state = json.loads((tmp_path / "checkpoints" / "step_000001" / "state.json").read_text())
+    assert 2 < len(state["rae"]) <= 9 and all(k.startswith("kuhn_poker_v0/player/") for k in state["rae"])
+    from llm_zoo.policies import RandomPolicy
+    from llm_zoo.trainers.rollout import collect
+
+    episodes = collect("kuhn_poker_v0", {"player": RandomPolicy(seed=0)}, 24, seed=0, env_kwargs=config.env_kwargs)
+    for e1 in episodes:
+        for e2 in episodes:
+            same_card = e1.infos["player_0"]["card"] == e2.infos["player_0"]["card"]
+            assert (grpo._opening(e1, "player_0") == grpo._opening(e2, "player_0")) == same_card
+    assert grpo._opening(episodes[0], "nobody") == "none"
