@@ -5,19 +5,33 @@ step) and the same seeds; the exact exploitability of each model's strategy is r
 log-probs every ``eval_every`` steps. Prints a table of the final exploitability (mean ± spread over
 seeds), draws exploitability against episodes, and ends with a JSON line.
 
-    python benchmarks/kuhn_credit.py            # the full comparison (3 seeds)
-    python benchmarks/kuhn_credit.py --quick    # seconds: a smoke run of every method
+    python benchmarks/kuhn_credit.py                 # the full comparison (3 seeds), runs side by side on every core
+    python benchmarks/kuhn_credit.py --quick         # seconds: a smoke run of every method
+    python benchmarks/kuhn_credit.py --workers 1     # one run at a time
+    python benchmarks/kuhn_credit.py --runs-dir DIR  # keep the runs in DIR; a run already finished there is reused
+
+Each run is its own subprocess (``--workers`` at once, default one per CPU core, each on the
+trainer's one torch thread), so a run that crashes is reported as failed and the others go on. A
+finished run leaves ``result.json`` in its folder with its resolved config; a later invocation with
+the same ``--runs-dir`` folder reuses every run whose config is unchanged, so an interrupted benchmark
+resumes, and ``kuhn_headline.py`` and this script can share their runs (``llm-zoo bench`` does so).
+With several workers the runs share the machine, so each run's wall-clock is longer than alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 METHODS: dict[str, dict[str, object]] = {
     "rae": {"algorithm": "rae"},
@@ -28,23 +42,112 @@ METHODS: dict[str, dict[str, object]] = {
 }
 
 
+def run_config(method: str, seed: int, budget: dict[str, object], out: Path) -> Any:
+    """Return the trainer config of one run: the main job's, the budget's overrides, the method's, the seed."""
+    from llm_zoo.trainers.grpo import make_config
+
+    return make_config("kuhn_poker_v0", {**budget, **METHODS[method], "seed": seed,
+                                         "run_dir": str(out / f"{method}-seed{seed}"), "progress": False,
+                                         "tensorboard": False, "checkpoint_every": 0})
+
+
+def _fingerprint(config: Any) -> dict[str, object]:
+    """The parts of a config that decide a run's result (not where it is written)."""
+    from dataclasses import asdict
+
+    return json.loads(json.dumps({k: v for k, v in asdict(config).items() if k != "run_dir"}, default=str))
+
+
 def run(method: str, seed: int, budget: dict[str, object], out: Path) -> dict[str, object]:
-    """Train one method with one seed; return its exploitability curve, wall-clock and cost."""
-    from llm_zoo.trainers.grpo import make_config, train
+    """Train one method with one seed in this process; return its exploitability curve, wall-clock and cost.
+
+    The result is also written to ``OUT/METHOD-seedSEED/result.json``, with the run's config.
+    """
+    from llm_zoo.trainers.grpo import train
     from llm_zoo.trainers.logging import read_metrics
 
-    run_dir = out / f"{method}-seed{seed}"
-    config = make_config("kuhn_poker_v0", {**budget, **METHODS[method], "seed": seed, "run_dir": str(run_dir),
-                                            "progress": False, "tensorboard": False, "checkpoint_every": 0})
+    config = run_config(method, seed, budget, out)
+    run_dir = Path(config.run_dir)
     start = time.perf_counter()
     final = train(config)
     seconds = time.perf_counter() - start
     rows = read_metrics(run_dir)
     curve = [(r["charts/episodes"], r["eval/exploitability"]) for r in rows if "eval/exploitability" in r]
     tokens = sum(r.get("perf/prompt_tokens", 0) + r.get("perf/completion_tokens", 0) for r in rows)
-    return {"method": method, "seed": seed, "final": final["exploitability"], "curve": curve, "seconds": seconds,
-            "episodes": rows[-1]["charts/episodes"], "tokens": tokens,
-            "payoff_vs_nash": final["payoff_vs_nash"], "other_mass": final["other_mass_mean"]}
+    result = {"method": method, "seed": seed, "final": final["exploitability"], "curve": curve, "seconds": seconds,
+              "episodes": rows[-1]["charts/episodes"], "tokens": tokens,
+              "payoff_vs_nash": final["payoff_vs_nash"], "other_mass": final["other_mass_mean"]}
+    (run_dir / "result.json").write_text(json.dumps({"config": _fingerprint(config), "result": result}))
+    return result
+
+
+def cached(method: str, seed: int, budget: dict[str, object], out: Path) -> dict[str, object] | None:
+    """Return the result of a finished run in ``out`` with exactly this config, or None."""
+    config = run_config(method, seed, budget, out)
+    path = Path(config.run_dir) / "result.json"
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return saved["result"] if saved.get("config") == _fingerprint(config) else None
+
+
+def run_all(jobs: Sequence[tuple[str, int]], budget: dict[str, object], out: Path, workers: int = 1,
+            on_done: Any = None) -> list[dict[str, object]]:
+    """Run (method, seed) jobs, ``workers`` subprocesses at a time; return their results in the jobs' order.
+
+    A run already finished in ``out`` with the same config is reused. A run whose subprocess fails
+    gives a result with ``"error"`` (its last output lines) and ``final`` NaN; the others go on.
+    ``on_done(result, done, total)`` is called as each run ends.
+    """
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1; got {workers!r}")
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict[int, dict[str, object]] = {}
+    pending = []
+    for index, (method, seed) in enumerate(jobs):
+        if (hit := cached(method, seed, budget, out)) is not None:
+            results[index] = {**hit, "reused": True}
+        else:
+            pending.append(index)
+
+    def finish(index: int, result: dict[str, object]) -> None:
+        results[index] = result
+        if on_done is not None:
+            on_done(result, len(results), len(jobs))
+
+    for index in sorted(results):
+        if on_done is not None:
+            on_done(results[index], index + 1, len(jobs))
+    running: dict[int, tuple[subprocess.Popen, Path]] = {}
+    while pending or running:
+        while pending and len(running) < workers:
+            index = pending.pop(0)
+            method, seed = jobs[index]
+            log = out / f"{method}-seed{seed}.log"
+            argv = [sys.executable, __file__, "--one", method, str(seed), "--budget", json.dumps(budget),
+                    "--runs-dir", str(out)]
+            with log.open("w") as f:
+                running[index] = (subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT), log)
+        time.sleep(0.5)
+        for index, (proc, log) in list(running.items()):
+            if proc.poll() is None:
+                continue
+            del running[index]
+            method, seed = jobs[index]
+            result = cached(method, seed, budget, out) if proc.returncode == 0 else None
+            if result is None:
+                tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+                result = {"method": method, "seed": seed, "final": math.nan, "curve": [], "seconds": math.nan,
+                          "episodes": math.nan, "tokens": math.nan, "payoff_vs_nash": math.nan,
+                          "other_mass": math.nan, "error": f"exit {proc.returncode}: " + " | ".join(tail)}
+            finish(index, result)
+    return [results[i] for i in range(len(jobs))]
+
+
+def default_workers(n_jobs: int) -> int:
+    """One run per CPU core (each trains on the trainer's single torch thread), at most one per job."""
+    return max(1, min(n_jobs, os.cpu_count() or 1))
 
 
 def plot(results: list[dict[str, object]], path: Path) -> None:
@@ -78,9 +181,20 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parser.add_argument("--seeds", type=int, default=3, help="seeds per method (default 3)")
     parser.add_argument("--steps", type=int, default=None, help="training steps per run (default: the main job's)")
     parser.add_argument("--methods", nargs="*", default=list(METHODS), choices=list(METHODS))
-    parser.add_argument("--out", default=None, help="folder for runs and the plot (default: a temp folder; "
-                        "the plot also goes to docs/kuhn_credit.png)")
+    parser.add_argument("--out", default=None, help="folder for the table's files and the plot (default: a temp "
+                        "folder; the plot also goes to docs/kuhn_credit.png)")
+    parser.add_argument("--runs-dir", default=None, help="folder of the runs (default: OUT); finished runs with the "
+                        "same config found there are reused")
+    parser.add_argument("--workers", type=int, default=None, help="runs at once (default: one per CPU core)")
+    parser.add_argument("--one", nargs=2, metavar=("METHOD", "SEED"), help=argparse.SUPPRESS)
+    parser.add_argument("--budget", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.one:  # a worker of run_all: one run, its result left in its folder
+        method, seed = args.one
+        run(method, int(seed), json.loads(args.budget or "{}"), Path(args.runs_dir))
+        return {}
+    if args.seeds < 1 or (args.workers is not None and args.workers < 1):
+        parser.error(f"--seeds and --workers must be >= 1; got {args.seeds} and {args.workers}")
     budget: dict[str, object] = {}
     if args.quick:
         budget = {"steps": 2, "episodes_per_step": 8, "rollout_batch_size": 8, "eval_every": 1,
@@ -91,33 +205,52 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         budget.setdefault("eval_every", max(1, args.steps // 10))
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="kuhn_credit_"))
     out.mkdir(parents=True, exist_ok=True)
-    results = []
-    for method in args.methods:
-        for seed in range(args.seeds):
-            r = run(method, seed, budget, out)
-            results.append(r)
-            print(f"  {method:12s} seed {seed}: exploitability {r['final']:.4f} in {r['seconds']:.0f}s",
-                  file=sys.stderr, flush=True)
+    runs = Path(args.runs_dir) if args.runs_dir else out
+    jobs = [(method, seed) for method in args.methods for seed in range(args.seeds)]
+    workers = args.workers or default_workers(len(jobs))
+    print(f"{len(jobs)} runs, {workers} at a time; runs in {runs}", file=sys.stderr, flush=True)
+
+    def report(r: dict[str, object], done: int, total: int) -> None:
+        how = "reused" if r.get("reused") else r.get("error") or f"in {r['seconds']:.0f}s"
+        print(f"  [{done}/{total}] {r['method']:12s} seed {r['seed']}: exploitability {r['final']:.4f} ({how})",
+              file=sys.stderr, flush=True)
+
+    results = run_all(jobs, budget, runs, workers, on_done=report)
+    finished = [r for r in results if "error" not in r]
+    if not finished:
+        raise SystemExit("every run failed; see the logs in " + str(runs))
     summary = {}
-    print(f"\nKuhn poker, same budget per method ({results[0]['episodes']} episodes, {args.seeds} seed(s))\n")
-    print(f"{'method':14s} {'final exploitability':>24s} {'payoff vs nash':>15s} {'off-legal mass':>15s} {'s/run':>7s}")
+    print(f"\nKuhn poker, same budget per method ({finished[0]['episodes']} episodes, {args.seeds} seed(s), "
+          f"{workers} run(s) at a time)\n")
+    print(f"{'method':14s} {'final exploitability':>24s} {'payoff vs nash':>15s} {'off-legal mass':>15s} "
+          f"{'s/run':>7s} {'failed':>7s}")
     for method in args.methods:
-        rs = [r for r in results if r["method"] == method]
+        rs = [r for r in finished if r["method"] == method]
+        failed = sum(1 for r in results if r["method"] == method and "error" in r)
+        if not rs:
+            summary[method] = None
+            print(f"{method:14s} {'every run failed':>24s} {'':>15s} {'':>15s} {'':>7s} {failed:>7d}")
+            continue
         finals = [r["final"] for r in rs]
         mean = statistics.mean(finals)
         spread = (max(finals) - min(finals)) / 2
         summary[method] = mean
         print(f"{method:14s} {mean:>15.4f} ± {spread:<6.4f} {statistics.mean(r['payoff_vs_nash'] for r in rs):>15.4f} "
-              f"{statistics.mean(r['other_mass'] for r in rs):>15.4f} {statistics.mean(r['seconds'] for r in rs):>7.0f}")
+              f"{statistics.mean(r['other_mass'] for r in rs):>15.4f} {statistics.mean(r['seconds'] for r in rs):>7.0f} "
+              f"{failed:>7d}")
+    for r in results:
+        if "error" in r:
+            print(f"failed: {r['method']} seed {r['seed']}: {r['error']}")
     figure = out / "kuhn_credit.png"
-    plot(results, figure)
+    plot(finished, figure)
     if not args.quick:
         docs = Path(__file__).resolve().parents[1] / "docs"
         docs.mkdir(exist_ok=True)
-        plot(results, docs / "kuhn_credit.png")
+        plot(finished, docs / "kuhn_credit.png")
     print(f"\nplot: {figure}")
     (out / "results.json").write_text(json.dumps(results))
-    line = {**summary, "episodes": results[0]["episodes"], "seeds": args.seeds}
+    line = {**summary, "episodes": finished[0]["episodes"], "seeds": args.seeds, "workers": workers,
+            "failed_runs": len(results) - len(finished)}
     line["seconds"] = round(time.perf_counter() - started, 2)
     print(json.dumps(line))
     return line

@@ -179,32 +179,45 @@ def ppo_rows(timesteps: int, seeds: int) -> list[Row]:
     return [final, average]
 
 
-def llm_rows(budget: dict[str, Any], seeds: int, out: Path) -> list[Row]:
-    """The LLM trainer with each of LLM_METHODS, through kuhn_credit.run; costs read from each run's metrics."""
+def llm_rows(budget: dict[str, Any], seeds: int, runs: Path, workers: int | None = None) -> list[Row]:
+    """The LLM trainer with each of LLM_METHODS, through kuhn_credit.run_all; costs read from each run's metrics.
+
+    Runs go side by side, ``workers`` at a time (default one per CPU core), each in its own
+    subprocess; finished runs with the same config already in ``runs`` are reused. A failed run is
+    reported and left out of its row.
+    """
     from llm_zoo.trainers.logging import read_metrics
 
     credit = _credit()
-    rows = []
-    done, total, started = 0, len(LLM_METHODS) * seeds, time.perf_counter()
-    for method, label in LLM_METHODS.items():
-        row = Row(f"llm_{method}", label)
-        for seed in range(seeds):
-            result = credit.run(method, seed, budget, out)
-            metrics = read_metrics(out / f"{method}-seed{seed}")
-            curve, elapsed = [], 0.0
-            for m in metrics:
-                elapsed += m.get("perf/step_s", 0.0)
-                if "eval/exploitability" in m:
-                    curve.append((m["charts/episodes"], elapsed, m["eval/exploitability"]))
-            row.runs.append(Run(result["final"], result["payoff_vs_nash"], result["episodes"], result["seconds"],
-                                curve, sum(m.get("perf/prompt_tokens", 0.0) for m in metrics),
-                                sum(m.get("perf/completion_tokens", 0.0) for m in metrics)))
-            done += 1
-            left = (time.perf_counter() - started) / done * (total - done)
-            print(f"  {method} seed {seed}: exploitability {result['final']:.4f} in {result['seconds']:.0f}s"
-                  f" ({done}/{total} LLM runs; about {left / 60:.0f} min left)", file=sys.stderr, flush=True)
-        rows.append(row)
-    return rows
+    jobs = [(method, seed) for method in LLM_METHODS for seed in range(seeds)]
+    workers = workers or credit.default_workers(len(jobs))
+    started = time.perf_counter()
+    print(f"  {len(jobs)} LLM runs, {workers} at a time, in {runs}", file=sys.stderr, flush=True)
+
+    def report(result: dict[str, Any], done: int, total: int) -> None:
+        how = "reused" if result.get("reused") else result.get("error") or f"in {result['seconds']:.0f}s"
+        left = (time.perf_counter() - started) / done * (total - done)
+        print(f"  [{done}/{total}] {result['method']} seed {result['seed']}: exploitability {result['final']:.4f}"
+              f" ({how}; about {left / 60:.0f} min left)", file=sys.stderr, flush=True)
+
+    results = credit.run_all(jobs, budget, runs, workers, on_done=report)
+    rows = {method: Row(f"llm_{method}", label) for method, label in LLM_METHODS.items()}
+    for result in results:
+        if "error" in result:
+            print(f"  {result['method']} seed {result['seed']} failed and is left out: {result['error']}",
+                  file=sys.stderr, flush=True)
+            continue
+        metrics = read_metrics(runs / f"{result['method']}-seed{result['seed']}")
+        curve, elapsed = [], 0.0
+        for m in metrics:
+            elapsed += m.get("perf/step_s", 0.0)
+            if "eval/exploitability" in m:
+                curve.append((m["charts/episodes"], elapsed, m["eval/exploitability"]))
+        rows[result["method"]].runs.append(Run(
+            result["final"], result["payoff_vs_nash"], result["episodes"], result["seconds"], curve,
+            sum(m.get("perf/prompt_tokens", 0.0) for m in metrics),
+            sum(m.get("perf/completion_tokens", 0.0) for m in metrics)))
+    return [row for row in rows.values() if row.runs]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -352,10 +365,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--steps", type=int, default=None, help="LLM training steps (default: the main job's)")
     parser.add_argument("--out", default=None, help="folder for the runs, kuhn_headline.md and kuhn_headline.png "
                         "(default: a temporary folder)")
+    parser.add_argument("--runs-dir", default=None, help="folder of the LLM runs (default: OUT); finished runs with the "
+                        "same config found there are reused, e.g. kuhn_credit.py's with the same --runs-dir")
+    parser.add_argument("--workers", type=int, default=None, help="LLM runs at once (default: one per CPU core)")
     args = parser.parse_args(argv)
     seeds = args.seeds if args.seeds is not None else 1 if args.quick else 3
-    if seeds < 1 or (args.steps is not None and args.steps < 1):
-        parser.error(f"--seeds and --steps must be >= 1; got {seeds} and {args.steps}")
+    if seeds < 1 or (args.steps is not None and args.steps < 1) or (args.workers is not None and args.workers < 1):
+        parser.error(f"--seeds, --steps and --workers must be >= 1; got {seeds}, {args.steps} and {args.workers}")
     from llm_zoo.trainers.grpo import make_config
 
     overrides = dict(QUICK_BUDGET) if args.quick else {}
@@ -368,7 +384,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     ppo_timesteps = config.steps * config.episodes_per_step
 
-    rows = [random_row(), *cfr_rows(), *ppo_rows(ppo_timesteps, seeds), *llm_rows(overrides, seeds, out)]
+    runs = Path(args.runs_dir) if args.runs_dir else out
+    rows = [random_row(), *cfr_rows(), *ppo_rows(ppo_timesteps, seeds), *llm_rows(overrides, seeds, runs, args.workers)]
     table = {row.key: figures(row) for row in rows}
     text = markdown(rows, table)
     caption = (f"Kuhn poker, every system on the same machine in one run "

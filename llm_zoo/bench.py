@@ -111,9 +111,9 @@ def discover(scripts_dir: Path = BENCHMARKS) -> dict[str, Path]:
     return {p.stem: p for p in sorted(paths, key=lambda p: (p.stem != HEADLINE, p.stem))}
 
 
-def _takes_out(script: Path) -> bool:
-    """True when the script declares an ``--out`` option (its plots and tables then go where we say)."""
-    return re.search(r"""add_argument\(\s*["']--out["']""", script.read_text()) is not None
+def _takes(script: Path, option: str) -> bool:
+    """True when the script declares ``option`` (e.g. ``--out``: its plots and tables then go where we say)."""
+    return re.search(rf"""add_argument\(\s*["']{re.escape(option)}["']""", script.read_text()) is not None
 
 
 def _pngs(folder: Path) -> dict[Path, float]:
@@ -125,7 +125,7 @@ def _text(value: str | bytes | None) -> str:
 
 
 def run_script(script: Path, *, quick: bool, timeout_s: float, assets: Path, page_dir: Path,
-               docs: Path = ROOT / "docs") -> ScriptResult:
+               docs: Path = ROOT / "docs", runs: Path | None = None) -> ScriptResult:
     """Run one script in a subprocess; collect its output, JSON line, Markdown tables and plots.
 
     Args:
@@ -135,13 +135,17 @@ def run_script(script: Path, *, quick: bool, timeout_s: float, assets: Path, pag
         assets: Where its plots are copied (``assets/<stem>/``); that folder is emptied first.
         page_dir: The page's folder: plot paths are given relative to it.
         docs: Plots written under this folder during the run are linked where they are.
+        runs: Passed as ``--runs-dir`` to a script that declares it: training runs shared between scripts
+            (``kuhn_headline`` and ``kuhn_credit`` train the same 12 Kuhn runs; the second reuses them).
     """
     name = script.stem
     argv = [sys.executable, str(script), *(["--quick"] if quick else [])]
     with tempfile.TemporaryDirectory(prefix=f"bench_{name}_") as tmp:
         out = Path(tmp) / "out"
-        if _takes_out(script):
+        if _takes(script, "--out"):
             argv += ["--out", str(out)]
+        if runs is not None and _takes(script, "--runs-dir"):
+            argv += ["--runs-dir", str(runs)]
         shown = " ".join(["python", os.path.relpath(script, ROOT) if script.is_relative_to(ROOT) else str(script),
                           *argv[2:]]).replace(str(out), "OUT")
         before = _pngs(docs)
@@ -402,14 +406,15 @@ def run(*, quick: bool = False, only: Sequence[str] | None = None, timeout_s: fl
     command = "llm-zoo bench" + (" --quick" if quick else "") + (f" --only {' '.join(scripts)}" if only else "")
     start = time.perf_counter()
     results = []
-    for name, script in scripts.items():
-        if log is not None:
-            print(f"bench: {name} ...", file=log, flush=True)
-        result = run_script(script, quick=quick, timeout_s=timeout_s, assets=page.parent / "results",
-                            page_dir=page.parent)
-        results.append(result)
-        if log is not None:
-            print(f"bench: {name} {result.status} in {_seconds(result.seconds)}", file=log, flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench_runs_") as shared_runs:
+        for name, script in scripts.items():
+            if log is not None:
+                print(f"bench: {name} ...", file=log, flush=True)
+            result = run_script(script, quick=quick, timeout_s=timeout_s, assets=page.parent / "results",
+                                page_dir=page.parent, runs=Path(shared_runs))
+            results.append(result)
+            if log is not None:
+                print(f"bench: {name} {result.status} in {_seconds(result.seconds)}", file=log, flush=True)
     seconds = time.perf_counter() - start
     summaries = {name: _summary(path) for name, path in scripts.items()}
     page.write_text(render(results, info, quick=quick, seconds=seconds, command=command, date=date,
