@@ -49,17 +49,25 @@ __all__ = ["Episode", "Turn", "export_chat_jsonl", "jsonable", "read_jsonl", "wr
 _DERIVED_KEYS = ("prompt_tokens", "completion_tokens")
 
 
+_PLAIN = frozenset({str, bool, int, float, type(None)})
+"""Types that are already canonical: ``jsonable`` returns their values as they are."""
+
+
 def jsonable(value: Any) -> Any:
     """Return ``value`` in canonical JSON form (see the module docstring); containers are copied."""
     kind = type(value)
     # exact built-in types first: observations are mostly dicts, tuples and plain str, and a
-    # collector converts one per turn, so the ABC checks below are kept for the rare cases
-    if kind is str or value is None or kind is bool or kind is int or kind is float:
+    # collector converts one per turn, so the ABC checks below are kept for the rare cases;
+    # plain leaves are kept inside the comprehensions, saving a call for each
+    if kind in _PLAIN:
         return value
     if kind is dict:
-        return {k if type(k) is str else _key(k): jsonable(v) for k, v in value.items()}
+        return {
+            k if type(k) is str else _key(k): v if type(v) in _PLAIN else jsonable(v)
+            for k, v in value.items()
+        }
     if kind is tuple or kind is list:
-        return [jsonable(v) for v in value]
+        return [v if type(v) in _PLAIN else jsonable(v) for v in value]
     if isinstance(value, enum.Enum):  # before str and int: StrEnum and IntEnum members are both
         return jsonable(value.value)
     if isinstance(value, str):
@@ -89,8 +97,17 @@ def _key(key: Any) -> str:
     return key if isinstance(key, str) else json.dumps(key)
 
 
+_INT = frozenset({int})
+
+
 def _int_list(values: Sequence[Any] | None) -> list[int] | None:
-    return None if values is None else list(map(int, values))
+    """Return ``values`` as a new list of ``int``s (None stays None)."""
+    if values is None:
+        return None
+    if type(values) is list and set(map(type, values)) <= _INT:
+        # already clean, as token ids from a Reply or a tokenizer are: a copy is half the cost
+        return values.copy()
+    return list(map(int, values))
 
 
 def _float_list(values: Sequence[Any] | None) -> list[float] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 from llm_zoo import kuhn_poker_v0
-from llm_zoo.episode import Episode, Turn, export_chat_jsonl, jsonable, read_jsonl, write_jsonl
+from llm_zoo.episode import Episode, Turn, _int_list, export_chat_jsonl, jsonable, read_jsonl, write_jsonl
 from llm_zoo.policies import FunctionPolicy, Reply
 from llm_zoo.trainers.rollout import collect
 
@@ -88,6 +89,22 @@ def test_records_are_canonical_so_tuples_numpy_and_int_keys_round_trip():
     back = Episode.from_json(episode.to_json())
     assert back == episode and back.turns[0].logprobs[1] == -1 / 3
     assert jsonable({(1, 2): None, None: math.inf}) == {"[1, 2]": None, "null": math.inf}
+
+
+def test_fast_paths_convert_as_the_general_paths_do():
+    class Suit(enum.IntEnum):
+        SPADES = 1
+
+    # jsonable keeps plain leaves inside containers without a call; every other leaf is converted
+    leaves = [1, 1.5, True, None, "s", Reply("r"), Suit.SPADES, np.int64(3), np.float32(0.5), (1, (2,)), {"b"}]
+    converted = jsonable({"k": leaves, "t": tuple(leaves)})
+    assert converted == {"k": [jsonable(v) for v in leaves], "t": [jsonable(v) for v in leaves]}
+    assert [type(v) for v in converted["k"]] == [int, float, bool, type(None), str, str, int, int, float, list, list]
+    # token ids already a list of ints are copied; anything else goes through int()
+    for ids in ([1, 2, 3], (1, 2, 3), [np.int64(1), 2, 3], [True, 2, 3], np.array([1, 2, 3]), []):
+        out = _int_list(ids)
+        assert out == [int(i) for i in ids] and out is not ids and {type(i) for i in out} <= {int}
+    assert _int_list(None) is None
 
 
 def test_loading_rejects_records_of_another_shape(tmp_path):

@@ -9,7 +9,14 @@ pytest.importorskip("transformers")
 
 from llm_zoo.models import build_byte_tokenizer, build_tiny_model, make_tiny_model  # noqa: E402
 from llm_zoo.policies import Reply, TransformersPolicy  # noqa: E402
-from llm_zoo.policies.transformers import _plan_prefixes, completion_logprobs  # noqa: E402
+from llm_zoo.policies.transformers import (  # noqa: E402
+    _forward_prompts,
+    _forward_tree,
+    _plan_prefixes,
+    _plan_tree,
+    _prefix_tree,
+    completion_logprobs,
+)
 
 torch.set_num_threads(1)
 
@@ -226,10 +233,12 @@ def test_plan_groups_prompts_by_shared_prefix():
     ],
 )
 def test_sampling_runs_a_shared_prefix_once(tok, model, which, passes, first_batch):
-    policy = TransformersPolicy(model, tok, seed=0, max_new_tokens=1)
+    # Two tokens: decoding reads each prompt's cache, so the prompts run as prefix and rests, not as a tree.
+    policy = TransformersPolicy(model, tok, seed=0, max_new_tokens=2)
     with ForwardSpy(model) as spy:
         policy.act(BATCHES[which])
-    assert len(spy.shapes) == passes and spy.shapes[0][0] == first_batch
+    assert spy.shapes[passes][1] == 1  # then the first decode step
+    assert spy.shapes[0][0] == first_batch
     if which == "one prefix":  # the repeated prompt runs once, in a second pass of the rests only
         prompt_lengths = [len(r) for r in policy.encode_prompts(SHARED_BATCH)]
         assert spy.shapes[1][0] == len(USERS) and spy.shapes[1][1] < min(prompt_lengths) // 4
@@ -268,6 +277,78 @@ def test_sharing_is_deterministic_and_samples_what_running_prompts_whole_samples
     # The repeated prompt gets its own draw.
     if which == "one prefix":
         assert shared[1].prompt_ids == shared[4].prompt_ids
+
+
+def test_prefix_tree_holds_each_distinct_prefix_once():
+    prompts = [(5, 6, 7, 8), (5, 6, 9), (5, 6, 7), (1, 2)]  # (5, 6, 7) is a prefix of the first
+    tree = _prefix_tree(prompts)
+    assert len(tree.input_ids) == len({p[:n] for p in prompts for n in range(1, len(p) + 1)}) == 7
+    for prompt, last in zip(prompts, tree.last):
+        assert tree.input_ids[last] == prompt[-1] and tree.positions[last] == len(prompt) - 1
+    # every node hangs from the node of the token before it, at the position before its own
+    for start, end, parent in tree.branches:
+        assert tree.positions[start:end] == list(
+            range(tree.positions[start], tree.positions[start] + end - start)
+        )
+        assert (parent is None) == (tree.positions[start] == 0)
+        assert parent is None or tree.positions[parent] == tree.positions[start] - 1
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("which", list(BATCHES))
+def test_a_token_tree_gives_each_prompt_the_logits_of_a_whole_pass(tok, which, attention):
+    model = build_tiny_model(tok, seed=0)
+    model.set_attn_implementation(attention)
+    prompts = list(dict.fromkeys(map(tuple, TransformersPolicy(model, tok).encode_prompts(BATCHES[which]))))
+    prompts.append(prompts[0][:-3])  # a prompt that is the prefix of another ends inside the tree
+    with torch.no_grad():
+        tree_logits = _forward_tree(model, _prefix_tree(prompts), torch.device("cpu"))
+        whole, _ = _forward_prompts(
+            model, prompts, tok.pad_token_id, torch.device("cpu"), share_prefix=False, use_cache=False
+        )
+    assert (tree_logits - whole.logits[:, -1, :]).abs().max() < 1e-5
+
+
+def test_one_token_sampling_runs_a_token_tree_when_prompts_share_prefixes(tok, model):
+    policy = TransformersPolicy(model, tok, seed=0, max_new_tokens=1)
+    prompts = list(dict.fromkeys(map(tuple, policy.encode_prompts(SHARED_BATCH))))
+    with ForwardSpy(model) as spy:
+        policy.act(SHARED_BATCH)
+    assert spy.shapes == [(1, len(_prefix_tree(prompts).input_ids))]
+    assert spy.shapes[0][1] < sum(map(len, prompts)) // 2
+    # Prompts that share nothing: the tree saves no token, and its one attention square costs more.
+    apart = [tuple(range(k * 100, k * 100 + 90)) for k in range(8)]
+    assert _plan_tree(model, apart) is None
+    # A model whose attention may not read the tree's mask as given runs the other plans.
+    windowed = build_tiny_model(tok, seed=0)
+    windowed.config.sliding_window = 16
+    assert _plan_tree(windowed, prompts) is None
+
+
+@pytest.mark.parametrize("which", list(BATCHES))
+@pytest.mark.parametrize("temperature", [1.0, 0.0])
+def test_one_token_sampling_matches_running_prompts_whole_and_a_fresh_forward_pass(
+    tok, model, which, temperature
+):
+    def sample(share_prefix):
+        policy = TransformersPolicy(
+            model, tok, seed=7, temperature=temperature, max_new_tokens=1, share_prefix=share_prefix
+        )
+        return policy.act(BATCHES[which] * 3)
+
+    shared, again, whole = sample(True), sample(True), sample(False)
+    assert [(r.completion_ids, r.logprobs) for r in shared] == [(r.completion_ids, r.logprobs) for r in again]
+    assert [r.completion_ids for r in shared] == [r.completion_ids for r in whole]
+    assert max_diff(shared, [r.logprobs for r in whole]) < 1e-5
+    with torch.no_grad():
+        fresh, _ = completion_logprobs(
+            model,
+            [r.prompt_ids for r in shared],
+            [r.completion_ids for r in shared],
+            pad_token_id=tok.pad_token_id,
+            share_prefix=False,
+        )
+    assert max_diff(shared, fresh.tolist()) < LOGPROB_TOLERANCE
 
 
 def test_identical_prompts_sample_independently(tok, model):
