@@ -139,6 +139,13 @@ class TrainConfig:
     """1 keeps the reference at the initial policy; below 1 the reference follows the learner as an
     EMA of its weights (decay per step): a magnet that regularises self-play toward its own recent
     past (as in magnetic mirror descent and R-NaD), which damps the cycling of plain self-play."""
+    average_ema: float = 0.0
+    """0: the trained policy is the learner itself. Above 0 the trainer also keeps an EMA of the
+    learner's weights (Polyak averaging, this decay per step), and that average is the trained
+    policy: it is what evaluations score and what checkpoints export under ``policies/`` (the
+    learner's own weights go into ``NAME.trainer.pt`` to resume). Self-play's last iterate circles a
+    mixed equilibrium; the average sits nearer its centre, as CFR and fictitious play report their
+    average strategy."""
     kl_estimator: str = "k3"
     """k3 (sampled-token estimator) or exact (summed over the vocabulary)."""
     entropy_coef: float = 0.0
@@ -192,6 +199,8 @@ class TrainConfig:
                              f"config.group_size ({self.group_size})")
         if not 0.0 <= self.reference_ema <= 1.0:
             raise ValueError(f"config.reference_ema must be in [0, 1]; got {self.reference_ema!r}")
+        if not 0.0 <= self.average_ema < 1.0:
+            raise ValueError(f"config.average_ema must be in [0, 1) (0: no average); got {self.average_ema!r}")
         if not 0.0 <= self.p_latest <= 1.0:
             raise ValueError(f"config.p_latest must be in [0, 1]; got {self.p_latest!r}")
         if not 0.0 < self.vllm_gpu_memory_utilization < 1.0:
@@ -342,17 +351,24 @@ def step_rng(seed: int, step: int, purpose: str) -> random.Random:
 
 @dataclass
 class Learner:
-    """One trainable policy: its sampling policy (sharing the model), optimiser and reference."""
+    """One trainable policy: its sampling policy (sharing the model), optimiser, reference and average."""
 
     name: str
     policy: TransformersPolicy
     optimizer: torch.optim.Optimizer
     reference: torch.nn.Module | None = None
     pool: list[tuple[int, dict[str, torch.Tensor]]] = field(default_factory=list)
+    average: TransformersPolicy | None = None
+    """The EMA of the learner's weights (``config.average_ema``), or None."""
 
     @property
     def model(self) -> torch.nn.Module:
         return self.policy.model
+
+    @property
+    def trained(self) -> TransformersPolicy:
+        """The policy this learner delivers: its weights' average when kept, else the learner itself."""
+        return self.average if self.average is not None else self.policy
 
 
 def build_tokenizer_and_model(config: TrainConfig, seed: int):
@@ -387,7 +403,13 @@ def make_learner(name: str, config: TrainConfig, device: torch.device, index: in
     reference = None
     if config.beta:
         reference = copy.deepcopy(policy.model).eval().requires_grad_(False)
-    return Learner(name, policy, optimizer, reference)
+    average = None
+    if config.average_ema:
+        average = TransformersPolicy(copy.deepcopy(policy.model).eval().requires_grad_(False), tokenizer,
+                                     name=name, temperature=config.temperature, top_p=config.top_p,
+                                     max_new_tokens=config.max_new_tokens, device=device,
+                                     constrain=config.constrain_to_legal)
+    return Learner(name, policy, optimizer, reference, average=average)
 
 
 def make_vllm_generator(learner: Learner, path: Path, config: TrainConfig):
@@ -424,11 +446,12 @@ def save_checkpoint(run_dir: Path, step: int, learners: Mapping[str, Learner], r
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     for name, learner in learners.items():
-        learner.model.save_pretrained(tmp / "policies" / name)
+        learner.trained.model.save_pretrained(tmp / "policies" / name)
         learner.policy.tokenizer.save_pretrained(tmp / "policies" / name)
         torch.save({"optimizer": learner.optimizer.state_dict(),
                     "pool": [(s, {k: v.cpu() for k, v in sd.items()}) for s, sd in learner.pool],
-                    "reference": None if learner.reference is None else learner.reference.state_dict()},
+                    "reference": None if learner.reference is None else learner.reference.state_dict(),
+                    "learner": None if learner.average is None else learner.model.state_dict()},
                    tmp / f"{name}.trainer.pt")
     state = {"step": step, "rae": rae_state.to_dict(), "policies": sorted(learners),
              "torch_rng": torch.get_rng_state().tolist()}
@@ -449,8 +472,11 @@ def load_checkpoint(path: Path, learners: Mapping[str, Learner]) -> tuple[int, a
     state = json.loads((path / "state.json").read_text())
     for name, learner in learners.items():
         weights = load_file(str(path / "policies" / name / "model.safetensors"))
-        learner.model.load_state_dict(weights, strict=False)
         trainer_state = torch.load(path / f"{name}.trainer.pt", weights_only=False)
+        if learner.average is not None:  # policies/ holds the average; the learner's weights are kept apart
+            learner.average.model.load_state_dict(weights, strict=False)
+            weights = trainer_state.get("learner") or weights
+        learner.model.load_state_dict(weights, strict=False)
         learner.optimizer.load_state_dict(trainer_state["optimizer"])
         learner.pool = [(s, sd) for s, sd in trainer_state["pool"]]
         if learner.reference is not None and trainer_state.get("reference") is not None:
@@ -521,7 +547,7 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
         acting = {name: make_vllm_generator(learner, run_dir / "vllm" / name, config)
                   for name, learner in learners.items()}
     acting.update({n: players[n[len(SCRIPTED_PREFIX):]](seed=config.seed) for n in scripted})
-    seated = {a: learners[n].policy if n in learners else acting[n] for a, n in policy_of.items()}
+    seated = {a: learners[n].trained if n in learners else acting[n] for a, n in policy_of.items()}
     logger = MetricsLogger(run_dir, resume_from=start, tensorboard=config.tensorboard)
     evaluate = getattr(env_module, "evaluate_policies", None)
     snapshots: dict[tuple[str, int], TransformersPolicy] = {}
@@ -697,6 +723,10 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig) -> di
             with torch.no_grad():
                 for ref_param, param in zip(learner.reference.parameters(), model.parameters()):
                     ref_param.lerp_(param, 1.0 - config.reference_ema)
+        if learner.average is not None:
+            with torch.no_grad():
+                for avg_param, param in zip(learner.average.model.parameters(), model.parameters()):
+                    avg_param.lerp_(param, 1.0 - config.average_ema)
         sums["loss"] = sums.get("loss", 0.0) + total_loss / config.updates_per_step
         sums["grad_norm"] = sums.get("grad_norm", 0.0) + float(grad_norm) / config.updates_per_step
     model.eval()

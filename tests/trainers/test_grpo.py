@@ -177,9 +177,11 @@ def test_self_play_pool_is_bounded_and_used(tmp_path):
 
 
 def _run_cli(run_dir: Path, steps: int, extra=()):
-    # the magnet (an EMA reference with an exact KL) and constrained sampling are state a resume must restore
+    # the magnet (an EMA reference with an exact KL), the weights' average (what evaluations score) and
+    # constrained sampling are state a resume must restore
     sets = {**TINY, "steps": steps, "checkpoint_every": 1, "keep_checkpoints": 10, "eval_every": 2, "beta": 0.5,
-            "reference_ema": 0.9, "kl_estimator": "exact", "constrain_to_legal": True, "pool_every": 2}
+            "reference_ema": 0.9, "kl_estimator": "exact", "constrain_to_legal": True, "pool_every": 2,
+            "average_ema": 0.8}
     args = [sys.executable, "-m", "llm_zoo.cli", "train", "kuhn_poker_v0", "--run-dir", str(run_dir)]
     for k, v in sets.items():
         args += ["--set", f"{k}={json.dumps(v) if not isinstance(v, str) else v}"]
@@ -263,3 +265,24 @@ def test_rae_baselines_keyed_by_prompt_follow_the_opening_state(tmp_path):
             same_card = e1.infos["player_0"]["card"] == e2.infos["player_0"]["card"]
             assert (grpo._opening(e1, "player_0") == grpo._opening(e2, "player_0")) == same_card
     assert grpo._opening(episodes[0], "nobody") == "none"
+
+
+def test_average_ema_exports_and_scores_the_average_of_the_weights(tmp_path):
+    from safetensors.torch import load_file
+
+    from llm_zoo.envs.kuhn_poker.evaluate import evaluate_policies
+    from llm_zoo.trainers.evaluation import load_run_policies
+
+    config = make_config("kuhn_poker_v0", {**TINY, "steps": 3, "run_dir": str(tmp_path), "average_ema": 0.5})
+    result = train(config)
+    ckpt = tmp_path / "checkpoints" / "step_000003"
+    exported = load_file(str(ckpt / "policies" / "main" / "model.safetensors"))
+    learner = torch.load(ckpt / "main.trainer.pt", weights_only=False)["learner"]
+    initial = grpo.build_tokenizer_and_model(config, seed=config.seed)[1].state_dict()
+    name = next(k for k in exported if k.endswith("q_proj.weight"))
+    # after 3 steps the average lies strictly between the initial weights and the learner's
+    assert not torch.equal(exported[name], learner[name]) and not torch.equal(exported[name], initial[name])
+    _, policies = load_run_policies(ckpt)
+    scored = evaluate_policies({"player_0": policies["main"], "player_1": policies["main"]},
+                               env_kwargs=config.env_kwargs)
+    assert scored["exploitability"] == pytest.approx(result["exploitability"], abs=1e-9)
