@@ -35,8 +35,9 @@ from typing import Any
 
 METHODS: dict[str, dict[str, object]] = {
     "rae": {"algorithm": "rae"},
-    # one GRPO group per deal holds both seats' returns: a baseline shared by the two seats
-    "grpo_shared": {"algorithm": "grpo", "group_size": 4},
+    # one GRPO group per deal holds both seats' returns (keyed by role, which both seats share): a
+    # baseline shared by the two seats
+    "grpo_shared": {"algorithm": "grpo", "group_size": 4, "baseline_key": "role"},
     "no_baseline": {"algorithm": "none"},
     "per_seat": {"algorithm": "rae", "policies": {"player_0": "seat_0", "player_1": "seat_1"}},
 }

@@ -22,7 +22,8 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     keys = sorted({k for r in rows for k in r})
     panels = [
         ("eval: headline", [k for k in keys if k.startswith("eval/") and k.split("/")[1] in
-                            ("exploitability", "headline", "payoff_vs_nash", "other_mass_mean")]),
+                            ("exploitability", "headline", "payoff_vs_nash", "other_mass_mean")]
+         + [k for k in keys if k in ("eval/learner/exploitability", "eval/learner/headline")]),
         ("reward per role", [k for k in keys if k.startswith("charts/reward/")]),
         ("invalid replies", ["charts/invalid_reply_rate"]),
         ("entropy", [k for k in keys if k.startswith("losses/entropy/")]),

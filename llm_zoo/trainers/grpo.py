@@ -645,6 +645,10 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
         if evaluate and ((config.eval_every and done % config.eval_every == 0) or done == config.steps):
             final_eval = evaluate(seated, env_kwargs=config.env_kwargs)
             metrics.update({f"eval/{k}": v for k, v in final_eval.items() if isinstance(v, (int, float))})
+            if any(learner.average is not None for learner in learners.values()):  # the last iterate, beside
+                last = evaluate({a: learners[n].policy if n in learners else acting[n] for a, n in policy_of.items()},
+                                env_kwargs=config.env_kwargs)
+                metrics.update({f"eval/learner/{k}": v for k, v in last.items() if isinstance(v, (int, float))})
         logger.log(done, metrics)
         if config.sample_every and (done % config.sample_every == 0 or done == config.steps):
             _write_samples(run_dir / "samples" / f"step_{done:06d}.jsonl", episodes[:4])

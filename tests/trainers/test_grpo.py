@@ -286,3 +286,7 @@ def test_average_ema_exports_and_scores_the_average_of_the_weights(tmp_path):
     scored = evaluate_policies({"player_0": policies["main"], "player_1": policies["main"]},
                                env_kwargs=config.env_kwargs)
     assert scored["exploitability"] == pytest.approx(result["exploitability"], abs=1e-9)
+    last = [json.loads(r) for r in (tmp_path / "metrics.jsonl").read_text().splitlines()][-1]
+    assert last["eval/exploitability"] == pytest.approx(result["exploitability"], abs=1e-9)
+    assert 0 <= last["eval/learner/exploitability"] <= 1  # the last iterate, scored beside the average
+    assert last["eval/learner/exploitability"] != last["eval/exploitability"]
