@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import types
 
 import numpy as np
 import pytest
@@ -105,6 +106,17 @@ def test_fast_paths_convert_as_the_general_paths_do():
         out = _int_list(ids)
         assert out == [int(i) for i in ids] and out is not ids and {type(i) for i in out} <= {int}
     assert _int_list(None) is None
+
+
+def test_episode_copies_its_mappings_whether_dicts_or_not():
+    # dicts go straight to jsonable (which copies them); other mappings through dict() first
+    info = {"card": "K", "payoffs": [1.0]}
+    for wrap in (dict, types.MappingProxyType):
+        episode = Episode("x", env_kwargs=wrap({"a": 1}), options=wrap({"o": (1,)}), infos={"p": wrap(info)})
+        assert episode.infos == {"p": {"card": "K", "payoffs": [1.0]}} and type(episode.infos["p"]) is dict
+        assert episode.infos["p"] is not info and episode.infos["p"]["payoffs"] is not info["payoffs"]
+        assert episode.env_kwargs == {"a": 1} and episode.options == {"o": [1]}
+        assert type(episode.env_kwargs) is dict and type(episode.options) is dict
 
 
 def test_loading_rejects_records_of_another_shape(tmp_path):

@@ -80,6 +80,30 @@ class Reply(str):
         self.policy = policy
         return self
 
+    @classmethod
+    def _from_clean(
+        cls,
+        text: str,
+        prompt_ids: list[int],
+        completion_ids: list[int],
+        logprobs: list[float],
+        policy: str | None,
+    ) -> Reply:
+        """Create a reply that owns the given lists, skipping the checks and copies of ``Reply(...)``.
+
+        For a model-backed policy that built each record itself: ``text`` a ``str``, the ids new
+        lists of ``int`` and the log-probs a new list of ``float``, one per completion token, none of
+        them held elsewhere. The checks cost ~2 us a reply (a type test per prompt token, then a
+        copy), about 2% of a turn of a one-token rollout at batch 64. The result is equal to
+        ``Reply(text, prompt_ids=..., completion_ids=..., logprobs=..., policy=...)`` (tested).
+        """
+        self = str.__new__(cls, text)
+        self.prompt_ids = prompt_ids
+        self.completion_ids = completion_ids
+        self.logprobs = logprobs
+        self.policy = policy
+        return self
+
     @property
     def text(self) -> str:
         """The reply as a plain ``str``."""

@@ -198,8 +198,10 @@ class TransformersPolicy(Policy):
         distinct, row_of = _distinct(map(tuple, completions))  # one-token replies repeat a lot
         decoded = self.tokenizer.batch_decode([list(c) for c in distinct], skip_special_tokens=True)
         texts = [decoded[i] for i in row_of]
+        # every record is a new list built here (ids from encode_prompts and tensors' tolist(),
+        # log-probs from tolist()): Reply need not check or copy them again
         return [
-            Reply(text, prompt_ids=p, completion_ids=c, logprobs=lp, policy=self.name)
+            Reply._from_clean(text, p, c, lp, self.name)
             for text, p, c, lp in zip(texts, prompts, completions, logprobs, strict=True)
         ]
 
@@ -209,18 +211,26 @@ class TransformersPolicy(Policy):
         Results are memoised by conversation (up to ``_PROMPT_MEMO_SIZE`` of them), which assumes
         the tokenizer and its chat template are not changed after the policy is built.
         """
-        conversations = [[dict(m) for m in _messages(obs, i)] for i, obs in enumerate(observations)]
         memo = self._prompt_memo
-        keys = [_conversation_key(c) if memo is not None else None for c in conversations]
-        ids: list[Sequence[int] | None] = [
-            memo.get(k) if memo is not None and k is not None else None for k in keys
-        ]
+        conversations: list[Sequence[Mapping[str, Any]]] = []
+        keys: list[Hashable | None] = []
+        ids: list[Sequence[int] | None] = []
+        for i, obs in enumerate(observations):
+            messages = _messages(obs, i)
+            if not all(type(m) is dict for m in messages):
+                # other mappings are read as dicts (and a non-mapping fails here, as dict() says)
+                messages = [dict(m) for m in messages]
+            key = _conversation_key(messages) if memo is not None else None
+            conversations.append(messages)
+            keys.append(key)
+            ids.append(memo.get(key) if memo is not None and key is not None else None)
         missing = [i for i, row in enumerate(ids) if row is None]
         if missing:
             # sanitize_control_tokens (transformers >= 5) encodes control tokens typed inside messages
-            # as text; older versions hand the flag to the template, which ignores it.
+            # as text; older versions hand the flag to the template, which ignores it. The template
+            # gets copies: a memoised prompt never copies its messages at all.
             encoded = self.tokenizer.apply_chat_template(
-                [conversations[i] for i in missing],
+                [[dict(m) for m in conversations[i]] for i in missing],
                 add_generation_prompt=True,
                 tokenize=True,
                 return_dict=False,
@@ -229,7 +239,7 @@ class TransformersPolicy(Policy):
             if memo is not None and len(memo) + len(missing) > _PROMPT_MEMO_SIZE:
                 memo.clear()
             for i, row in zip(missing, encoded, strict=True):
-                row_ids = ids[i] = tuple(row)
+                row_ids = ids[i] = tuple(map(int, row))  # plain ints, as act's replies take them unchecked
                 if memo is not None and keys[i] is not None:
                     memo[keys[i]] = row_ids
         return [list(row) for row in ids]
@@ -853,6 +863,8 @@ def _eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -
 
 def _messages(obs: Observation, index: int) -> Sequence[Mapping[str, Any]]:
     messages = obs["messages"]
+    if type(messages) is tuple and messages:  # what TextEnv.observe gives: skip the ABC checks
+        return messages
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
         raise ValueError(
             f"observation {index}: 'messages' should be a non-empty sequence of {{'role', 'content'}} "
@@ -867,7 +879,7 @@ _PROMPT_MEMO_SIZE = 4096
 
 def _conversation_key(conversation: Sequence[Mapping[str, Any]]) -> Hashable | None:
     """Return a hashable copy of a conversation, or None when a message holds unhashable content."""
-    key = tuple(tuple(m.items()) for m in conversation)
+    key = tuple([tuple(m.items()) for m in conversation])
     try:
         hash(key)
     except TypeError:

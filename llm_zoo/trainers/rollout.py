@@ -195,7 +195,7 @@ class _Failure:
     error: str
 
 
-@dataclass
+@dataclass(slots=True)  # slots: its fields are read and written at every turn
 class _Run:
     """One episode in progress on one env."""
 
@@ -217,8 +217,10 @@ class _Run:
 
     def setup(self) -> None:
         """Read the episode's agents and roles after ``reset``."""
-        self.roles = {a: _role(self.env, a) for a in self.env.agents}
-        self.returns = dict.fromkeys(self.env.agents, 0.0)
+        agents = self.env.agents
+        role_of = getattr(self.env.unwrapped, "role_of", None)  # as _role reads it, once for all agents
+        self.roles = {a: a if role_of is None else role_of(a) for a in agents}
+        self.returns = dict.fromkeys(agents, 0.0)
 
     def policy_of(self, agent: str) -> Policy:
         return _resolve(self.policies, agent, self.roles.get(agent, agent))
@@ -231,9 +233,10 @@ class _Run:
             if agent not in self.roles:  # an agent that joined mid-episode
                 self.roles[agent] = _role(env, agent)
             _, reward, terminated, truncated, info = env.last(observe=False)
-            self.returns[agent] = self.returns.get(agent, 0.0) + float(reward)
+            reward = float(reward)
+            self.returns[agent] = self.returns.get(agent, 0.0) + reward
             if agent in self.last_turn:
-                self.turns[self.last_turn[agent]].reward += float(reward)
+                self.turns[self.last_turn[agent]].reward += reward
             self.infos[agent] = info  # the final one is read at the agent's dead step
             if terminated or truncated:
                 env.step(None)

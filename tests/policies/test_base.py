@@ -76,6 +76,15 @@ def test_reply_repr_is_readable():
     assert len(repr(Reply("x" * 1000))) < 100
 
 
+def test_reply_from_clean_records_equals_the_checked_reply():
+    fast = Reply._from_clean("[bet]", [1, 2, 3], [4, 5], [-0.5, -0.25], "p")
+    slow = Reply("[bet]", prompt_ids=[1, 2, 3], completion_ids=[4, 5], logprobs=[-0.5, -0.25], policy="p")
+    assert type(fast) is Reply and fast == slow and fast.text == slow.text
+    assert fast.__dict__ == slow.__dict__
+    assert repr(fast) == repr(slow)
+    assert pickle.loads(pickle.dumps(fast)).__dict__ == slow.__dict__
+
+
 def test_reply_rejects_inconsistent_records():
     with pytest.raises(ValueError, match="one log-prob per completion token: got 1 logprobs for 2"):
         Reply("x", completion_ids=[1, 2], logprobs=[-1.0])

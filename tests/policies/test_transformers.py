@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -149,6 +151,29 @@ def test_prompt_ids_are_memoised_by_conversation(tok, model):
     first = policy.encode_prompts(BATCH)[0]
     first.append(0)  # callers get their own lists
     assert policy.encode_prompts(BATCH) == fresh
+
+
+def test_prompt_ids_read_other_mappings_as_dicts_and_refuse_non_mappings(tok, model):
+    # dict messages are keyed without a copy; any other mapping goes through dict(), memo and all
+    policy = TransformersPolicy(model, tok, seed=0)
+    proxied = [{"messages": tuple(types.MappingProxyType(m) for m in o["messages"])} for o in BATCH]
+    expected = TransformersPolicy(model, tok, seed=0).encode_prompts(BATCH)
+    assert policy.encode_prompts(proxied) == expected
+    assert policy.encode_prompts(BATCH) == expected  # from the memo the proxies filled
+    with pytest.raises(ValueError, match="dictionary update sequence"):
+        policy.encode_prompts([BATCH[0], {"messages": ("hello",)}])
+
+
+def test_replies_own_clean_records(tok, model):
+    # act builds its replies unchecked (Reply._from_clean): they must be what Reply(...) would make
+    replies = TransformersPolicy(model, tok, seed=0, max_new_tokens=3).act(BATCH + BATCH)
+    for reply in replies:
+        checked = Reply(reply.text, prompt_ids=reply.prompt_ids, completion_ids=reply.completion_ids,
+                        logprobs=reply.logprobs, policy=reply.policy)
+        assert type(reply) is Reply and reply == checked and reply.__dict__ == checked.__dict__
+        assert {type(x) for x in reply.prompt_ids + reply.completion_ids} == {int}
+        assert {type(x) for x in reply.logprobs} == {float}
+    assert len({id(x) for r in replies for x in (r.prompt_ids, r.completion_ids, r.logprobs)}) == 3 * len(replies)
 
 
 # ---- log-probs --------------------------------------------------------------------------------
