@@ -273,3 +273,18 @@ def test_save_tiny_returns_the_folder(tmp_path, word_tok):
 def test_make_tiny_model_rejects_bad_arguments(tmp_path, kwargs, match):
     with pytest.raises(ValueError, match=match):
         make_tiny_model(tmp_path, **kwargs)
+
+
+def test_zero_head_starts_from_a_uniform_next_token_distribution(word_tok):
+    import torch
+
+    random_head = build_tiny_model(word_tok, initializer_range=0.125, seed=1)
+    zero_head = build_tiny_model(word_tok, initializer_range=0.125, seed=1, zero_head=True)
+    ids = torch.tensor([word_tok.encode("Your card : K . Your move : [call] or [fold] .")])
+    with torch.no_grad():
+        spread = random_head(ids).logits[0, -1].std().item()
+        logits = zero_head(ids).logits[0, -1]
+    assert spread > 0.1  # a random head with a large init is far from uniform
+    assert torch.equal(logits, torch.zeros_like(logits))
+    body = {k: v for k, v in zero_head.state_dict().items() if not k.startswith("lm_head")}
+    assert all(torch.equal(v, random_head.state_dict()[k]) for k, v in body.items())  # only the head differs

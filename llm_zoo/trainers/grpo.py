@@ -84,6 +84,8 @@ class TrainConfig:
     """Layers of the tiny model."""
     model_init_std: float = 0.02
     """Std of the tiny model's weight initialisation."""
+    model_zero_head: bool = False
+    """Start the tiny model's output layer at zero: a uniform first policy whatever the seed."""
     policies: dict[str, str] = field(default_factory=dict)
     """Role or agent -> policy name; roles not named get the policy "main". A name "scripted:NAME"
     seats the env's scripted player NAME there (frozen), e.g. {"user": "scripted:scripted"}."""
@@ -388,7 +390,8 @@ def build_tokenizer_and_model(config: TrainConfig, seed: int):
     corpus = getattr(module, "corpus", None)
     tokenizer = models.build_word_tokenizer(corpus()) if corpus else models.build_byte_tokenizer()
     model = models.build_tiny_model(tokenizer, hidden_size=config.model_hidden_size, num_layers=config.model_layers,
-                                    initializer_range=config.model_init_std, seed=seed)
+                                    initializer_range=config.model_init_std, seed=seed,
+                                    zero_head=config.model_zero_head)
     return tokenizer, model
 
 
