@@ -15,7 +15,7 @@ TRAIN_DEFAULTS: dict[str, Any] = {
     # The main job (`llm-zoo train kuhn_poker_v0`): self-play of one shared tiny model with RAE, on a
     # 2-core CPU in minutes. Each choice below was measured (seed 0, same budget, one change at a
     # time); docs/kuhn_selfplay.md has the runs.
-    "steps": 2000,
+    "steps": 1500,
     "episodes_per_step": 256,  # 128: the last iterate's exploitability swings 0.05-0.10 from one eval to the next
     "eval_every": 50,
     "checkpoint_every": 250,
