@@ -30,13 +30,14 @@ line is a JSON object: ``rows`` (per system: ``exploitability``, ``spread``, ``e
 "seconds", "seeds"}`` or null, ``prompt_tokens``, ``generated_tokens``), ``seeds``, ``budget`` and
 ``seconds``.
 
-    python benchmarks/kuhn_headline.py            # the main job's budget, 3 seeds: about 40 min on 2 busy CPU cores
+    python benchmarks/kuhn_headline.py            # the main job's budget, 3 seeds: 64 min on 2 CPU cores
     python benchmarks/kuhn_headline.py --quick    # tiny budgets, 1 seed: about 15 s
 
-The full run's time is almost all LLM training: 4 methods x 3 seeds x the main job's budget. With
-200 steps of 64 episodes (the config at the time of writing) one RAE run took 190 s on a 2-core CPU
-shared with other jobs, so about 40 min in all; CFR (about 3 s), MaskablePPO (about 10 s a seed)
-and random add well under a minute. After each LLM run the script prints an estimate of the rest.
+The full run's time is almost all training: 4 LLM methods x 3 seeds x the main job's budget, two
+runs at a time (one per core; ``--workers``), about 8-9 min a run, after MaskablePPO's 3 seeds, each
+given as many decisions as an LLM run gets episodes. It took 64 min in all on this project's
+2-core CPU; CFR (about 3 s) and random add well under a minute. After each LLM run the script
+prints an estimate of the rest.
 """
 
 from __future__ import annotations
