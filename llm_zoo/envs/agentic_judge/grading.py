@@ -19,6 +19,7 @@ import ast
 import json
 import re
 import secrets
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -26,6 +27,12 @@ from typing import Any
 
 from llm_zoo.envs.agentic_judge.tasks import Task, kind_of
 from llm_zoo.sandbox import Limits, Workspace, run_python
+
+_PARSE_LOCK = threading.Lock()
+"""``ast.parse`` one thread at a time: CPython 3.11 before 3.11.8 can fail concurrent parses with
+"SystemError: AST constructor recursion depth mismatch" (seen here with the thread pool of
+:func:`validate_tasks`)."""
+
 
 __all__ = ["RUNNER", "Example", "TestReport", "TestResult", "example_check_program", "parse_examples",
            "run_tests", "test_names", "validate_tasks"]
@@ -236,7 +243,8 @@ class TestReport:
 def test_names(source: str) -> list[str]:
     """Return the names of a test module's ``test*`` functions, in order ([] if it does not parse)."""
     try:
-        tree = ast.parse(source)
+        with _PARSE_LOCK:
+            tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     return [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test")]
