@@ -406,13 +406,20 @@ def make_learner(name: str, config: TrainConfig, device: torch.device, index: in
     reference = None
     if config.beta:
         reference = copy.deepcopy(policy.model).eval().requires_grad_(False)
-    average = None
-    if config.average_ema:
-        average = TransformersPolicy(copy.deepcopy(policy.model).eval().requires_grad_(False), tokenizer,
-                                     name=name, temperature=config.temperature, top_p=config.top_p,
-                                     max_new_tokens=config.max_new_tokens, device=device,
-                                     constrain=config.constrain_to_legal)
+    average = frozen_copy(policy, name) if config.average_ema else None
     return Learner(name, policy, optimizer, reference, average=average)
+
+
+def frozen_copy(policy: TransformersPolicy, name: str,
+                state: Mapping[str, torch.Tensor] | None = None) -> TransformersPolicy:
+    """Return a policy that samples like ``policy`` from a frozen copy of its model (with ``state`` loaded)."""
+    model = copy.deepcopy(policy.model)
+    if state is not None:
+        model.load_state_dict(state)
+    return TransformersPolicy(model.eval().requires_grad_(False), policy.tokenizer, name=name,
+                              temperature=policy.temperature, top_p=policy.top_p,
+                              max_new_tokens=policy.max_new_tokens, device=policy.device,
+                              constrain=policy.constrain)
 
 
 def make_vllm_generator(learner: Learner, path: Path, config: TrainConfig):
@@ -431,12 +438,7 @@ def snapshot_policy(learner: Learner, snapshot_step: int, state: Mapping[str, to
     """Return a frozen policy for a pool snapshot (built once, then reused)."""
     key = (learner.name, snapshot_step)
     if key not in cache:
-        model = copy.deepcopy(learner.model)
-        model.load_state_dict(state)
-        cache[key] = TransformersPolicy(model.eval(), learner.policy.tokenizer, name=f"{learner.name}@{snapshot_step}",
-                                        temperature=learner.policy.temperature, top_p=learner.policy.top_p,
-                                        max_new_tokens=learner.policy.max_new_tokens, device=learner.policy.device,
-                                        constrain=learner.policy.constrain)
+        cache[key] = frozen_copy(learner.policy, f"{learner.name}@{snapshot_step}", state)
     return cache[key]
 
 
