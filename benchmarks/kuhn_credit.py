@@ -117,9 +117,9 @@ def run_all(jobs: Sequence[tuple[str, int]], budget: dict[str, object], out: Pat
         if on_done is not None:
             on_done(result, len(results), len(jobs))
 
-    for index in sorted(results):
-        if on_done is not None:
-            on_done(results[index], index + 1, len(jobs))
+    if on_done is not None:  # the reused runs first, counted as done
+        for done, index in enumerate(sorted(results), start=1):
+            on_done(results[index], done, len(jobs))
     running: dict[int, tuple[subprocess.Popen, Path]] = {}
     while pending or running:
         while pending and len(running) < workers:
