@@ -454,7 +454,10 @@ def completion_logprobs(
     if share_prefix and model.training and torch.is_grad_enabled() and _checkpoints_activations(model):
         share_prefix = False
     allowed = list(allowed) if allowed is not None else [None] * len(prompts_ids)
-    if share_prefix:
+    tree_logits = _one_token_tree_logits(model, prompts_ids, completions_ids, device) if share_prefix else None
+    if tree_logits is not None:
+        prompts, completions, row_of = list(prompts_ids), list(completions_ids), None
+    elif share_prefix:
         keys = zip(map(tuple, prompts_ids), map(tuple, completions_ids),
                    (None if a is None else tuple(map(tuple, a)) for a in allowed))
         triples, row_of = _distinct(keys)
@@ -462,17 +465,20 @@ def completion_logprobs(
     else:
         prompts, completions, row_of = list(prompts_ids), list(completions_ids), None
     completion_ids, completion_mask = _right_pad(completions, pad_token_id, device, width=width)
-    out, _ = _forward_prompts(
-        model,
-        prompts,
-        pad_token_id,
-        device,
-        completions=(completion_ids, completion_mask),
-        share_prefix=share_prefix,
-        use_cache=False,
-    )
-    # The logit at position i predicts token i + 1: the last width + 1 positions minus the final one.
-    logits = out.logits[:, -(width + 1) : -1, :].float() / temperature  # [distinct, width, vocab]
+    if tree_logits is not None:
+        logits = tree_logits.float() / temperature  # [rows, 1, vocab]
+    else:
+        out, _ = _forward_prompts(
+            model,
+            prompts,
+            pad_token_id,
+            device,
+            completions=(completion_ids, completion_mask),
+            share_prefix=share_prefix,
+            use_cache=False,
+        )
+        # The logit at position i predicts token i + 1: the last width + 1 positions minus the final one.
+        logits = out.logits[:, -(width + 1) : -1, :].float() / temperature  # [distinct, width, vocab]
     if any(a is not None for a in allowed):
         logits = logits.masked_fill(~_allowed_mask(allowed, width, logits.shape[-1], device), float("-inf"))
     all_logps = torch.log_softmax(logits, dim=-1)
@@ -494,6 +500,30 @@ def completion_logprobs(
     if with_all_logps:
         result.append(all_logps)
     return tuple(result)
+
+
+def _one_token_tree_logits(
+    model: PreTrainedModel,
+    prompts_ids: Sequence[Sequence[int]],
+    completions_ids: Sequence[Sequence[int]],
+    device: torch.device,
+) -> torch.Tensor | None:
+    """Return each row's next-token logits [rows, 1, vocab] from one token-tree pass, where that pays.
+
+    Only for completions of exactly one token (as the Kuhn main job samples): a one-token
+    completion's log-prob is read off its prompt's last logits, so its own token never needs to
+    run, and the distinct prompts can share every prefix in one pass (:func:`_forward_tree`).
+    None when the completions are longer, the model cannot run a tree, or another plan is cheaper.
+    (The caller has already ruled out gradient checkpointing.)
+    """
+    if any(len(c) != 1 for c in completions_ids):
+        return None
+    distinct, prompt_of = _distinct(map(tuple, prompts_ids))
+    tree = _plan_tree(model, distinct) if len(distinct) > 1 else None
+    if tree is None:
+        return None
+    last = _forward_tree(model, tree, device)  # [distinct prompts, vocab]
+    return last[_long_tensor(prompt_of, device)][:, None, :]
 
 
 @functools.lru_cache(maxsize=4096)

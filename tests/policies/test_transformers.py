@@ -426,6 +426,46 @@ def test_shared_prefix_scoring_matches_logprobs_and_gradients(tok, which, with_e
         assert (grad - ref).norm() <= 1e-5 * ref.norm(), name
 
 
+@pytest.mark.parametrize("constrained", [False, True])
+def test_one_token_scoring_runs_a_token_tree_with_the_same_logprobs_and_gradients(tok, constrained):
+    # The trainer's Kuhn setting: one-token completions of prompts that share most of their tokens.
+    prompts = TransformersPolicy(build_tiny_model(tok, seed=0), tok).encode_prompts(SHARED_BATCH)
+    completions = [[t] for t in tok.encode("cbcfb", add_special_tokens=False)]
+    assert len(completions) == len(prompts)
+    prompts, completions = prompts * 3, completions + completions[::-1] + completions  # repeated prompts
+    legal = sorted({c[0] for c in completions})
+    allowed = [[legal] if constrained and i % 2 else None for i in range(len(prompts))]
+
+    def run(share_prefix):
+        model = build_tiny_model(tok, seed=3).train()
+        with ForwardSpy(model) as spy:
+            logps, mask, entropy, all_logps = completion_logprobs(
+                model, prompts, completions, pad_token_id=tok.pad_token_id, temperature=0.8,
+                with_entropy=True, with_all_logps=True, share_prefix=share_prefix, allowed=allowed,
+            )
+        weights = torch.linspace(-1, 1, logps.numel()).reshape(logps.shape)
+        ((logps * weights).sum() + entropy.sum()).backward()
+        return (logps, mask, entropy, all_logps), {n: p.grad for n, p in model.named_parameters()}, spy.shapes
+
+    outs, grads, shapes = run(True)
+    ref_outs, ref_grads, ref_shapes = run(False)
+    distinct = list(dict.fromkeys(map(tuple, prompts)))
+    assert shapes == [(1, len(_prefix_tree(distinct).input_ids))]  # one pass, each shared prefix once
+    assert ref_shapes == [(len(prompts), max(map(len, prompts)) + 1)]
+    assert torch.equal(outs[1], ref_outs[1])
+    for out, ref in zip(outs, ref_outs):
+        assert out.shape == ref.shape
+        finite = torch.isfinite(ref)
+        assert torch.equal(finite, torch.isfinite(out))
+        assert (out[finite] - ref[finite]).abs().max() < 1e-5
+    if constrained:  # the renormalised rows put no mass outside the legal tokens
+        assert torch.isinf(outs[3][1, 0]).sum() == outs[3].shape[-1] - len(legal)
+    for name, grad in grads.items():
+        ref = ref_grads[name]
+        assert grad is not None and ref.abs().max() > 0, name
+        assert (grad - ref).norm() <= 1e-5 * ref.norm(), name
+
+
 def test_scoring_falls_back_to_one_pass_under_gradient_checkpointing(tok):
     prompts, completions = pairs(tok, SHARED_BATCH, ["[check]", "[bet]", "x", "[call]", "[bet]"])
     model = build_tiny_model(tok, seed=3)
