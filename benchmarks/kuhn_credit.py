@@ -33,14 +33,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+SHARED: dict[str, str] = {}
+"""``policies`` for one model in both seats (every role gets the policy "main")."""
 METHODS: dict[str, dict[str, object]] = {
-    "rae": {"algorithm": "rae"},
+    "rae": {"algorithm": "rae", "policies": SHARED},
     # one GRPO group per deal holds both seats' returns (keyed by role, which both seats share): a
     # baseline shared by the two seats
-    "grpo_shared": {"algorithm": "grpo", "group_size": 4, "baseline_key": "role"},
-    "no_baseline": {"algorithm": "none"},
+    "grpo_shared": {"algorithm": "grpo", "group_size": 4, "baseline_key": "role", "policies": SHARED},
+    "no_baseline": {"algorithm": "none", "policies": SHARED},
+    # the main job's own setting
     "per_seat": {"algorithm": "rae", "policies": {"player_0": "seat_0", "player_1": "seat_1"}},
 }
+"""Each method's overrides of the main job's config. The main job plays one model per seat; the
+first three methods put one shared model in both seats, so that they differ from each other in the
+baseline only."""
 
 
 def run_config(method: str, seed: int, budget: dict[str, object], out: Path) -> Any:

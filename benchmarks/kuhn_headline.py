@@ -10,7 +10,8 @@ llm_zoo's tabular form and scored by :func:`llm_zoo.envs.kuhn_poker.theory.explo
   given as many learner decisions as the LLM runs get episodes; two rows: the final network, and
   the reach-weighted average of its strategies after each round (what CFR reports);
 * the LLM trainer (:mod:`llm_zoo.trainers.grpo`, the built-in tiny model, self-play) with RAE, with
-  GRPO and a baseline shared by both seats, without a baseline, and with one policy per seat: each
+  GRPO and a baseline shared by both seats, and without a baseline (one model in both seats), and
+  with one policy per seat (the main job's own setting): each
   run is :func:`kuhn_credit.run`, the credit-assignment benchmark's own runner, on the main job's
   config (``kuhn_poker_v0.TRAIN_DEFAULTS`` over the trainer's defaults, read at run time).
 
@@ -60,10 +61,10 @@ CFR_ITERATIONS = (10, 100, 1000)
 CFR_GRID = (*range(1, 21), *range(25, 101, 5), *range(110, 1001, 10))
 """Iteration counts at which a second CFR run is scored, to find when it first reaches each threshold."""
 LLM_METHODS = {
-    "rae": "LLM trainer, RAE",
+    "rae": "LLM trainer, RAE (one shared model)",
     "grpo_shared": "LLM trainer, GRPO (shared baseline)",
     "no_baseline": "LLM trainer, no baseline",
-    "per_seat": "LLM trainer, per-seat policies (RAE)",
+    "per_seat": "LLM trainer, per-seat policies (RAE; the main job)",
 }
 """kuhn_credit's method -> row label."""
 QUICK_BUDGET: dict[str, Any] = {"steps": 2, "episodes_per_step": 8, "rollout_batch_size": 8, "eval_every": 1,
@@ -313,7 +314,8 @@ def notes(seeds: int, budget: dict[str, Any], ppo_timesteps: int, quick: bool) -
         "- Exploitability is exact (0 at a Nash equilibrium; uniform random is 0.4583); ± is half the range over "
         "seeds. Payoff vs nash is the exact expected chips per hand against the Nash equilibrium, both seats "
         "averaged (at best 0).",
-        "- An LLM episode is one hand in which one model plays both seats; a PPO episode is one hand in which "
+        "- An LLM episode is one hand between the two seats' policies (one shared model, or one model per seat "
+        "in the per-seat row, which is the main job's setting); a PPO episode is one hand in which "
         "the learner plays one seat against a snapshot of itself. CFR counts iterations (`it`): each walks the "
         "whole game tree for both players.",
         "- Cost columns: episodes (or iterations) and training seconds to the first evaluation at or below the "

@@ -26,7 +26,8 @@ from llm_zoo.trainers.grpo import (  # noqa: E402
 )
 
 TINY = {"steps": 2, "episodes_per_step": 8, "rollout_batch_size": 8, "model_hidden_size": 32, "eval_every": 1,
-        "progress": False, "tensorboard": False, "threads": 1, "lr": 1e-2, "sample_every": 1}
+        "progress": False, "tensorboard": False, "threads": 1, "lr": 1e-2, "sample_every": 1, "policies": {}}
+"""A tiny budget, one model ("main") in both Kuhn seats; the main job's own one model per seat is tested apart."""
 
 
 def _loss(logps, old, adv, mask, **kw):
@@ -155,6 +156,23 @@ def test_smoke_train_changes_every_trainable_parameter(tmp_path):
     assert list((tmp_path / "samples").glob("step_*.jsonl"))
 
 
+def test_main_job_trains_one_model_per_seat(tmp_path):
+    tiny = {k: v for k, v in TINY.items() if k != "policies"}
+    config = make_config("kuhn_poker_v0", {**tiny, "run_dir": str(tmp_path), "checkpoint_every": 2})
+    assert config.policies == {"player_0": "seat_0", "player_1": "seat_1"}
+    result = train(config)
+    rows = [json.loads(r) for r in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    for name in ("seat_0", "seat_1"):
+        assert all(row[f"losses/tokens/{name}"] > 0 for row in rows)  # each seat's turns train its own model
+    assert not any(key.endswith("/main") for row in rows for key in row)
+    assert 0.0 <= result["exploitability"] <= 1.0
+    for offset, name in enumerate(("seat_0", "seat_1")):
+        before = grpo.build_tokenizer_and_model(config, seed=config.seed + offset)[1].state_dict()
+        after = _weights(tmp_path, name, 2)
+        assert not before["lm_head.weight"].any() and after["lm_head.weight"].any(), name  # the zero head learned
+        assert sum(not torch.equal(before[k], after[k]) for k in before) > len(before) // 2, name
+
+
 def test_frozen_seat_does_not_learn(tmp_path):
     config = make_config("kuhn_poker_v0", {**TINY, "run_dir": str(tmp_path),
                                            "policies": {"player_0": "p0", "player_1": "p1"}, "learn": ["player_0"]})
@@ -228,7 +246,8 @@ def test_cli_train_eval_plot(tmp_path):
 
 def test_scripted_players_hold_frozen_seats(tmp_path):
     # user_sim_v0 seats its scripted user by default: only the assistant is a model, and it learns
-    config = make_config("user_sim_v0", {**TINY, "steps": 1, "episodes_per_step": 2, "rollout_batch_size": 2,
+    tiny = {k: v for k, v in TINY.items() if k != "policies"}  # user_sim_v0's own policies apply
+    config = make_config("user_sim_v0", {**tiny, "steps": 1, "episodes_per_step": 2, "rollout_batch_size": 2,
                                          "max_new_tokens": 8, "run_dir": str(tmp_path), "eval_every": 0,
                                          "env_kwargs": {"max_turns": 6}})
     assert config.policies == {"user": "scripted:scripted"}
