@@ -773,11 +773,13 @@ def _active_learners(step: int, config: TrainConfig, learn: set[str], roles: Map
 def _rollout_metrics(episodes: Sequence[Episode], roles: Mapping[str, str], config: TrainConfig) -> dict[str, float]:
     out: dict[str, float] = {}
     by_role: dict[str, list[float]] = {}
+    by_agent: dict[str, list[float]] = {}
     invalid = replies = 0
     prompt_tokens = completion_tokens = 0
     for episode in episodes:
         for agent, value in episode.returns.items():
             by_role.setdefault(roles.get(agent, agent), []).append(value)
+            by_agent.setdefault(agent, []).append(value)
         for info in episode.infos.values():
             invalid += int(info.get("invalid_replies", 0))
         for turn in episode.turns:
@@ -786,6 +788,10 @@ def _rollout_metrics(episodes: Sequence[Episode], roles: Mapping[str, str], conf
             completion_tokens += len(turn.completion_ids or ())
     for role, values in by_role.items():
         out[f"charts/reward/{role}"] = sum(values) / len(values)
+        agents = [a for a in by_agent if roles.get(a, a) == role]
+        if len(agents) > 1:  # seats that share a role (Kuhn's zero-sum pair averages to 0): each seat too
+            for agent in agents:
+                out[f"charts/reward/{role}/{agent}"] = sum(by_agent[agent]) / len(by_agent[agent])
     out["charts/invalid_reply_rate"] = invalid / max(1, replies)
     out["charts/failed_episodes"] = float(sum(e.failed for e in episodes))
     out["perf/prompt_tokens"] = float(prompt_tokens)
@@ -796,7 +802,10 @@ def _rollout_metrics(episodes: Sequence[Episode], roles: Mapping[str, str], conf
 def _postfix(metrics: Mapping[str, float], roles: Mapping[str, str]) -> dict[str, str]:
     post = {}
     for role in sorted(set(roles.values())):
-        if f"charts/reward/{role}" in metrics:
+        seats = [a for a in sorted(roles) if roles[a] == role and f"charts/reward/{role}/{a}" in metrics]
+        if seats:  # a role several seats share: its mean says little (0 in a zero-sum game), each seat's more
+            post.update({a: f"{metrics[f'charts/reward/{role}/{a}']:+.3f}" for a in seats})
+        elif f"charts/reward/{role}" in metrics:
             post[role] = f"{metrics[f'charts/reward/{role}']:+.3f}"
     post["invalid"] = f"{metrics.get('charts/invalid_reply_rate', 0):.2f}"
     for key in ("eval/exploitability", "eval/headline"):

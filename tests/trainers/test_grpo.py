@@ -165,6 +165,10 @@ def test_main_job_trains_one_model_per_seat(tmp_path):
     for name in ("seat_0", "seat_1"):
         assert all(row[f"losses/tokens/{name}"] > 0 for row in rows)  # each seat's turns train its own model
     assert not any(key.endswith("/main") for row in rows for key in row)
+    for row in rows:  # both seats have the role "player": its mean is 0 in this zero-sum game, each seat's is not
+        seats = row["charts/reward/player/player_0"], row["charts/reward/player/player_1"]
+        assert abs(sum(seats)) < 1e-9 and abs(row["charts/reward/player"]) < 1e-9
+        assert grpo._postfix(row, {"player_0": "player", "player_1": "player"}).keys() >= {"player_0", "player_1"}
     assert 0.0 <= result["exploitability"] <= 1.0
     for offset, name in enumerate(("seat_0", "seat_1")):
         before = grpo.build_tokenizer_and_model(config, seed=config.seed + offset)[1].state_dict()
