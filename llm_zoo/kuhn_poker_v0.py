@@ -12,9 +12,9 @@ LEARNING_ROLES = ("player",)
 """Roles the trainer trains unless its config says otherwise."""
 
 TRAIN_DEFAULTS: dict[str, Any] = {
-    # The main job (`llm-zoo train kuhn_poker_v0`): self-play of the tiny model with RAE, one copy per
-    # seat, on a 2-core CPU in minutes. Each choice below was measured (seed 0, same budget, one change at a
-    # time); docs/kuhn_selfplay.md has the runs.
+    # The main job (`llm-zoo train kuhn_poker_v0`): self-play of the tiny model with RAE, one model
+    # per seat, on a 2-core CPU in minutes. Each choice below was measured (seed 0, same budget, one
+    # change at a time); docs/kuhn_selfplay.md has the runs.
     "steps": 1500,
     "episodes_per_step": 256,  # 128: the last iterate's exploitability swings 0.05-0.10 from one eval to the next
     "eval_every": 50,
@@ -38,9 +38,10 @@ TRAIN_DEFAULTS: dict[str, Any] = {
     # strategy: the last iterate keeps circling the equilibrium. 0.998 (about 500 steps) against
     # 0.995: 0.046 vs 0.053, the long average smoothing out the slow circling that 0.995 follows.
     "average_ema": 0.998,
-    # One model per seat, each with its own optimiser, playing each other from the same start: one
-    # network playing both seats ties together information sets that need different answers
-    # (K first vs K after a check, ...) and stalls at 0.056-0.060 on this budget.
+    # One model per seat, each with its own initialisation and optimiser, both starting from the
+    # uniform policy (zero output layers) and playing each other. One network playing both seats
+    # ties together information sets that need different answers (K first vs K after a check, ...)
+    # and stalls at 0.056-0.060 on this budget.
     "policies": {"player_0": "seat_0", "player_1": "seat_1"},
     # One RAE baseline per seat (with one model per seat, per model). Both seats have the role
     # "player", and one baseline over both seats of a zero-sum game stays at 0 (RAE would be

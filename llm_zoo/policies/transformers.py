@@ -416,6 +416,8 @@ def completion_logprobs(
     a prompt prefix shared by several rows runs once, in a first pass whose KV cache the second pass
     reads (module docstring): the same log-probs and gradients, to float rounding, for less work.
     It falls back to one pass when the model uses gradient checkpointing, which drops the cache.
+    When every completion is one token, the distinct prompts run instead as one token tree (each
+    shared prefix once; :func:`_forward_tree`), where that is the cheaper plan.
 
     Args:
         model: The causal LM (on its device).
