@@ -204,3 +204,37 @@ def test_progress_bar_shows_finished_episodes(capsys):
     collect(kuhn_poker_v0.env, card_players(), 2, progress=True)
     err = capsys.readouterr().err
     assert "kuhn rollouts" in err and "5/5" in err and "2/2" in err
+
+
+def test_objects_made_before_a_collection_are_frozen_during_it_and_only_then():
+    import gc
+
+    class FreezeSpy(Counting):
+        """Records how many objects are set aside from the collector's walks at each call."""
+
+        def act(self, observations: Sequence[dict]) -> list[Reply]:
+            counts.append(gc.get_freeze_count())
+            return super().act(observations)
+
+    counts: list[int] = []
+    policy = FreezeSpy(uniform_player(seed=0))
+    assert gc.get_freeze_count() == 0
+    assert all(not e.failed for e in collect(kuhn_poker_v0.env, {"player": policy}, 4, batch_size=2, seed=0))
+    assert counts and min(counts) > 0 and gc.get_freeze_count() == 0
+    # a policy that breaks its contract raises out of collect, and still leaves nothing frozen
+    class Mute(Counting):
+        def act(self, observations: Sequence[dict]) -> list[Reply]:
+            return []
+
+    with pytest.raises(RuntimeError, match="replies"):
+        collect(kuhn_poker_v0.env, {"player": Mute(uniform_player(seed=0))}, 2, seed=0)
+    assert gc.get_freeze_count() == 0
+    # a caller's own freeze is theirs: collect neither adds to it nor undoes it
+    gc.freeze()
+    try:
+        frozen, counts[:] = gc.get_freeze_count(), []
+        collect(kuhn_poker_v0.env, {"player": policy}, 2, seed=0)
+        # (the count only falls, as frozen objects are freed by reference counting)
+        assert counts and max(counts) <= frozen and 0 < gc.get_freeze_count() <= frozen
+    finally:
+        gc.unfreeze()
