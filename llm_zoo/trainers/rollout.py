@@ -22,7 +22,7 @@ import functools
 import gc
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,17 +190,18 @@ def collect(
 
 
 @contextlib.contextmanager
-def _old_objects_frozen() -> Any:
+def _old_objects_frozen() -> Iterator[None]:
     """Keep the cyclic garbage collector off the objects that exist already, for the duration.
 
     A process that has imported torch and transformers holds some 350k objects that the collector
     tracks, and each full collection walks all of them. Collections are triggered by allocations,
     and a turn allocates about as much at batch 1 as at batch 64, so those walks cost about the
-    same per turn at both, where batch 64's turns are otherwise ten times cheaper: measured in
-    ``benchmarks/rollout_throughput.py``, 0.05 ms a turn, a quarter of batch 64's time. ``gc.freeze`` sets the existing objects aside (O(1)) and
-    ``gc.unfreeze`` returns them (O(1)) at the end, so they are collected as usual afterwards;
-    objects made during the collection are collected as usual throughout. Nothing is done when
-    the collector is off or the caller has frozen objects already (their freeze is theirs to undo).
+    same per turn at both, where batch 64's turns are otherwise ten times cheaper (measured in
+    ``benchmarks/rollout_throughput.py``: 0.05 ms a turn, a quarter of batch 64's time).
+    ``gc.freeze`` sets the existing objects aside and ``gc.unfreeze`` returns them at the end (both
+    O(1)), so they are collected as usual afterwards; objects made during the collection are
+    collected as usual throughout. Nothing is done when the collector is off or the caller has
+    frozen objects already (their freeze is theirs to undo).
     """
     if not gc.isenabled() or gc.get_freeze_count():
         yield
@@ -210,7 +211,6 @@ def _old_objects_frozen() -> Any:
         yield
     finally:
         gc.unfreeze()
-
 
 
 class _TooLong(Exception):  # noqa: N818 - names the situation, like the env's InvalidReply
