@@ -772,13 +772,11 @@ def _active_learners(step: int, config: TrainConfig, learn: set[str], roles: Map
 
 def _rollout_metrics(episodes: Sequence[Episode], roles: Mapping[str, str], config: TrainConfig) -> dict[str, float]:
     out: dict[str, float] = {}
-    by_role: dict[str, list[float]] = {}
     by_agent: dict[str, list[float]] = {}
     invalid = replies = 0
     prompt_tokens = completion_tokens = 0
     for episode in episodes:
         for agent, value in episode.returns.items():
-            by_role.setdefault(roles.get(agent, agent), []).append(value)
             by_agent.setdefault(agent, []).append(value)
         for info in episode.infos.values():
             invalid += int(info.get("invalid_replies", 0))
@@ -786,11 +784,14 @@ def _rollout_metrics(episodes: Sequence[Episode], roles: Mapping[str, str], conf
             replies += 1
             prompt_tokens += len(turn.prompt_ids or ())
             completion_tokens += len(turn.completion_ids or ())
-    for role, values in by_role.items():
+    seats_of: dict[str, list[str]] = {}
+    for agent in by_agent:
+        seats_of.setdefault(roles.get(agent, agent), []).append(agent)
+    for role, seats in seats_of.items():
+        values = [v for agent in seats for v in by_agent[agent]]
         out[f"charts/reward/{role}"] = sum(values) / len(values)
-        agents = [a for a in by_agent if roles.get(a, a) == role]
-        if len(agents) > 1:  # seats that share a role (Kuhn's zero-sum pair averages to 0): each seat too
-            for agent in agents:
+        if len(seats) > 1:  # seats that share a role (Kuhn's zero-sum pair averages to 0): each seat too
+            for agent in seats:
                 out[f"charts/reward/{role}/{agent}"] = sum(by_agent[agent]) / len(by_agent[agent])
     out["charts/invalid_reply_rate"] = invalid / max(1, replies)
     out["charts/failed_episodes"] = float(sum(e.failed for e in episodes))

@@ -17,12 +17,11 @@ failed. Contract violations by a policy (the wrong number of replies, a reply th
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import gc
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,7 +102,6 @@ def collect(
     if seed is not None:
         _reseed(maps, seed)
     bar = _progress_bar(progress, n)
-    stack = contextlib.ExitStack()
     results: list[Episode | None] = [None] * n
     queue = iter(range(n))
     live: list[_Run] = []
@@ -133,8 +131,8 @@ def collect(
             env.close()
         return None
 
+    thaw = _freeze_old_objects()
     try:
-        stack.enter_context(_old_objects_frozen())
         for env in envs + [None] * (min(batch_size, n) - 1):
             run = start(env)
             if run is not None:
@@ -177,7 +175,8 @@ def collect(
                     still.append(nxt)
             live = still
     finally:
-        stack.close()
+        if thaw:
+            gc.unfreeze()
         for run in live:  # only left when a policy broke its contract or the caller interrupted
             _discard(run.env)
         if bar is not None:
@@ -189,28 +188,23 @@ def collect(
 # ---- helpers -------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _old_objects_frozen() -> Iterator[None]:
-    """Keep the cyclic garbage collector off the objects that exist already, for the duration.
+def _freeze_old_objects() -> bool:
+    """Keep the cyclic garbage collector off the objects that exist already; True if the caller must thaw them.
 
     A process that has imported torch and transformers holds some 350k objects that the collector
     tracks, and each full collection walks all of them. Collections are triggered by allocations,
     and a turn allocates about as much at batch 1 as at batch 64, so those walks cost about the
     same per turn at both, where batch 64's turns are otherwise ten times cheaper (measured in
     ``benchmarks/rollout_throughput.py``: 0.05 ms a turn, a quarter of batch 64's time).
-    ``gc.freeze`` sets the existing objects aside and ``gc.unfreeze`` returns them at the end (both
-    O(1)), so they are collected as usual afterwards; objects made during the collection are
-    collected as usual throughout. Nothing is done when the collector is off or the caller has
-    frozen objects already (their freeze is theirs to undo).
+    ``gc.freeze`` sets the existing objects aside and ``gc.unfreeze``, which ``collect`` calls at
+    the end, returns them (both O(1)), so they are collected as usual afterwards; objects made
+    during the collection are collected as usual throughout. Nothing is done when the collector is
+    off or the caller has frozen objects already (their freeze is theirs to undo).
     """
     if not gc.isenabled() or gc.get_freeze_count():
-        yield
-        return
+        return False
     gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
+    return True
 
 
 class _TooLong(Exception):  # noqa: N818 - names the situation, like the env's InvalidReply
