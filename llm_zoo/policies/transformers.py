@@ -35,8 +35,10 @@ distinct prefix once, one token per node) laid out as a single sequence, with an
 attention mask that lets each node attend to itself and its ancestors only, and position ids that
 give each node its depth (:func:`_prefix_tree`, :func:`_forward_tree`; tree attention as in
 SpecInfer and Medusa). That runs the fewest tokens of any plan, in one pass; its attention is one
-dense square over all the nodes, so :func:`_plan_tree` picks it only when its cost, counted in
-tokens and attention pairs, is below both the whole pass and the shared-prefix plan. It needs an
+dense square over all the nodes, so prompts that part early (two seats whose system prompts differ
+at the seat's name) may run as separate tries, one per row of the pass, each square a quarter the
+size. :func:`_plan_tree` picks the tries, and picks them only when their cost, counted in tokens
+and attention pairs, is below both the whole pass and the shared-prefix plan. It needs an
 attention that reads a custom 4D mask as given (transformers' sdpa and eager, no sliding window).
 """
 
@@ -44,9 +46,10 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import os
 import sys
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -217,13 +220,19 @@ class TransformersPolicy(Policy):
         ids: list[Sequence[int] | None] = []
         for i, obs in enumerate(observations):
             messages = _messages(obs, i)
-            if not all(type(m) is dict for m in messages):
+            key = row = None
+            if memo is not None:
+                try:  # the key is the conversation's (role, content, ...) items; the memo hashes it
+                    key = tuple([tuple(m.items()) for m in messages])
+                    row = memo.get(key)
+                except (AttributeError, TypeError):  # not mappings, or unhashable content
+                    key = None
+            if key is None:
                 # other mappings are read as dicts (and a non-mapping fails here, as dict() says)
                 messages = [dict(m) for m in messages]
-            key = _conversation_key(messages) if memo is not None else None
             conversations.append(messages)
             keys.append(key)
-            ids.append(memo.get(key) if memo is not None and key is not None else None)
+            ids.append(row)
         missing = [i for i, row in enumerate(ids) if row is None]
         if missing:
             # sanitize_control_tokens (transformers >= 5) encodes control tokens typed inside messages
@@ -273,8 +282,11 @@ class TransformersPolicy(Policy):
 
     # ---- sampling --------------------------------------------------------------------------
 
-    def legal_paths(self, observation: Observation) -> list[tuple[int, ...]] | None:
-        """Return the token paths of the observation's legal replies, or None when it lists none."""
+    def legal_paths(self, observation: Observation) -> tuple[tuple[int, ...], ...] | None:
+        """Return the token paths of the observation's legal replies, or None when it lists none.
+
+        Memoised: observations with the same legal replies get the same tuple.
+        """
         replies = observation.get("legal_actions")
         if not replies:
             return None
@@ -284,10 +296,10 @@ class TransformersPolicy(Policy):
             if len(cache) > 4096:
                 cache.clear()
             cache[key] = tuple(legal_paths(self.tokenizer, replies, self.eos_token_ids[0], self.max_new_tokens))
-        return list(cache[key])
+        return cache[key]
 
     def _sample(
-        self, prompts: list[list[int]], paths: Sequence[list[tuple[int, ...]] | None] | None = None
+        self, prompts: list[list[int]], paths: Sequence[Sequence[tuple[int, ...]] | None] | None = None
     ) -> tuple[list[list[int]], list[list[float]]]:
         """Sample a completion per prompt (within its legal paths, if given); return ids and log-probs, unpadded."""
         model, device, batch = self.model, self.device, len(prompts)
@@ -344,20 +356,29 @@ class TransformersPolicy(Policy):
                 logits = out.logits[:, -1, :]
             mask = None
             if paths is not None and any(p is not None for p in paths):
-                # one vectorised write per step: the rows that are constrained, then their allowed tokens
-                generated = torch.stack(step_tokens, dim=1).tolist() if step_tokens else [[]] * batch
-                constrained, at_rows, at_cols = [], [], []
-                for i, row_paths in enumerate(paths):
-                    allowed = _allowed_cached(row_paths, tuple(generated[i])) if row_paths else ()
-                    if allowed:
-                        constrained.append(i)
-                        at_rows.extend([i] * len(allowed))
-                        at_cols.extend(allowed)
-                # in numpy: torch's indexing with Python lists costs several times as much
-                allowed_mask = np.ones(tuple(logits.shape), dtype=bool)
-                allowed_mask[constrained] = False
-                allowed_mask[at_rows, at_cols] = True
-                mask = torch.from_numpy(allowed_mask).to(device)
+                # A batch repeats a few (legal replies, tokens so far) pairs: a mask row for each
+                # distinct pair (row 0: unconstrained), then one gather of a row per batch row, in
+                # numpy (torch's indexing with Python lists costs several times as much).
+                generated = torch.stack(step_tokens, dim=1).tolist() if step_tokens else [()] * batch
+                kinds: dict[tuple[int, tuple[int, ...]], int] = {}
+                allowed_of: list[tuple[int, ...]] = [()]
+                kind_of = []
+                for row_paths, so_far in zip(paths, generated):
+                    if not row_paths:
+                        kind_of.append(0)
+                        continue
+                    key = (id(row_paths), tuple(so_far))  # legal_paths hands rows of one set one object
+                    kind = kinds.get(key)
+                    if kind is None:
+                        kind = kinds[key] = len(allowed_of)
+                        allowed_of.append(_allowed_cached(row_paths, key[1]))
+                    kind_of.append(kind)
+                table = np.ones((len(allowed_of), logits.shape[-1]), dtype=bool)
+                for kind, allowed in enumerate(allowed_of):
+                    if allowed:  # else unconstrained: the row or its path is done
+                        table[kind] = False
+                        table[kind, list(allowed)] = True
+                mask = torch.from_numpy(table[kind_of]).to(device)
             token, logprob = self._next_token(logits.float(), mask)
             token = token.masked_fill(finished, self.pad_token_id)
             step_tokens.append(token)
@@ -389,7 +410,8 @@ class TransformersPolicy(Policy):
             probs = logprobs.exp()
             if self.top_p < 1:
                 probs = _top_p_filter(probs, self.top_p)
-            token = torch.multinomial(probs, 1, generator=self._generator).squeeze(1)
+            uniform = torch.rand(len(probs), 1, generator=self._generator, dtype=torch.float64, device=probs.device)
+            token = _invert_cdf(probs, uniform)
         return token, logprobs.gather(1, token[:, None]).squeeze(1)
 
 
@@ -671,7 +693,9 @@ _PASS_COST_TOKENS = 64
 """The fixed cost of an extra forward pass, counted in tokens run: a prefix pass must save more."""
 
 
-def _plan_prefixes(prompts: Sequence[Sequence[int]]) -> _PrefixPlan | None:
+def _plan_prefixes(
+    prompts: Sequence[Sequence[int]], sorted_common: tuple[Sequence[int], Sequence[int]] | None = None
+) -> _PrefixPlan | None:
     """Group prompts by shared prefix when running each prefix once saves work; else return None.
 
     Sorted, prompts that share a prefix sit side by side; the groups are the runs of neighbours
@@ -682,14 +706,18 @@ def _plan_prefixes(prompts: Sequence[Sequence[int]]) -> _PrefixPlan | None:
     computes. A group of one prompt shares nothing, so its prefix just takes the width the prefix
     pass has anyway.
 
-    Prompts compare as sequences of one type (tuples or lists, not mixed).
+    Prompts compare as sequences of one type (tuples or lists, not mixed). ``sorted_common``, when
+    the caller has it, is their sorted order and the leading tokens each shares with the next.
     """
     n = len(prompts)
     lengths = [len(p) for p in prompts]
     if n < 2 or min(lengths) < 2:
         return None
-    order = sorted(range(n), key=prompts.__getitem__)
-    common = [_common_length(prompts[a], prompts[b]) for a, b in zip(order, order[1:])]
+    if sorted_common is None:
+        order = sorted(range(n), key=prompts.__getitem__)
+        common = [_common_length(prompts[a], prompts[b]) for a, b in zip(order, order[1:])]
+    else:
+        order, common = sorted_common
     best_cost, best = n * max(lengths), None
     for depth in sorted(set(common) - {0}):
         groups: list[list[int]] = []
@@ -776,28 +804,78 @@ def _prefix_tree(prompts: Sequence[Sequence[int]]) -> _PrefixTree:
     return _PrefixTree(input_ids, positions, branches, last)
 
 
-def _plan_tree(model: PreTrainedModel, prompts: Sequence[Sequence[int]]) -> _PrefixTree | None:
-    """Return the token tree of distinct ``prompts`` when one pass over it is the cheapest plan; else None.
+@dataclass
+class _TreeRows:
+    """Distinct prompts as token tries, one trie per row of a batch (prompts that share little apart)."""
+
+    trees: list[_PrefixTree]
+    """One trie per row, each over a run of the prompts in sorted order."""
+    members: list[list[int]]
+    """The prompts of each trie, as indices into the planned prompts, in the order of its ``last``."""
+
+    @property
+    def width(self) -> int:
+        """The longest trie's node count: every row is padded to it."""
+        return max(len(tree.input_ids) for tree in self.trees)
+
+
+def _plan_tree(model: PreTrainedModel, prompts: Sequence[Sequence[int]]) -> _TreeRows | None:
+    """Return the token tries of distinct ``prompts`` when one pass over them is the cheapest plan; else None.
 
     Costs count the work of each plan's passes in tokens, where an attention (query, key) pair
-    costs :func:`_tree_pair_cost` of a token: the tree runs the fewest tokens (each prefix once,
-    unpadded, in one pass), but its attention is one dense masked square over all of them, where
-    one whole pass attends within each prompt and :func:`_plan_prefixes` within each part.
+    costs :func:`_tree_pair_cost` of a token: a trie runs the fewest tokens (each prefix once, in
+    one pass), but its attention is one dense masked square over all of its nodes, where one whole
+    pass attends within each prompt and :func:`_plan_prefixes` within each part. So prompts that
+    share only their first few tokens (two seats' system prompts that differ at the seat's name)
+    may run as separate tries, one per row (:func:`_tree_rows`): a few tokens more, and squares a
+    quarter of the size.
     """
     pair_cost = _tree_pair_cost(model)
     if pair_cost is None or len(prompts) < 2 or min(len(p) for p in prompts) < 1:
         return None
     n, width = len(prompts), max(len(p) for p in prompts)
     best = n * width + n * width**2 * pair_cost  # one pass over the whole prompts
-    plan = _plan_prefixes(prompts)
+    order = sorted(range(n), key=prompts.__getitem__)
+    common = [_common_length(prompts[a], prompts[b]) for a, b in zip(order, order[1:])]
+    plan = _plan_prefixes(prompts, (order, common))
     if plan is not None:
         groups, prefix = len(plan.prefixes), max(len(p) for p in plan.prefixes)
         rest = max(len(p) - s for p, s in zip(prompts, plan.shared))
         pairs = groups * prefix**2 + n * rest * (prefix + rest)
         best = min(best, groups * prefix + n * rest + _PASS_COST_TOKENS + pairs * pair_cost)
-    tree = _prefix_tree(prompts)
-    size = len(tree.input_ids)
-    return tree if size + size**2 * pair_cost < best else None
+    cost, runs = _tree_rows(prompts, order, common, pair_cost)
+    if cost >= best:
+        return None
+    return _TreeRows([_prefix_tree([prompts[i] for i in run]) for run in runs], runs)
+
+
+def _tree_rows(
+    prompts: Sequence[Sequence[int]], order: Sequence[int], common: Sequence[int], pair_cost: float
+) -> tuple[float, list[list[int]]]:
+    """Split sorted prompts into the runs whose tries, one per padded row, cost least; return the cost and runs.
+
+    ``order`` sorts the prompts and ``common[k]`` counts the leading tokens that the k-th and
+    (k+1)-th sorted prompts share. Cutting wherever neighbours share fewer than ``depth`` tokens
+    gives runs that are subtrees of the whole trie; each run's trie holds, past its first prompt,
+    each prompt's tokens after those it shares with its neighbour. Depth 0 keeps one trie. A row
+    costs its padded width in tokens plus its width squared in attention pairs.
+    """
+    best: tuple[float, list[list[int]]] | None = None
+    for depth in sorted({0} | {c + 1 for c in common}):
+        runs, sizes = [[order[0]]], [len(prompts[order[0]])]
+        for i, shared in zip(order[1:], common):
+            if shared < depth:
+                runs.append([i])
+                sizes.append(len(prompts[i]))
+            else:
+                runs[-1].append(i)
+                sizes[-1] += len(prompts[i]) - shared
+        width = max(sizes)
+        cost = len(runs) * width * (1 + width * pair_cost)
+        if best is None or cost < best[0]:
+            best = (cost, runs)
+    assert best is not None
+    return best
 
 
 def _tree_pair_cost(model: PreTrainedModel) -> float | None:
@@ -822,36 +900,52 @@ def _tree_pair_cost(model: PreTrainedModel) -> float | None:
     return 2 * hidden / (4 * hidden**2 + 3 * hidden * mlp)
 
 
-def _forward_tree(model: PreTrainedModel, tree: _PrefixTree, device: torch.device) -> torch.Tensor:
-    """Run a token tree in one pass; return the logits after each prompt's last token [prompts, vocab].
+def _forward_tree(model: PreTrainedModel, rows: _TreeRows, device: torch.device) -> torch.Tensor:
+    """Run token tries, one per row, in one pass; return the logits after each prompt's last token [prompts, vocab].
 
     Every node attends to itself and its ancestors only, at its position in the prompts, so its
-    keys, values and logits are those of a pass over any one prompt that holds it.
+    keys, values and logits are those of a pass over any one prompt that holds it. Rows shorter than
+    the longest are padded with nodes that attend to themselves only and are never read.
     """
     # The inputs are built in numpy: torch.tensor reads a Python list an element at a time, and a
     # small tensor's slice assignment costs several times numpy's; at this size both outweigh the
     # arithmetic. The additive mask is float32 there and cast to the model's dtype.
-    dtype, size = model.dtype, len(tree.input_ids)
+    dtype, count, width = model.dtype, len(rows.trees), rows.width
     blocked = torch.finfo(dtype).min  # sdpa and eager attention both read an additive mask
-    longest = max(end - start for start, end, _ in tree.branches)
+    longest = max(end - start for tree in rows.trees for start, end, _ in tree.branches)
     causal = np.triu(np.full((longest, longest), blocked, dtype=np.float32), 1)
-    mask = np.full((size, size), blocked, dtype=np.float32)  # [query node, key node]
-    for start, end, parent in tree.branches:
-        # a branch sees what its parent sees and the parent, then itself causally
-        if parent is not None:
-            mask[start:end] = mask[parent]
-        mask[start:end, start:end] = causal[: end - start, : end - start]
+    mask = np.full((count, width, width), blocked, dtype=np.float32)  # [row, query node, key node]
+    input_ids = np.zeros((count, width), dtype=np.int64)
+    positions = np.zeros((count, width), dtype=np.int64)
+    at_row: list[int] = [0] * sum(map(len, rows.members))  # each prompt's row and last node
+    at_node: list[int] = list(at_row)
+    for row, (tree, members) in enumerate(zip(rows.trees, rows.members)):
+        size, square = len(tree.input_ids), mask[row]
+        input_ids[row, :size] = tree.input_ids
+        positions[row, :size] = tree.positions
+        for start, end, parent in tree.branches:
+            # a branch sees what its parent sees and the parent, then itself causally
+            if parent is not None:
+                square[start:end] = square[parent]
+            square[start:end, start:end] = causal[: end - start, : end - start]
+        padding = np.arange(size, width)
+        square[padding, padding] = 0.0
+        for prompt, node in zip(members, tree.last):
+            at_row[prompt], at_node[prompt] = row, node
     kwargs: dict[str, Any] = {}
     if _keep_logits_kwargs(model, 1):  # logits_to_keep also takes the positions to keep
-        kwargs["logits_to_keep"] = _long_tensor(tree.last, device)
+        kept = sorted(set(at_node))
+        column = {node: k for k, node in enumerate(kept)}
+        kwargs["logits_to_keep"] = _long_tensor(kept, device)
+        at_node = [column[node] for node in at_node]
     out = model(
-        input_ids=_long_tensor(tree.input_ids, device)[None],
-        attention_mask=torch.from_numpy(mask).to(device=device, dtype=dtype)[None, None],
-        position_ids=_long_tensor(tree.positions, device)[None],
+        input_ids=torch.from_numpy(input_ids).to(device),
+        attention_mask=torch.from_numpy(mask).to(device=device, dtype=dtype)[:, None],
+        position_ids=torch.from_numpy(positions).to(device),
         use_cache=False,
         **kwargs,
     )
-    return out.logits[0] if kwargs else out.logits[0, tree.last]
+    return out.logits[_long_tensor(at_row, device), _long_tensor(at_node, device)]
 
 
 def _long_tensor(values: Sequence[int], device: torch.device) -> torch.Tensor:
@@ -909,16 +1003,6 @@ _PROMPT_MEMO_SIZE = 4096
 """Most conversations whose token ids a policy remembers; the memo starts over when full."""
 
 
-def _conversation_key(conversation: Sequence[Mapping[str, Any]]) -> Hashable | None:
-    """Return a hashable copy of a conversation, or None when a message holds unhashable content."""
-    key = tuple([tuple(m.items()) for m in conversation])
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
-
-
 def _left_pad(
     rows: Sequence[Sequence[int]], pad: int, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -946,6 +1030,59 @@ def _right_pad(
 def _position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
     """Number real tokens 0, 1, ... from the left; padding gets 0 (it is masked anyway)."""
     return (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+
+
+def _invert_cdf(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """Return, per row of ``probs`` [rows, vocab], the token whose share of the row's cumulative mass holds ``uniform`` [rows, 1].
+
+    ``probs`` are non-negative, with some mass in every row, and need not sum to 1 (top-p leaves
+    them unnormalised); ``uniform`` is drawn from [0, 1). A token is drawn with probability its
+    share of the row's mass, and a token without mass never. One uniform a row: for a single
+    sample ``torch.multinomial`` draws an exponential per vocabulary entry (the argmax of
+    ``probs / Exp(1)``), 0.14 ms for 64 rows of a 111-word vocabulary on one CPU core. On the CPU
+    the arithmetic runs in numpy, whose calls on arrays this small cost a fifth of torch's: 0.01 ms
+    for one row or 64 (``multinomial``: 0.014 ms for one row).
+    """
+    if probs.device.type == "cpu":
+        return torch.from_numpy(_invert_cdf_numpy(probs.numpy(), uniform.numpy()[:, 0]))
+    return _invert_cdf_torch(probs, uniform)
+
+
+def _invert_cdf_torch(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """:func:`_invert_cdf` in torch, on any device."""
+    cdf = probs.double().cumsum(dim=-1)
+    total = cdf[:, -1:]
+    _check_mass(lambda: bool(((total > 0) & (total < math.inf)).all()), total[:, 0].tolist)
+    # the first token whose cumulative mass passes the point: entries without mass add nothing, so
+    # they never pass it first
+    token = (cdf <= uniform * total).sum(dim=-1)
+    # a point that rounds up to the row's total would pass every token: the last token with mass
+    last = probs.shape[-1] - 1 - (probs.flip(-1) > 0).int().argmax(dim=-1)
+    return torch.minimum(token, last)
+
+
+def _invert_cdf_numpy(probs: np.ndarray, uniform: np.ndarray) -> np.ndarray:
+    """:func:`_invert_cdf` in numpy: ``probs`` [rows, vocab], ``uniform`` [rows]; int64 tokens [rows]."""
+    cdf = np.cumsum(probs, axis=1, dtype=np.float64)
+    total = cdf[:, -1]
+    _check_mass(lambda: bool(((total > 0) & (total < math.inf)).all()), total.tolist)
+    token = (cdf <= (uniform * total)[:, None]).sum(axis=1)
+    over = token >= probs.shape[1]
+    if over.any():  # the point rounded up to the total: the last token with mass
+        token[over] = probs.shape[1] - 1 - np.argmax(probs[over, ::-1] > 0, axis=1)
+    return token.astype(np.int64, copy=False)
+
+
+def _check_mass(ok: Callable[[], bool], totals: Callable[[], list[float]]) -> None:
+    """Raise ``ValueError`` naming the rows without finite positive mass, unless ``ok()``."""
+    if ok():
+        return
+    values = totals()
+    rows = [i for i, t in enumerate(values) if not 0 < t < math.inf]
+    raise ValueError(
+        f"cannot sample: the next-token distribution of row(s) {rows[:10]} has no finite positive mass "
+        f"(total {values[rows[0]]}); the model's logits are NaN or infinite there."
+    )
 
 
 def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import types
 
 import pytest
@@ -17,6 +18,8 @@ from llm_zoo.policies.transformers import (  # noqa: E402
     _plan_prefixes,
     _plan_tree,
     _prefix_tree,
+    _tree_rows,
+    _TreeRows,
     completion_logprobs,
 )
 
@@ -272,7 +275,7 @@ def test_sampling_runs_a_shared_prefix_once(tok, model, which, passes, first_bat
 @pytest.mark.parametrize("which", list(BATCHES))
 @pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
 def test_shared_prefix_sampling_logprobs_match_a_fresh_forward_pass(tok, eos_prone_model, which, temperature):
-    policy = TransformersPolicy(eos_prone_model, tok, seed=1, temperature=temperature, max_new_tokens=12)
+    policy = TransformersPolicy(eos_prone_model, tok, seed=3, temperature=temperature, max_new_tokens=12)
     replies = policy.act(BATCHES[which])
     prompts, completions = [r.prompt_ids for r in replies], [r.completion_ids for r in replies]
     assert len({len(c) for c in completions}) > 1 or temperature == 0  # some stop early
@@ -319,19 +322,55 @@ def test_prefix_tree_holds_each_distinct_prefix_once():
         assert parent is None or tree.positions[parent] == tree.positions[start] - 1
 
 
+def one_trie(prompts):
+    return _TreeRows([_prefix_tree(prompts)], [list(range(len(prompts)))])
+
+
+def rows_of(prompts, runs):
+    return _TreeRows([_prefix_tree([prompts[i] for i in run]) for run in runs], runs)
+
+
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])
 @pytest.mark.parametrize("which", list(BATCHES))
-def test_a_token_tree_gives_each_prompt_the_logits_of_a_whole_pass(tok, which, attention):
+@pytest.mark.parametrize("layout", ["one trie", "a trie per seat", "a row per prompt"])
+def test_token_tries_give_each_prompt_the_logits_of_a_whole_pass(tok, which, attention, layout):
     model = build_tiny_model(tok, seed=0)
     model.set_attn_implementation(attention)
     prompts = list(dict.fromkeys(map(tuple, TransformersPolicy(model, tok).encode_prompts(BATCHES[which]))))
     prompts.append(prompts[0][:-3])  # a prompt that is the prefix of another ends inside the tree
+    if layout == "one trie":
+        rows = one_trie(prompts)
+    elif layout == "a row per prompt":  # every row but the longest padded
+        rows = rows_of(prompts, [[i] for i in range(len(prompts))][::-1])
+    else:  # two tries of different sizes, their prompts out of order
+        seat_1 = [i for i, p in enumerate(prompts) if b"player_1" in bytes(tok.decode(p), "utf-8")]
+        rest = [i for i in range(len(prompts)) if i not in seat_1]
+        rows = rows_of(prompts, [rest[::-1], seat_1] if seat_1 else [rest[1:], rest[:1]])
     with torch.no_grad():
-        tree_logits = _forward_tree(model, _prefix_tree(prompts), torch.device("cpu"))
+        tree_logits = _forward_tree(model, rows, torch.device("cpu"))
         whole, _ = _forward_prompts(
             model, prompts, tok.pad_token_id, torch.device("cpu"), share_prefix=False, use_cache=False
         )
+    assert tree_logits.shape == whole.logits[:, -1, :].shape
     assert (tree_logits - whole.logits[:, -1, :]).abs().max() < 1e-5
+
+
+def test_prompts_that_part_early_run_as_a_trie_per_row():
+    # Two families of prompts that share their first 4 tokens, then 40 tokens within each family.
+    family = [(1, 2, 3, 4, seat) + tuple(range(10, 50)) + (card, 60, 61) for seat in (5, 6) for card in (7, 8, 9)]
+    order = sorted(range(len(family)), key=family.__getitem__)
+    common = [len(os.path.commonprefix([family[a], family[b]])) for a, b in zip(order, order[1:])]
+    # attention dear enough: two tries of 4 + 1 + 40 + 3 * 3 = 54 nodes beat one of 104
+    cost, runs = _tree_rows(family, order, common, pair_cost=0.01)
+    assert runs == [[0, 1, 2], [3, 4, 5]]
+    assert cost == pytest.approx(2 * 54 * (1 + 54 * 0.01))
+    # attention almost free: one trie, the fewest tokens
+    assert _tree_rows(family, order, common, pair_cost=1e-6)[1] == [order]
+    # prompts that part after the seat, each with 40 tokens of its own: a row per prompt
+    apart = [(1, 2, 3, 4, seat, card) + tuple(range(10 * card, 10 * card + 40)) for seat in (5, 6) for card in (7, 8, 9)]
+    order = sorted(range(len(apart)), key=apart.__getitem__)
+    common = [len(os.path.commonprefix([apart[a], apart[b]])) for a, b in zip(order, order[1:])]
+    assert _tree_rows(apart, order, common, pair_cost=0.01)[1] == [[i] for i in order]
 
 
 def test_one_token_sampling_runs_a_token_tree_when_prompts_share_prefixes(tok, model):
@@ -339,8 +378,18 @@ def test_one_token_sampling_runs_a_token_tree_when_prompts_share_prefixes(tok, m
     prompts = list(dict.fromkeys(map(tuple, policy.encode_prompts(SHARED_BATCH))))
     with ForwardSpy(model) as spy:
         policy.act(SHARED_BATCH)
-    assert spy.shapes == [(1, len(_prefix_tree(prompts).input_ids))]
+    assert spy.shapes == [(1, len(_prefix_tree(prompts).input_ids))]  # one system prompt: one trie
     assert spy.shapes[0][1] < sum(map(len, prompts)) // 2
+    # Two seats whose system prompts part at the seat's name: a trie per seat, two rows of one pass.
+    two = list(dict.fromkeys(map(tuple, policy.encode_prompts(TWO_PREFIX_BATCH))))
+    with ForwardSpy(model) as spy:
+        policy.act(TWO_PREFIX_BATCH)
+    plan = _plan_tree(model, two)
+    assert [sorted(run) for run in plan.members] == [list(range(0, len(two), 2)), list(range(1, len(two), 2))]
+    assert spy.shapes == [(2, plan.width)]
+    # the nodes of the one trie, plus the tokens before the seat's name once more
+    shared = len(os.path.commonprefix([two[0], two[1]]))
+    assert sum(len(t.input_ids) for t in plan.trees) == len(_prefix_tree(two).input_ids) + shared
     # Prompts that share nothing: the tree saves no token, and its one attention square costs more.
     apart = [tuple(range(k * 100, k * 100 + 90)) for k in range(8)]
     assert _plan_tree(model, apart) is None
@@ -573,3 +622,32 @@ def test_rejects_bad_observations(tok, model):
     with pytest.raises(ValueError, match="non-empty sequence"):
         policy.act([{"messages": ()}])
     assert policy.act([]) == []
+
+
+@pytest.mark.parametrize("arithmetic", ["numpy (CPU)", "torch (other devices)"])
+def test_inverting_the_cdf_draws_each_token_at_its_share_of_the_mass(arithmetic):
+    from llm_zoo.policies import transformers
+
+    def invert(probs, uniform):  # the CPU's dispatch to numpy, or the torch path (run here on the CPU)
+        return (transformers._invert_cdf if arithmetic.startswith("numpy") else transformers._invert_cdf_torch)(
+            probs, uniform)
+
+    probs = torch.tensor([[0.5, 0.0, 0.2, 0.3, 0.0], [0.0, 0.0, 2.0, 0.0, 6.0]])  # the second unnormalised
+    rows = 20_000
+    uniform = torch.rand(rows, 1, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    for row, expected in zip(probs, ([0.5, 0, 0.2, 0.3, 0], [0, 0, 0.25, 0, 0.75])):
+        tokens = invert(row.expand(rows, -1).contiguous(), uniform)
+        assert tokens.dtype == torch.int64 and tokens.shape == (rows,)
+        counts = torch.bincount(tokens, minlength=5).double() / rows
+        expected = torch.tensor(expected, dtype=torch.float64)
+        sigma = (expected * (1 - expected) / rows).sqrt()
+        assert ((counts - expected).abs() <= 5 * sigma + 1e-12).all(), counts
+        assert (counts[expected == 0] == 0).all()  # a token without mass is never drawn
+    # the ends of [0, 1): the first token with mass, and the last one (a point rounded up to the total)
+    edges = torch.tensor([[0.0], [1.0]], dtype=torch.float64)
+    assert invert(probs[1].expand(2, -1).contiguous(), edges).tolist() == [2, 4]
+    assert invert(torch.tensor([[0.0, 0.3, 0.7, 0.0]]).expand(2, -1).contiguous(), edges).tolist() == [1, 2]
+    with pytest.raises(ValueError, match=r"row\(s\) \[1\] has no finite positive mass"):
+        invert(torch.tensor([[0.1, 0.9], [float("nan"), 0.5]]), edges)
+    with pytest.raises(ValueError, match=r"row\(s\) \[0\] has no finite positive mass"):
+        invert(torch.tensor([[0.0, 0.0], [0.5, 0.5]]), edges)
