@@ -163,6 +163,35 @@ class Turn:
         self.logprobs = _float_list(self.logprobs)
         self.policy = None if self.policy is None else str(self.policy)
 
+    @classmethod
+    def _from_clean(
+        cls,
+        agent: str,
+        role: str,
+        step: int,
+        observation: dict[str, Any],
+        reply: str,
+        prompt_ids: list[int] | None,
+        completion_ids: list[int] | None,
+        logprobs: list[float] | None,
+        policy: str,
+    ) -> Turn:
+        """Create a turn that owns the given records, skipping the type checks of ``Turn(...)``.
+
+        For the collector, which hands a ``Reply``'s records over: the ids new lists of ``int`` and
+        the log-probs a new list of ``float`` (``Reply`` keeps them so), ``observation`` a ``dict``.
+        The observation is still put in canonical form. Checking every prompt token's type, then
+        building the dataclass through its keyword ``__init__``, costs about 1.5 us a turn, 1% of a
+        turn of the Kuhn main job's rollout at batch 64. The result is equal to ``Turn(...)`` with
+        the same arguments (tested).
+        """
+        self = cls.__new__(cls)
+        self.agent, self.role, self.step, self.reply = str(agent), str(role), int(step), str.__str__(reply)
+        self.observation = jsonable(observation)
+        self.prompt_ids, self.completion_ids, self.logprobs = prompt_ids, completion_ids, logprobs
+        self.policy, self.reward = str(policy), 0.0
+        return self
+
     @property
     def messages(self) -> list[dict[str, Any]]:
         """The chat transcript the agent was shown (``observation["messages"]``)."""

@@ -108,6 +108,28 @@ def test_fast_paths_convert_as_the_general_paths_do():
     assert _int_list(None) is None
 
 
+def test_the_collectors_turns_equal_turns_built_the_checked_way(model_episodes):
+    model_turns = [t for e in model_episodes for t in e.turns if t.policy == "tiny"]
+    assert model_turns
+    for turn in model_turns:
+        checked = Turn(turn.agent, turn.role, turn.step, turn.observation, turn.reply, turn.prompt_ids,
+                       turn.completion_ids, turn.logprobs, turn.policy, turn.reward)
+        assert checked == turn and vars(checked) == vars(turn)
+        assert [type(x) for x in turn.prompt_ids + turn.completion_ids] == [int] * (
+            len(turn.prompt_ids) + len(turn.completion_ids))
+    # the fast constructor copies nothing itself but still puts the observation in canonical form
+    obs = {"messages": ({"role": "user", "content": "Your card: K."},), "legal_actions": ("[check]", "[bet]")}
+    reply = Reply("[bet]", prompt_ids=[1, 2], completion_ids=[3], logprobs=[-0.5], policy="p")
+    fast = Turn._from_clean("player_0", "player", 2, obs, reply, [1, 2], [3], [-0.5], "p")
+    assert fast == Turn("player_0", "player", 2, obs, reply, [1, 2], [3], [-0.5], "p")
+    assert type(fast.reply) is str and fast.observation["messages"] == [{"role": "user", "content": "Your card: K."}]
+    # a reply whose records were replaced by something other than lists takes the checked way
+    odd = Reply("[bet]", policy="odd")
+    odd.prompt_ids, odd.completion_ids, odd.logprobs = (1, 2), np.array([3]), (-0.5,)
+    (episode,) = collect(kuhn_poker_v0.env, {"player": FunctionPolicy(lambda o: odd, name="odd")}, 1, seed=0)
+    assert episode.turns[0].prompt_ids == [1, 2] and episode.turns[0].completion_ids == [3]
+
+
 def test_episode_copies_its_mappings_whether_dicts_or_not():
     # dicts go straight to jsonable (which copies them); other mappings through dict() first
     info = {"card": "K", "payoffs": [1.0]}

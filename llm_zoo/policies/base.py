@@ -45,6 +45,10 @@ class Reply(str):
             generated.
         logprobs: Sampling log-probability of each completion token, ``len(completion_ids)`` long.
         policy: Name of the policy that wrote the reply.
+
+    The ids are kept as lists of ``int`` and the log-probs as a list of ``float`` (the constructor
+    converts what it is given), and the collector copies them into its records as they are: assign
+    only such lists to a reply's attributes.
     """
 
     prompt_ids: list[int] | None

@@ -131,13 +131,15 @@ def collect(
             env.close()
         return None
 
-    thaw = _freeze_old_objects()
+    paused = _pause_collector()
     try:
         for env in envs + [None] * (min(batch_size, n) - 1):
             run = start(env)
             if run is not None:
                 live.append(run)
         while live:
+            if paused and gc.get_count()[0] >= _YOUNG_LIMIT:
+                gc.collect(0)
             # GATHER: every live env's pending observation, grouped by the policy serving its agent.
             groups: dict[int, tuple[Policy, list[_Run]]] = {}
             for run in live:
@@ -175,8 +177,8 @@ def collect(
                     still.append(nxt)
             live = still
     finally:
-        if thaw:
-            gc.unfreeze()
+        if paused:
+            gc.enable()
         for run in live:  # only left when a policy broke its contract or the caller interrupted
             _discard(run.env)
         if bar is not None:
@@ -188,23 +190,33 @@ def collect(
 # ---- helpers -------------------------------------------------------------------------------
 
 
-def _freeze_old_objects() -> bool:
-    """Keep the cyclic garbage collector off the objects that exist already; True if the caller must thaw them.
+def _pause_collector() -> bool:
+    """Stop the cyclic garbage collector's automatic runs; True if the caller must restart them.
 
-    A process that has imported torch and transformers holds some 350k objects that the collector
-    tracks, and each full collection walks all of them. Collections are triggered by allocations,
-    and a turn allocates about as much at batch 1 as at batch 64, so those walks cost about the
-    same per turn at both, where batch 64's turns are otherwise ten times cheaper (measured in
-    ``benchmarks/rollout_throughput.py``: 0.05 ms a turn, a quarter of batch 64's time).
-    ``gc.freeze`` sets the existing objects aside and ``gc.unfreeze``, which ``collect`` calls at
-    the end, returns them (both O(1)), so they are collected as usual afterwards; objects made
-    during the collection are collected as usual throughout. Nothing is done when the collector is
-    off or the caller has frozen objects already (their freeze is theirs to undo).
+    Collections are triggered by allocations, and a turn allocates about as much at batch 1 as at
+    batch 64, where batch 64's turns are otherwise ten times cheaper; so the collector's walks cost
+    batch 64 a far larger share of its time (measured in ``benchmarks/rollout_throughput.py``):
+    full collections over the ~350k objects that torch and transformers hold cost 0.05 ms a turn,
+    and walks over the records the collection builds, all alive until it returns, another 0.007
+    ms (14% of what a turn costs outside the model). Those walks find nothing to free: a Kuhn
+    collection with a transformers policy leaves no cyclic garbage (reference counting frees the
+    rest). So that cycles a policy or env does make (a failed request's traceback) cannot pile up
+    in a long collection, ``collect`` still runs a young-generation collection, which walks only
+    the objects made since the last one, once ``_YOUNG_LIMIT`` of them are waiting. Nothing is
+    done when the collector is off already.
     """
-    if not gc.isenabled() or gc.get_freeze_count():
+    if not gc.isenabled():
         return False
-    gc.freeze()
+    gc.disable()
     return True
+
+
+_YOUNG_LIMIT = 200_000
+"""Objects made since the last collection at which a paused collector runs a young-generation
+collection anyway (see :func:`_pause_collector`): a few thousand Kuhn episodes."""
+
+
+_LIST_OR_NONE = (list, type(None))
 
 
 class _TooLong(Exception):  # noqa: N818 - names the situation, like the env's InvalidReply
@@ -278,17 +290,27 @@ class _Run:
         """Record the pending agent's turn and step the env with its reply."""
         agent = self.agent
         self.last_turn[agent] = len(self.turns)
-        self.turns.append(Turn(
-            agent=agent,
-            role=self.roles.get(agent, agent),
-            step=self.steps,
-            observation=self.observation,
-            reply=reply,
-            prompt_ids=getattr(reply, "prompt_ids", None),
-            completion_ids=getattr(reply, "completion_ids", None),
-            logprobs=getattr(reply, "logprobs", None),
-            policy=getattr(reply, "policy", None) or _name(self.policy_of(agent)),
-        ))
+        role, policy = self.roles.get(agent, agent), getattr(reply, "policy", None) or _name(self.policy_of(agent))
+        records = (reply.prompt_ids, reply.completion_ids, reply.logprobs) if type(reply) is Reply else None
+        if records is not None and type(self.observation) is dict and all(type(r) in _LIST_OR_NONE for r in records):
+            # a Reply keeps its records as lists of int and float (its docstring): copies are enough
+            turn = Turn._from_clean(
+                agent, role, self.steps, self.observation, reply, *(None if r is None else r.copy() for r in records),
+                policy,
+            )
+        else:
+            turn = Turn(
+                agent=agent,
+                role=role,
+                step=self.steps,
+                observation=self.observation,
+                reply=reply,
+                prompt_ids=getattr(reply, "prompt_ids", None),
+                completion_ids=getattr(reply, "completion_ids", None),
+                logprobs=getattr(reply, "logprobs", None),
+                policy=policy,
+            )
+        self.turns.append(turn)
         self.env.step(reply)
         self.steps += 1
 

@@ -206,35 +206,53 @@ def test_progress_bar_shows_finished_episodes(capsys):
     assert "kuhn rollouts" in err and "5/5" in err and "2/2" in err
 
 
-def test_objects_made_before_a_collection_are_frozen_during_it_and_only_then():
+def test_the_cyclic_collector_is_paused_during_a_collection_and_still_frees_young_cycles(monkeypatch):
     import gc
+    import weakref
 
-    class FreezeSpy(Counting):
-        """Records how many objects are set aside from the collector's walks at each call."""
+    from llm_zoo.trainers import rollout
+
+    class Node:
+        """A reference cycle: only the cyclic collector frees it."""
+
+        def __init__(self) -> None:
+            self.me = self
+
+    class CycleMaker(Counting):
+        """Leaves a reference cycle behind at every call, and records what the collector is doing."""
 
         def act(self, observations: Sequence[dict]) -> list[Reply]:
-            counts.append(gc.get_freeze_count())
+            enabled.append(gc.isenabled())
+            node = Node()
+            cycles.append(weakref.ref(node))
+            freed.append(sum(ref() is None for ref in cycles))
             return super().act(observations)
 
-    counts: list[int] = []
-    policy = FreezeSpy(uniform_player(seed=0))
-    assert gc.get_freeze_count() == 0
+    enabled: list[bool] = []
+    cycles: list[weakref.ref] = []
+    freed: list[int] = []
+    policy = CycleMaker(uniform_player(seed=0))
+    assert gc.isenabled()
     assert all(not e.failed for e in collect(kuhn_poker_v0.env, {"player": policy}, 4, batch_size=2, seed=0))
-    assert counts and min(counts) > 0 and gc.get_freeze_count() == 0
-    # a policy that breaks its contract raises out of collect, and still leaves nothing frozen
+    assert enabled and not any(enabled) and gc.isenabled()
+    # young collections still run in a long collection: with a low limit, cycles are freed as it goes
+    monkeypatch.setattr(rollout, "_YOUNG_LIMIT", 50)
+    enabled[:], cycles[:], freed[:] = [], [], []
+    collect(kuhn_poker_v0.env, {"player": policy}, 40, batch_size=2, seed=0)
+    assert not any(enabled) and freed[-1] > 0 and gc.isenabled()
+
+    # a policy that breaks its contract raises out of collect, and the collector runs again
     class Mute(Counting):
         def act(self, observations: Sequence[dict]) -> list[Reply]:
             return []
 
     with pytest.raises(RuntimeError, match="replies"):
         collect(kuhn_poker_v0.env, {"player": Mute(uniform_player(seed=0))}, 2, seed=0)
-    assert gc.get_freeze_count() == 0
-    # a caller's own freeze is theirs: collect neither adds to it nor undoes it
-    gc.freeze()
+    assert gc.isenabled()
+    # a caller who turned the collector off keeps it off
+    gc.disable()
     try:
-        frozen, counts[:] = gc.get_freeze_count(), []
         collect(kuhn_poker_v0.env, {"player": policy}, 2, seed=0)
-        # (the count only falls, as frozen objects are freed by reference counting)
-        assert counts and max(counts) <= frozen and 0 < gc.get_freeze_count() <= frozen
+        assert not gc.isenabled()
     finally:
-        gc.unfreeze()
+        gc.enable()
