@@ -1,8 +1,12 @@
 """Rollout throughput: episodes/s of ``collect`` on kuhn_poker_v0 with a tiny model, batch 64 versus batch 1.
 
-Both seats are played by one :class:`~llm_zoo.policies.TransformersPolicy` on an untrained tiny
-llama (``llm_zoo.models.build_tiny_model``) with a word-level tokenizer drawn from
-``llm_zoo.envs.kuhn_poker.text.corpus()``. The same model, on the same number of threads, runs
+Both seats are played by one :class:`~llm_zoo.policies.TransformersPolicy` on the untrained tiny
+llama that ``llm-zoo train kuhn_poker_v0`` starts from: built by the trainer's own
+``build_tokenizer_and_model`` from ``kuhn_poker_v0.TRAIN_DEFAULTS`` (hidden size 128, 2 layers, a
+word-level tokenizer drawn from ``llm_zoo.envs.kuhn_poker.text.corpus()``, a zero output layer, so
+a uniform first policy). ``--hidden-size`` and ``--layers`` change its shape; the narrower
+default of :func:`llm_zoo.models.build_tiny_model`, hidden size 64, spends a larger share of each
+turn outside the model, so its ratio is lower (``docs/results.md`` has both). The same model, on the same number of threads, runs
 :func:`llm_zoo.trainers.rollout.collect` with ``batch_size=64`` (one ``act`` call samples up to 64
 replies) and with ``batch_size=1`` (one reply per call). The two alternate in rounds, each on
 fresh seeds, after a warm-up, so that a busy neighbour slows both alike and the ratio stays fair.
@@ -131,14 +135,13 @@ def settings(args: argparse.Namespace) -> list[Setting]:
 
 
 def build_policy(args: argparse.Namespace) -> Any:
-    """Build the tokenizer, the untrained tiny llama and the policy that samples from it."""
-    from llm_zoo.envs.kuhn_poker import text
-    from llm_zoo.models import build_tiny_model, build_word_tokenizer
+    """Build the trainer's tokenizer and untrained tiny llama (its shape overridden by the args given), and a policy on them."""
     from llm_zoo.policies import TransformersPolicy
+    from llm_zoo.trainers.grpo import build_tokenizer_and_model, make_config
 
-    tokenizer = build_word_tokenizer(text.corpus())
-    model = build_tiny_model(tokenizer, hidden_size=args.hidden_size, num_layers=args.layers,
-                             num_heads=args.heads, seed=args.seed)
+    shape = {"model_hidden_size": args.hidden_size, "model_layers": args.layers}
+    config = make_config("kuhn_poker_v0", {k: v for k, v in shape.items() if v is not None})
+    tokenizer, model = build_tokenizer_and_model(config, seed=args.seed)
     return TransformersPolicy(model, tokenizer, seed=args.seed, device="cpu",
                               share_prefix=not args.no_share_prefix)
 
@@ -223,6 +226,8 @@ def figures_of(small: Result, large: Result, setting: Setting, args: argparse.Na
         "rules_in_prompt": setting.env_kwargs.get("rules_in_prompt", True),
         "env_kwargs": setting.env_kwargs,
         "share_prefix": not args.no_share_prefix,
+        "hidden_size": args.model_shape[0],
+        "layers": args.model_shape[1],
         "episodes": [small.episodes, large.episodes],
     }
 
@@ -241,9 +246,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--batch", type=int, default=64, help="the large batch size")
     parser.add_argument("--max-new-tokens", type=int, default=None,
                         help="longest reply, in tokens, for every setting (default: the setting's)")
-    parser.add_argument("--hidden-size", type=int, default=64, help="tiny llama width")
-    parser.add_argument("--layers", type=int, default=2, help="tiny llama depth")
-    parser.add_argument("--heads", type=int, default=4, help="tiny llama attention heads")
+    parser.add_argument("--hidden-size", type=int, default=None,
+                        help="tiny llama width (default: the trainer's, TRAIN_DEFAULTS['model_hidden_size'])")
+    parser.add_argument("--layers", type=int, default=None,
+                        help="tiny llama depth (default: the trainer's, TrainConfig.model_layers)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads for both settings; 1 by default because extra threads "
                              "that must wait for a busy core slow small ops down many times over")
@@ -263,6 +269,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     torch.set_num_threads(args.threads)
     policy = build_policy(args)
+    args.model_shape = (policy.model.config.hidden_size, policy.model.config.num_hidden_layers)
     runs = [(s, Result(1), Result(args.batch)) for s in settings(args)]
     for setting, _, _ in runs:
         policy.max_new_tokens = setting.max_new_tokens
