@@ -178,6 +178,9 @@ def collect(
             live = still
     finally:
         if paused:
+            if not gc.get_freeze_count():  # (a caller's own freeze is theirs to undo)
+                gc.freeze()  # with unfreeze: the collection's objects to the oldest generation
+                gc.unfreeze()
             gc.enable()
         for run in live:  # only left when a policy broke its contract or the caller interrupted
             _discard(run.env)
@@ -197,13 +200,16 @@ def _pause_collector() -> bool:
     batch 64, where batch 64's turns are otherwise ten times cheaper; so the collector's walks cost
     batch 64 a far larger share of its time (measured in ``benchmarks/rollout_throughput.py``):
     full collections over the ~350k objects that torch and transformers hold cost 0.05 ms a turn,
-    and walks over the records the collection builds, all alive until it returns, another 0.007
-    ms (14% of what a turn costs outside the model). Those walks find nothing to free: a Kuhn
-    collection with a transformers policy leaves no cyclic garbage (reference counting frees the
-    rest). So that cycles a policy or env does make (a failed request's traceback) cannot pile up
-    in a long collection, ``collect`` still runs a young-generation collection, which walks only
-    the objects made since the last one, once ``_YOUNG_LIMIT`` of them are waiting. Nothing is
-    done when the collector is off already.
+    and the young collections' walks over the records the collection builds, all of them alive
+    until it returns, 0.007 ms (14% of what a turn costs outside the model). Those walks find
+    nothing to free: a Kuhn collection with a transformers policy leaves no cyclic garbage
+    (reference counting frees the rest). So that cycles a policy or env does make (a failed
+    request's traceback) cannot pile up in a long collection, ``collect`` still runs a young
+    collection, which walks only the objects made since the last one, once ``_YOUNG_LIMIT`` of
+    them are waiting. At the end, what the collection made goes straight to the oldest generation
+    (``gc.freeze`` then ``gc.unfreeze``, both O(1)), where the young collections would have moved
+    the records after walking them once or twice; garbage among it is found by the next full
+    collection. Nothing is done when the collector is off already.
     """
     if not gc.isenabled():
         return False
@@ -317,9 +323,9 @@ class _Run:
     def record(self, env_id: str, env_kwargs: Mapping[str, Any], error: str | None) -> Episode:
         return Episode(
             env_id=env_id,
-            env_kwargs=dict(env_kwargs),
+            env_kwargs=env_kwargs,  # Episode keeps canonical copies of both
             seed=self.seed,
-            options=None if self.options is None else dict(self.options),
+            options=self.options,
             roles=self.roles,
             policies={a: _name(self.policy_of(a)) for a in self.roles},
             turns=self.turns,

@@ -233,8 +233,16 @@ def test_the_cyclic_collector_is_paused_during_a_collection_and_still_frees_youn
     freed: list[int] = []
     policy = CycleMaker(uniform_player(seed=0))
     assert gc.isenabled()
-    assert all(not e.failed for e in collect(kuhn_poker_v0.env, {"player": policy}, 4, batch_size=2, seed=0))
+    episodes = collect(kuhn_poker_v0.env, {"player": policy}, 4, batch_size=2, seed=0)
+    assert all(not e.failed for e in episodes)
     assert enabled and not any(enabled) and gc.isenabled()
+    # the records went straight to the oldest generation, unwalked; the cycles made meanwhile are
+    # still garbage the next full collection frees
+    oldest = {id(o) for o in gc.get_objects(generation=2)}
+    assert all(id(e) in oldest and id(e.turns[0]) in oldest for e in episodes)
+    assert any(ref() is not None for ref in cycles)
+    gc.collect()
+    assert all(ref() is None for ref in cycles) and gc.get_freeze_count() == 0
     # young collections still run in a long collection: with a low limit, cycles are freed as it goes
     monkeypatch.setattr(rollout, "_YOUNG_LIMIT", 50)
     enabled[:], cycles[:], freed[:] = [], [], []
@@ -249,10 +257,18 @@ def test_the_cyclic_collector_is_paused_during_a_collection_and_still_frees_youn
     with pytest.raises(RuntimeError, match="replies"):
         collect(kuhn_poker_v0.env, {"player": Mute(uniform_player(seed=0))}, 2, seed=0)
     assert gc.isenabled()
-    # a caller who turned the collector off keeps it off
+    # a caller who turned the collector off keeps it off, and a caller's freeze stays theirs
     gc.disable()
     try:
         collect(kuhn_poker_v0.env, {"player": policy}, 2, seed=0)
         assert not gc.isenabled()
     finally:
         gc.enable()
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        collect(kuhn_poker_v0.env, {"player": policy}, 2, seed=0)
+        # (the count only falls, as frozen objects are freed by reference counting)
+        assert 0 < gc.get_freeze_count() <= frozen and gc.isenabled()
+    finally:
+        gc.unfreeze()
