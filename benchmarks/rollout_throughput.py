@@ -28,7 +28,7 @@ per ``collect`` call), the env's own calls (reset, step, last, observe), the pol
 and tokenisation (``encode_prompts``), the rest of ``act`` (sampling: the model's forward passes,
 plus decoding), and ``collect``'s own bookkeeping (the rest).
 
-    python benchmarks/rollout_throughput.py                    # both settings, 5 rounds of 256 (batch 64) and 64 (batch 1) episodes
+    python benchmarks/rollout_throughput.py                    # both settings, 10 rounds of 256 (batch 64) and 64 (batch 1) episodes
     python benchmarks/rollout_throughput.py --quick            # 1 round of 64 and 4 episodes: seconds
     python benchmarks/rollout_throughput.py --setting trainer  # one setting only (trainer or long)
     python benchmarks/rollout_throughput.py --threads 2        # torch threads (default 1; see --help)
@@ -240,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--setting", choices=("both", "trainer", "long"), default="both",
                         help="trainer: kuhn_poker_v0.TRAIN_DEFAULTS (no rules in the prompt, 1-token replies); "
                              "long: the rules in the prompt and up to 8 tokens; both: trainer, then long")
-    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds of batch 64 and batch 1")
+    parser.add_argument("--rounds", type=int, default=10, help="alternating rounds of batch 64 and batch 1")
     parser.add_argument("--episodes", type=int, default=256, help="episodes per round at batch 64")
     parser.add_argument("--episodes-b1", type=int, default=64, help="episodes per round at batch 1")
     parser.add_argument("--batch", type=int, default=64, help="the large batch size")
