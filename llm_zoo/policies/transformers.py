@@ -49,10 +49,10 @@ import inspect
 import math
 import os
 import sys
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import numpy as np
 import torch
@@ -1044,7 +1044,7 @@ def _invert_cdf(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
     for one row or 64 (``multinomial``: 0.014 ms for one row).
     """
     if probs.device.type == "cpu":
-        return torch.from_numpy(_invert_cdf_numpy(probs.numpy(), uniform.numpy()[:, 0]))
+        return torch.from_numpy(_invert_cdf_numpy(probs.float().numpy(), uniform.numpy()[:, 0]))
     return _invert_cdf_torch(probs, uniform)
 
 
@@ -1052,7 +1052,8 @@ def _invert_cdf_torch(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tenso
     """:func:`_invert_cdf` in torch, on any device."""
     cdf = probs.double().cumsum(dim=-1)
     total = cdf[:, -1:]
-    _check_mass(lambda: bool(((total > 0) & (total < math.inf)).all()), total[:, 0].tolist)
+    if not bool(((total > 0) & (total < math.inf)).all()):
+        _no_mass(total[:, 0].tolist())
     # the first token whose cumulative mass passes the point: entries without mass add nothing, so
     # they never pass it first
     token = (cdf <= uniform * total).sum(dim=-1)
@@ -1065,7 +1066,8 @@ def _invert_cdf_numpy(probs: np.ndarray, uniform: np.ndarray) -> np.ndarray:
     """:func:`_invert_cdf` in numpy: ``probs`` [rows, vocab], ``uniform`` [rows]; int64 tokens [rows]."""
     cdf = np.cumsum(probs, axis=1, dtype=np.float64)
     total = cdf[:, -1]
-    _check_mass(lambda: bool(((total > 0) & (total < math.inf)).all()), total.tolist)
+    if not ((total > 0) & (total < math.inf)).all():
+        _no_mass(total.tolist())
     token = (cdf <= (uniform * total)[:, None]).sum(axis=1)
     over = token >= probs.shape[1]
     if over.any():  # the point rounded up to the total: the last token with mass
@@ -1073,15 +1075,12 @@ def _invert_cdf_numpy(probs: np.ndarray, uniform: np.ndarray) -> np.ndarray:
     return token.astype(np.int64, copy=False)
 
 
-def _check_mass(ok: Callable[[], bool], totals: Callable[[], list[float]]) -> None:
-    """Raise ``ValueError`` naming the rows without finite positive mass, unless ``ok()``."""
-    if ok():
-        return
-    values = totals()
-    rows = [i for i, t in enumerate(values) if not 0 < t < math.inf]
+def _no_mass(totals: list[float]) -> NoReturn:
+    """Raise ``ValueError`` naming the rows whose total mass (``totals``) is not finite and positive."""
+    rows = [i for i, t in enumerate(totals) if not 0 < t < math.inf]
     raise ValueError(
         f"cannot sample: the next-token distribution of row(s) {rows[:10]} has no finite positive mass "
-        f"(total {values[rows[0]]}); the model's logits are NaN or infinite there."
+        f"(total {totals[rows[0]]}); the model's logits are NaN or infinite there."
     )
 
 

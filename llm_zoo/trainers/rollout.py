@@ -201,7 +201,7 @@ def _pause_collector() -> bool:
     batch 64 a far larger share of its time (measured in ``benchmarks/rollout_throughput.py``):
     full collections over the ~350k objects that torch and transformers hold cost 0.05 ms a turn,
     and the young collections' walks over the records the collection builds, all of them alive
-    until it returns, 0.007 ms (14% of what a turn costs outside the model). Those walks find
+    until it returns, 0.007 ms more (14% of what a turn costs outside the model). Those walks find
     nothing to free: a Kuhn collection with a transformers policy leaves no cyclic garbage
     (reference counting frees the rest). So that cycles a policy or env does make (a failed
     request's traceback) cannot pile up in a long collection, ``collect`` still runs a young
@@ -223,6 +223,7 @@ collection anyway (see :func:`_pause_collector`): a few thousand Kuhn episodes."
 
 
 _LIST_OR_NONE = (list, type(None))
+"""The types a ``Reply``'s records may have for the collector to copy them as they are."""
 
 
 class _TooLong(Exception):  # noqa: N818 - names the situation, like the env's InvalidReply
