@@ -297,8 +297,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     f"vocab {model.vocab_size}), {setting.describe()}, {args.threads} torch thread(s), "
                     f"{args.rounds} round(s)" + ("" if policy.share_prefix else ", share_prefix=False"))
         ratio = large.episodes_per_s / small.episodes_per_s
-        print(f"\nbatch {args.batch} / batch 1 = {ratio:.2f}x episodes/s (goal >= {GOAL_RATIO:g}x): "
-              f"{'met' if ratio >= GOAL_RATIO else 'NOT met'}\n")
+        verdict = (f"goal >= {GOAL_RATIO:g}x: {'met' if ratio >= GOAL_RATIO else 'NOT met'}" if setting.name == "trainer"
+                   else f"the {GOAL_RATIO:g}x goal is stated for the trainer setting")
+        print(f"\nbatch {args.batch} / batch 1 = {ratio:.2f}x episodes/s ({verdict})\n")
         if figures:
             figures[setting.name] = figures_of(small, large, setting, args)
         else:
