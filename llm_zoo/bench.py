@@ -3,13 +3,13 @@
 ::
 
     llm-zoo bench --quick                        # every script's smallest setting: about 1 min on 2 CPU cores
-    llm-zoo bench                                # the full settings: 68 min on 2 CPU cores
+    llm-zoo bench                                # the full settings: about 45 min on 2 CPU cores
     llm-zoo bench --only kuhn_headline env_throughput
 
-On 2 busy CPU cores ``--quick`` took 40 s. The full run took 68 min on this project's 2-core CPU
-(2026-11-29): 64 min for ``kuhn_headline`` (MaskablePPO's 3 seeds, then the 12 LLM trainings, two
-at a time, about 8-9 min each), which ``kuhn_credit`` then reuses from the shared runs folder, and a few
-minutes for all the other scripts together.
+On 2 busy CPU cores ``--quick`` took 40 s. The full run took 42 min on this project's 2-core CPU
+(2026-11-29, commit 351f0b3): 39 min for ``kuhn_headline`` (MaskablePPO's 3 seeds, then the 12 LLM
+trainings, two at a time, about 5 min each), which ``kuhn_credit`` then reuses from the shared runs
+folder, and a few minutes for all the other scripts together.
 
 Each script in ``benchmarks/`` runs as its own subprocess, one after another (so that no two
 measure at once), with ``--quick`` when asked and ``--out DIR`` where the script takes it, under a
@@ -437,7 +437,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                                    "(docs/results.md)")
     parser.add_argument("--quick", action="store_true",
                         help="every script at its smallest setting (about 1 min on 2 CPU cores; the full run "
-                             "took 68 min there)")
+                             "took 42 min there)")
     parser.add_argument("--only", nargs="+", metavar="NAME", default=None,
                         help="run only these scripts (stems of benchmarks/*.py, e.g. kuhn_headline); the page "
                              "then holds only them")
