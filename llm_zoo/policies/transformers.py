@@ -775,32 +775,46 @@ class _PrefixTree:
     """The nodes of each prompt that no earlier prompt holds, ``start:end``, and the node they hang
     from (None at the root), in node order."""
     last: list[int]
-    """Each prompt's last node."""
+    """Each prompt's last node, in the order the prompts were given (or of the run, see :func:`_prefix_tree`)."""
 
 
-def _prefix_tree(prompts: Sequence[Sequence[int]]) -> _PrefixTree:
+def _prefix_tree(
+    prompts: Sequence[Sequence[int]], sorted_shared: tuple[Sequence[int], Sequence[int]] | None = None
+) -> _PrefixTree:
     """Lay distinct, non-empty prompts out as their token trie, each prefix once.
 
-    Prompts compare as sequences of one type (tuples or lists, not mixed).
+    Prompts compare as sequences of one type (tuples or lists, not mixed). ``sorted_shared``, when
+    the caller has it, is a run of the prompts in sorted order (indices into ``prompts``) and the
+    leading tokens each shares with the one before it in the run (the first's is not read); the trie
+    then holds that run only, and its ``last`` follows the run's order.
     """
+    if sorted_shared is None:
+        order: Sequence[int] = sorted(range(len(prompts)), key=prompts.__getitem__)
+        shared_before = [0] + [_common_length(prompts[a], prompts[b]) for a, b in zip(order, order[1:])]
+    else:
+        order, shared_before = sorted_shared
     input_ids: list[int] = []
     positions: list[int] = []
     branches: list[tuple[int, int, int | None]] = []
-    last = [0] * len(prompts)
+    last_in_order: list[int] = []
     path: list[int] = []  # the nodes of the previous prompt
-    previous: Sequence[int] = ()
-    for i in sorted(range(len(prompts)), key=prompts.__getitem__):
+    for k, (i, shared) in enumerate(zip(order, shared_before)):
         prompt = prompts[i]
         # Sorted, a prompt shares the most leading tokens with the one before it; a prompt that is
         # the prefix of another sorts first, so every prompt has at least its last token of its own.
-        shared = _common_length(previous, prompt)
+        shared = shared if k else 0
         assert shared < len(prompt), "the prompts of a tree must be distinct"
         start = len(input_ids)
         input_ids.extend(prompt[shared:])
         positions.extend(range(shared, len(prompt)))
         branches.append((start, len(input_ids), path[shared - 1] if shared else None))
         path = path[:shared] + list(range(start, len(input_ids)))
-        previous, last[i] = prompt, len(input_ids) - 1
+        last_in_order.append(len(input_ids) - 1)
+    if sorted_shared is not None:
+        return _PrefixTree(input_ids, positions, branches, last_in_order)
+    last = [0] * len(prompts)
+    for i, node in zip(order, last_in_order):
+        last[i] = node
     return _PrefixTree(input_ids, positions, branches, last)
 
 
@@ -846,7 +860,11 @@ def _plan_tree(model: PreTrainedModel, prompts: Sequence[Sequence[int]]) -> _Tre
     cost, runs = _tree_rows(prompts, order, common, pair_cost)
     if cost >= best:
         return None
-    return _TreeRows([_prefix_tree([prompts[i] for i in run]) for run in runs], runs)
+    trees, start = [], 0  # each run is a stretch of the sorted order: its shared lengths are already known
+    for run in runs:
+        trees.append(_prefix_tree(prompts, (run, [0, *common[start : start + len(run) - 1]])))
+        start += len(run)
+    return _TreeRows(trees, runs)
 
 
 def _tree_rows(

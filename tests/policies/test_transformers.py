@@ -386,6 +386,10 @@ def test_one_token_sampling_runs_a_token_tree_when_prompts_share_prefixes(tok, m
         policy.act(TWO_PREFIX_BATCH)
     plan = _plan_tree(model, two)
     assert [sorted(run) for run in plan.members] == [list(range(0, len(two), 2)), list(range(1, len(two), 2))]
+    for tree, run in zip(plan.trees, plan.members):  # each row is the trie of its prompts alone
+        alone = _prefix_tree([two[i] for i in run])
+        assert (tree.input_ids, tree.positions, tree.branches, tree.last) == (
+            alone.input_ids, alone.positions, alone.branches, alone.last)
     assert spy.shapes == [(2, plan.width)]
     # the nodes of the one trie, plus the tokens before the seat's name once more
     shared = len(os.path.commonprefix([two[0], two[1]]))
