@@ -65,7 +65,7 @@ def _cases(task_ids: Sequence[str]) -> list[tuple[str, str, str]]:
 def judge_cases(judge: Policy, cases: Sequence[tuple[str, str, str]], *, workers: int = 1,
                 batch_size: int = 64) -> list[Case]:
     """Run one judge-only episode per case with ``judge``; return the cases with their verdicts."""
-    solver = agentic_judge_v0.SCRIPTED["reference"]()  # never acts: the episodes start at the judge
+    solver = agentic_judge_v0.SPEC.scripted["reference"]()  # never acts: the episodes start at the judge
 
     def run(chunk: Sequence[tuple[str, str, str]]) -> list[Case]:
         episodes = collect(agentic_judge_v0.env, {"solver": solver, "judge": judge}, len(chunk),
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cases = _cases(task_ids)
     start = time.perf_counter()
 
-    scripted = judge_cases(agentic_judge_v0.SCRIPTED["rule_judge"](), cases, workers=args.workers)
+    scripted = judge_cases(agentic_judge_v0.SPEC.scripted["rule_judge"](), cases, workers=args.workers)
     rows = {"visible tests": figures([(c, "PASS" if c.visible_pass else "FAIL") for c in scripted]),
             "scripted judge": figures([(c, c.verdict) for c in scripted])}
     policies = {}

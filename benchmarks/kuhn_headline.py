@@ -13,7 +13,7 @@ llm_zoo's tabular form and scored by :func:`llm_zoo.envs.kuhn_poker.theory.explo
   GRPO and a baseline shared by both seats, and without a baseline (one model in both seats), and
   with one policy per seat (the main job's own setting): each
   run is :func:`kuhn_credit.run`, the credit-assignment benchmark's own runner, on the main job's
-  config (``kuhn_poker_v0.TRAIN_DEFAULTS`` over the trainer's defaults, read at run time).
+  config (``llm_zoo.trainers.presets.KUHN_POKER_V0`` over the trainer's defaults, read at run time).
 
 Columns: final exploitability (mean ± half the range over seeds), episodes played (hands; CFR
 counts full-tree iterations, ``it``, instead), wall-clock of the whole run, exact payoff against the

@@ -61,7 +61,7 @@ from typing import Any
 DIFFICULTIES = (1, 3, 6, 9)
 """Fixed difficulties compared by default: from easy for every solver to hard for all but the strongest."""
 PANEL = ("solver_weak", "solver", "solver", "solver_strong")
-"""The default solvers (names of ``proposer_solver_v0.SCRIPTED``): a spread of skill, so pass rates vary."""
+"""The default solvers (names of ``proposer_solver_v0.SPEC.scripted``): a spread of skill, so pass rates vary."""
 _DIFFICULTY_OF_REPLY = re.compile(r"d=(\d+)\)$")
 
 
@@ -125,7 +125,7 @@ def run(name: str, proposer: Any, panel: Sequence[str], seeds: Sequence[int], ba
     from llm_zoo.envs.proposer_solver.scripted import AdaptiveProposer
     from llm_zoo.trainers.rollout import collect
 
-    solvers = {f"solver_{i}": proposer_solver_v0.SCRIPTED[s](seed=seed + i) for i, s in enumerate(panel)}
+    solvers = {f"solver_{i}": proposer_solver_v0.SPEC.scripted[s](seed=seed + i) for i, s in enumerate(panel)}
     policies = {"proposer": proposer, **solvers}
     make_env = functools.partial(proposer_solver_v0.env, num_solvers=len(panel))
     result = Result(name, len(panel))
@@ -235,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--difficulties", type=_ints, default=list(DIFFICULTIES),
                         help="fixed difficulties to compare, comma-separated (default 1,3,6,9)")
     parser.add_argument("--solvers", default=",".join(PANEL), help="the solver panel, comma-separated names of "
-                        f"proposer_solver_v0.SCRIPTED (default {','.join(PANEL)})")
+                        f"proposer_solver_v0.SPEC.scripted (default {','.join(PANEL)})")
     parser.add_argument("--window", type=int, default=4, help="episodes the adaptive controller averages "
                         "(of each mode, per mode; default 4)")
     parser.add_argument("--batch-size", type=int, default=4, help="envs run side by side, and the episodes "
@@ -253,10 +253,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from llm_zoo.envs.proposer_solver.scripted import MAX_DIFFICULTY, AdaptiveProposer, ScriptedProposer
 
     panel = [s.strip() for s in args.solvers.split(",") if s.strip()]
-    known = [s for s in proposer_solver_v0.SCRIPTED if s.startswith("solver")]
+    known = [s for s in proposer_solver_v0.SPEC.scripted if s.startswith("solver")]
     unknown = [s for s in panel if s not in known]
     if not panel or unknown:
-        parser.error(f"--solvers takes solver names of proposer_solver_v0.SCRIPTED ({', '.join(known)}); "
+        parser.error(f"--solvers takes solver names of proposer_solver_v0.SPEC.scripted ({', '.join(known)}); "
                      f"got {unknown or args.solvers!r}")
     if max(args.difficulties) > MAX_DIFFICULTY:
         print(f"note: difficulties above {MAX_DIFFICULTY} give some invalid integer-mode tasks (stories too long)\n")

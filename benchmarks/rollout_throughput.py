@@ -2,7 +2,7 @@
 
 Both seats are played by one :class:`~llm_zoo.policies.TransformersPolicy` on the untrained tiny
 llama that ``llm-zoo train kuhn_poker_v0`` starts from: built by the trainer's own
-``build_tokenizer_and_model`` from ``kuhn_poker_v0.TRAIN_DEFAULTS`` (hidden size 128, 2 layers, a
+``build_tokenizer_and_model`` from ``presets.KUHN_POKER_V0`` (hidden size 128, 2 layers, a
 word-level tokenizer drawn from ``llm_zoo.envs.kuhn_poker.text.corpus()``, a zero output layer, so
 a uniform first policy). ``--hidden-size`` and ``--layers`` change its shape; the narrower
 default of :func:`llm_zoo.models.build_tiny_model`, hidden size 64, spends a larger share of each
@@ -14,7 +14,7 @@ fresh seeds, after a warm-up, so that a busy neighbour slows both alike and the 
 
 Two settings, each a table:
 
-- ``trainer``: what ``llm-zoo train kuhn_poker_v0`` rolls out, ``kuhn_poker_v0.TRAIN_DEFAULTS``
+- ``trainer``: what ``llm-zoo train kuhn_poker_v0`` rolls out, ``presets.KUHN_POKER_V0``
   (read from there): no rules in the system prompt (``rules_in_prompt=False``, ~70-token
   prompts), one-token replies (``max_new_tokens=1``; each move is one token of the word
   vocabulary), and whatever else the trainer sets (such as ``max_retries``).
@@ -122,9 +122,9 @@ class Setting:
 
 def settings(args: argparse.Namespace) -> list[Setting]:
     """Return the settings to run, the trainer's first; ``--max-new-tokens`` overrides theirs."""
-    from llm_zoo import kuhn_poker_v0
+    from llm_zoo.trainers import presets
 
-    defaults = kuhn_poker_v0.TRAIN_DEFAULTS
+    defaults = presets.KUHN_POKER_V0
     chosen = {
         "trainer": Setting("trainer", defaults["max_new_tokens"], dict(defaults["env_kwargs"]),
                            bool(defaults.get("constrain_to_legal", False))),
@@ -240,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1 round of 64 and 4 episodes (the test's setting)")
     parser.add_argument("--setting", choices=("both", "trainer", "long"), default="both",
-                        help="trainer: kuhn_poker_v0.TRAIN_DEFAULTS (no rules in the prompt, 1-token replies); "
+                        help="trainer: presets.KUHN_POKER_V0 (no rules in the prompt, 1-token replies); "
                              "long: the rules in the prompt and up to 8 tokens; both: trainer, then long")
     parser.add_argument("--rounds", type=int, default=10, help="alternating rounds of batch 64 and batch 1")
     parser.add_argument("--episodes", type=int, default=256, help="episodes per round at batch 64")
@@ -249,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--max-new-tokens", type=int, default=None,
                         help="longest reply, in tokens, for every setting (default: the setting's)")
     parser.add_argument("--hidden-size", type=int, default=None,
-                        help="tiny llama width (default: the trainer's, TRAIN_DEFAULTS['model_hidden_size'])")
+                        help="tiny llama width (default: the trainer's, presets.KUHN_POKER_V0['model_hidden_size'])")
     parser.add_argument("--layers", type=int, default=None,
                         help="tiny llama depth (default: the trainer's, TrainConfig.model_layers)")
     parser.add_argument("--threads", type=int, default=1,

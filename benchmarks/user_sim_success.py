@@ -138,8 +138,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from llm_zoo.policies.registry import load_policy
 
     assistants: list[tuple[str, str, Any]] = [
-        ("scripted", "scripted", user_sim_v0.SCRIPTED["scripted"](seed=0)),
-        ("random", "random_tools", user_sim_v0.SCRIPTED["random_tools"](seed=0)),
+        ("scripted", "scripted", user_sim_v0.SPEC.scripted["scripted"](seed=0)),
+        ("random", "random_tools", user_sim_v0.SPEC.scripted["random_tools"](seed=0)),
     ]
     if args.assistant:
         assistants.append(("assistant", args.assistant, load_policy(args.assistant, "user_sim_v0", seed=0)))

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 import llm_zoo
+from llm_zoo.spec import ENV_ARGUMENT_HELP, env_argument
 
 
 def _play(args: argparse.Namespace) -> int:
@@ -107,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     play = sub.add_parser("play", help="play an env: a person or any policy against any policy")
-    play.add_argument("env", choices=sorted(llm_zoo.ENVS), help="versioned env name")
+    play.add_argument("env", type=env_argument, help=ENV_ARGUMENT_HELP)
     play.add_argument("--p0", default="human", help="first seat: human, random, a scripted player "
                       "(kuhn: nash, card), a model directory or an endpoint URL (default: human)")
     play.add_argument("--p1", default="nash", help="second seat, same choices (default: nash)")
@@ -118,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     play.set_defaults(func=_play)
 
     train = sub.add_parser("train", help="train LLM policies on an env (GRPO / RAE, self-play)")
-    train.add_argument("env", choices=sorted(llm_zoo.ENVS), help="versioned env name")
+    train.add_argument("env", type=env_argument, help=ENV_ARGUMENT_HELP)
     train.add_argument("--config", help="YAML file of config fields (see llm_zoo.trainers.grpo.TrainConfig)")
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config field, e.g. --set algorithm=grpo --set steps=50 (repeatable)")
@@ -127,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.set_defaults(func=_train)
 
     evaluate = sub.add_parser("eval", help="evaluate a checkpoint: the env's exact metric and play against baselines")
-    evaluate.add_argument("env", choices=sorted(llm_zoo.ENVS), help="versioned env name")
+    evaluate.add_argument("env", type=env_argument, help=ENV_ARGUMENT_HELP)
     evaluate.add_argument("--checkpoint", required=True, help="a checkpoint directory (runs/.../checkpoints/step_N)")
     evaluate.add_argument("--episodes", type=int, default=500, help="episodes played against each baseline")
     evaluate.add_argument("--method", choices=("exact", "sampled"), default="exact",

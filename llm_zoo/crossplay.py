@@ -14,7 +14,7 @@ A player is named by a spec, optionally prefixed with a display name (`late=runs
 
 | Spec                  | Player                                                                         |
 |-----------------------|--------------------------------------------------------------------------------|
-| a scripted name       | the env's scripted player (`SCRIPTED`; Kuhn: `nash`, `random`, `card`)           |
+| a scripted name       | the env's scripted player (its spec's `scripted`; Kuhn: `nash`, `random`, `card`)           |
 | `random`              | the env's scripted `random` if it has one, else uniform over `legal_actions`   |
 | `cfr:N`, `cfr+:N`     | OpenSpiel CFR / CFR+ average strategy after N iterations (Kuhn poker)           |
 | `ppo:STEPS`           | MaskablePPO trained in self-play for STEPS decisions, seeded; its final network (Kuhn poker) |
@@ -55,6 +55,7 @@ from typing import Any
 
 import llm_zoo
 from llm_zoo.policies.base import Policy, RandomPolicy
+from llm_zoo.spec import ENV_ARGUMENT_HELP, env_argument
 from llm_zoo.trainers.baselines import scripted
 
 __all__ = ["CrossplayResult", "Player", "add_parser", "resolve", "run", "write"]
@@ -171,8 +172,7 @@ def resolve(spec: str, env: str, *, seed: int = 0) -> Player:
         ValueError: An unknown spec, a malformed count, or a Kuhn-only baseline on another env.
         FileNotFoundError: A path that does not exist.
     """
-    if env not in llm_zoo.ENVS:
-        raise ValueError(f"unknown env {env!r}; expected one of {sorted(llm_zoo.ENVS)}")
+    env = llm_zoo.env_spec(env).name  # an unknown env fails here, listing the registered ones
     name, sep, body = spec.partition("=")
     if not sep or not name or "/" in name or ":" in name:  # a path or URL may hold "="; a name holds neither
         name, body = "", spec
@@ -503,7 +503,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     """Register the `crossplay` subcommand on `llm-zoo`'s subparsers; return its parser."""
     parser = subparsers.add_parser(
         "crossplay", help="round-robin of checkpoints and baselines, both seats: payoff matrix with intervals")
-    parser.add_argument("env", choices=sorted(llm_zoo.ENVS), help="versioned env name")
+    parser.add_argument("env", type=env_argument, help=ENV_ARGUMENT_HELP)
     parser.add_argument("--players", nargs="+", required=True, metavar="SPEC",
                         help="[NAME=]SPEC each: a scripted name (kuhn: nash, random, card), cfr:N, cfr+:N, "
                              "ppo:STEPS, ppo:PATH, a checkpoint dir (runs/<run>/checkpoints/step_N), a model "

@@ -114,6 +114,9 @@ def _int_list(values: Sequence[Any] | None) -> list[int] | None:
     return list(map(int, values))
 
 
+int_list = _int_list  # public for llm_zoo.policies.base (Reply checks its token ids the same way)
+
+
 def _float_list(values: Sequence[Any] | None) -> list[float] | None:
     return None if values is None else list(map(float, values))
 

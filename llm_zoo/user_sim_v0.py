@@ -1,4 +1,4 @@
-"""User simulation, version 0: ``env()`` with the standard wrappers and ``raw_env``. Docs: :mod:`llm_zoo.envs.user_sim.env`."""
+"""User simulation, version 0: ``env()`` with the standard wrappers, ``raw_env``, and its ``SPEC``. Docs: :mod:`llm_zoo.envs.user_sim.env`."""
 
 from __future__ import annotations
 
@@ -6,21 +6,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from llm_zoo.envs.user_sim.env import ENV_ID, SCENARIOS, env, raw_env
-from llm_zoo.envs.user_sim.scripted import PLAYERS as SCRIPTED
+from llm_zoo.envs.user_sim.scripted import PLAYERS, scripted_user
 from llm_zoo.envs.user_sim.text import STOP
-
-LEARNING_ROLES = ("assistant",)
-"""Roles the trainer trains unless its config says otherwise: the user is a frozen simulator."""
-
-TRAIN_DEFAULTS: dict[str, Any] = {
-    "max_new_tokens": 128,
-    # the user is frozen by default: the scripted simulator plays each persona faithfully
-    "policies": {"user": "scripted:scripted"},
-}
-"""Defaults of the trainer's config for this env (``llm-zoo train user_sim_v0``)."""
+from llm_zoo.spec import EnvSpec, Play
 
 
-def evaluate_policies(policies: Mapping[str, Any], *, env_kwargs: Mapping[str, Any] | None = None,
+def evaluate_policies(policies: Mapping[str, Any], *, play: Play, env_kwargs: Mapping[str, Any] | None = None,
                       seeds: int = 1, **_: Any) -> dict[str, Any]:
     """Success rate of ``policies["assistant"]`` against the scripted user, over every scenario x ``seeds``.
 
@@ -28,12 +19,10 @@ def evaluate_policies(policies: Mapping[str, Any], *, env_kwargs: Mapping[str, A
     measures the assistant alone. Returns ``success_rate``, ``turns`` and ``tool_calls`` (means per
     episode) and ``episodes``.
     """
-    from llm_zoo.envs.user_sim.scripted import scripted_user
-    from llm_zoo.trainers.rollout import collect
-
     names = [n for n in SCENARIOS for _ in range(seeds)]
-    episodes = collect(lambda: env(**dict(env_kwargs or {})), {"user": scripted_user(), "assistant": policies["assistant"]},
-                       [i % seeds for i in range(len(names))], options=[{"scenario": n} for n in names])
+    episodes = play({"user": scripted_user(), "assistant": policies["assistant"]},
+                    [i % seeds for i in range(len(names))], options=[{"scenario": n} for n in names],
+                    env_kwargs=dict(env_kwargs or {}))
     done = [e for e in episodes if not e.failed]
     infos = [e.infos.get("assistant", {}) for e in done]
     n = max(1, len(done))
@@ -43,5 +32,14 @@ def evaluate_policies(policies: Mapping[str, Any], *, env_kwargs: Mapping[str, A
             "episodes": len(episodes), "failed": len(episodes) - len(done)}
 
 
-__all__ = ["ENV_ID", "LEARNING_ROLES", "SCENARIOS", "SCRIPTED", "STOP", "TRAIN_DEFAULTS", "env",
-           "evaluate_policies", "raw_env"]
+SPEC = EnvSpec(
+    name=ENV_ID,
+    env=env,
+    roles=("user", "assistant"),
+    learning_roles=("assistant",),  # the user is a frozen simulator
+    scripted=PLAYERS,
+    evaluate=evaluate_policies,
+    description="a support assistant with tools and a simulated customer with a hidden goal",
+)
+
+__all__ = ["ENV_ID", "SCENARIOS", "SPEC", "STOP", "env", "evaluate_policies", "raw_env"]

@@ -114,7 +114,7 @@ def test_checkpoints_with_different_env_kwargs_need_a_choice():
 def test_envs_whose_seats_differ_in_role_are_refused():
     import llm_zoo
 
-    for name in sorted(llm_zoo.ENVS):
+    for name in llm_zoo.registered():
         probe = llm_zoo.make_env(name).unwrapped
         if len({probe.role_of(a) for a in probe.possible_agents}) > 1:
             with pytest.raises(ValueError, match="two seats of one role"):

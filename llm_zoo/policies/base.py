@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from llm_zoo.episode import _int_list
+from llm_zoo.episode import int_list
 
 if sys.version_info >= (3, 12):
     from typing import override
@@ -78,8 +78,8 @@ class Reply(str):
                 f"{len(completion_ids)} completion_ids."
             )
         self = super().__new__(cls, text)
-        self.prompt_ids = _int_list(prompt_ids)
-        self.completion_ids = _int_list(completion_ids)
+        self.prompt_ids = int_list(prompt_ids)
+        self.completion_ids = int_list(completion_ids)
         self.logprobs = None if logprobs is None else [float(x) for x in logprobs]
         self.policy = policy
         return self

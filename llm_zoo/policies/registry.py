@@ -7,7 +7,6 @@ transformers), or an ``http(s)://`` URL of an OpenAI-compatible endpoint.
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from typing import Any
@@ -16,11 +15,10 @@ from llm_zoo.policies.base import FunctionPolicy, Observation, Policy, RandomPol
 
 
 def scripted_players(env_name: str) -> dict[str, Any]:
-    """Return the env's scripted players, name -> factory(seed=...)."""
-    from llm_zoo import ENVS
+    """Return the env's scripted players (its spec's ``scripted``), name -> factory(seed=...)."""
+    from llm_zoo.spec import env_spec
 
-    module = importlib.import_module(ENVS[env_name])
-    return dict(getattr(module, "SCRIPTED", {}))
+    return dict(env_spec(env_name).scripted)
 
 
 def load_policy(spec: str, env_name: str, *, seed: int | None = None, **kwargs: Any) -> Policy:

@@ -14,62 +14,39 @@ recompute exactly the same quantity with one teacher-forced forward pass
 (:func:`completion_logprobs`), and top-p never turns a log-prob into ``-inf``. With
 ``temperature=0`` decoding is greedy and the log-probs are taken at temperature 1.
 
-Shared prompt prefixes
-----------------------
-Prompts of one batch often start alike: the same system prompt in every seat, the same game state
-in many envs. Sampling and :func:`completion_logprobs` therefore run each distinct prompt once (rows
-with the same prompt share its logits and KV cache) and run a prefix shared by several prompts
-once: a first forward pass computes the KV cache of each shared prefix (one row per group of
-prompts, :func:`_plan_prefixes` picks the groups), the cache is copied out to the group's prompts,
-and a second pass runs only what follows the prefix, laid out as ``prefix + left-padded rest``
-with the pads masked and position ids that go on counting real tokens from the prefix length. The
-attention of every token is the same as in one pass over the whole prompt, so log-probs agree
-with an unshared pass to float rounding (about 1e-6 in float32), and gradients flow through the
-copied cache. ``share_prefix=False`` (on the policy and on :func:`completion_logprobs`) runs
-every row whole, as the reference. Nothing is cached across calls: the trainer updates the weights
-in place between rollouts, and a stale prefix would go unnoticed.
-
-One-token replies (``max_new_tokens=1``) need only the logits after each prompt's last token, no
-cache to decode from, so the distinct prompts may also run as one token tree: their trie (each
-distinct prefix once, one token per node) laid out as a single sequence, with an additive 4D
-attention mask that lets each node attend to itself and its ancestors only, and position ids that
-give each node its depth (:func:`_prefix_tree`, :func:`_forward_tree`; tree attention as in
-SpecInfer and Medusa). That runs the fewest tokens of any plan, in one pass; its attention is one
-dense square over all the nodes, so prompts that part early (two seats whose system prompts differ
-at the seat's name) may run as separate tries, one per row of the pass, each square a quarter the
-size. :func:`_plan_tree` picks the tries, and picks them only when their cost, counted in tokens
-and attention pairs, is below both the whole pass and the shared-prefix plan. It needs an
-attention that reads a custom 4D mask as given (transformers' sdpa and eager, no sliding window).
+The teacher-forced scoring pass that the trainer and the evaluators use, with its shared-prefix
+and token-tree planning and the padding helpers, is :mod:`llm_zoo.scoring`; the sampler runs its
+prompts through the same plans. Version shims are in :mod:`llm_zoo.policies.compat`.
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 import os
-import sys
-from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from llm_zoo.policies.base import Observation, Policy, Reply
+from llm_zoo.policies.compat import DynamicLayer, cache_argument, keep_logits_kwargs, override
 from llm_zoo.policies.constraints import allowed_next, legal_paths
+from llm_zoo.scoring import (
+    completion_logprobs,
+    dedupe,
+    forward_prompts,
+    forward_tree,
+    left_pad,
+    long_tensor,
+    plan_tree,
+    position_ids_of,
+)
 
-try:
-    from transformers.cache_utils import DynamicLayer as _DynamicLayer
-except ImportError:  # transformers from before per-layer caches: decode steps concatenate
-    _DynamicLayer = None
-
-if sys.version_info >= (3, 12):
-    from typing import override
-else:
-    from typing_extensions import override
+__all__ = ["TransformersPolicy", "completion_logprobs"]
 
 
 class TransformersPolicy(Policy):
@@ -198,7 +175,7 @@ class TransformersPolicy(Policy):
         paths = [self.legal_paths(obs) for obs in observations] if self.constrain else None
         with _eval_mode(self.model), torch.inference_mode():
             completions, logprobs = self._sample(prompts, paths)
-        distinct, row_of = _distinct(map(tuple, completions))  # one-token replies repeat a lot
+        distinct, row_of = dedupe(map(tuple, completions))  # one-token replies repeat a lot
         decoded = self.tokenizer.batch_decode([list(c) for c in distinct], skip_special_tokens=True)
         texts = [decoded[i] for i in row_of]
         # every record is a new list built here (ids from encode_prompts and tensors' tolist(),
@@ -273,6 +250,22 @@ class TransformersPolicy(Policy):
         lengths = mask.sum(dim=1).tolist()
         return [row[:n] for row, n in zip(per_token.float().tolist(), lengths)]
 
+    def next_token_logprobs(self, prompts_ids: Sequence[Sequence[int]], *, chunk: int = 256) -> torch.Tensor:
+        """Return the tempered log-probs of the token after each prompt, ``[rows, vocab]`` on the CPU.
+
+        One plain left-padded pass per ``chunk`` prompts (no prefix sharing), at this policy's
+        temperature (1 when greedy): what an exact reading of a model's strategy enumerates from
+        (:mod:`llm_zoo.envs.kuhn_poker.evaluate`).
+        """
+        temperature = self.temperature or 1.0
+        out = []
+        with torch.inference_mode():
+            for start in range(0, len(prompts_ids), chunk):
+                ids, mask = left_pad(prompts_ids[start : start + chunk], self.pad_token_id, self.device)
+                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids_of(mask)).logits
+                out.append(torch.log_softmax(logits[:, -1, :].float() / temperature, dim=-1).cpu())
+        return torch.cat(out)
+
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(name={self.name!r}, model={type(self.model).__name__}, "
@@ -303,17 +296,17 @@ class TransformersPolicy(Policy):
     ) -> tuple[list[list[int]], list[list[float]]]:
         """Sample a completion per prompt (within its legal paths, if given); return ids and log-probs, unpadded."""
         model, device, batch = self.model, self.device, len(prompts)
-        cache_arg = _cache_arg(model)
-        keep_last = _keep_logits_kwargs(model, 1)
-        distinct, row_of = _distinct(map(tuple, prompts)) if self.share_prefix else (prompts, None)
+        cache_arg = cache_argument(model)
+        keep_last = keep_logits_kwargs(model, 1)
+        distinct, row_of = dedupe(map(tuple, prompts)) if self.share_prefix else (prompts, None)
         # One-token replies need only each prompt's last logits, not a cache laid out per prompt,
         # so the prompts may run as one token tree (module docstring) when that is cheaper.
         one_token = self.share_prefix and self.max_new_tokens == 1 and len(distinct) > 1
-        tree = _plan_tree(model, distinct) if one_token else None
+        tree = plan_tree(model, distinct) if one_token else None
         if tree is not None:
-            last_logits = _forward_tree(model, tree, device)
+            last_logits = forward_tree(model, tree, device)
         else:
-            out, prefill_mask = _forward_prompts(
+            out, prefill_mask = forward_prompts(
                 model,
                 distinct,
                 self.pad_token_id,
@@ -323,7 +316,7 @@ class TransformersPolicy(Policy):
             )
             last_logits = out.logits[:, -1, :]
         # rows -> their distinct prompt; None when every prompt is distinct
-        rows = _long_tensor(row_of, device) if row_of is not None and len(distinct) < batch else None
+        rows = long_tensor(row_of, device) if row_of is not None and len(distinct) < batch else None
         logits = last_logits if rows is None else last_logits[rows]
         eos = torch.tensor(self.eos_token_ids, device=device)
         finished = torch.zeros(batch, dtype=torch.bool, device=device)
@@ -415,141 +408,6 @@ class TransformersPolicy(Policy):
         return token, logprobs.gather(1, token[:, None]).squeeze(1)
 
 
-def completion_logprobs(
-    model: PreTrainedModel,
-    prompts_ids: Sequence[Sequence[int]],
-    completions_ids: Sequence[Sequence[int]],
-    *,
-    pad_token_id: int,
-    temperature: float = 1.0,
-    with_entropy: bool = False,
-    share_prefix: bool = True,
-    allowed: Sequence[Sequence[Sequence[int]] | None] | None = None,
-    with_all_logps: bool = False,
-) -> tuple[torch.Tensor, ...]:
-    """Score completions given prompts by teacher forcing.
-
-    The batch is laid out as sampling lays it out: prompts left-padded to a common length, then
-    completions right-padded, with an attention mask over real tokens and position ids counting
-    real tokens only. Only the logits that predict completion tokens are computed. Gradients flow
-    when called outside ``torch.no_grad``, so the trainer can use it for the policy loss.
-
-    With ``share_prefix`` (the default), each distinct (prompt, completion) pair is scored once and
-    a prompt prefix shared by several rows runs once, in a first pass whose KV cache the second pass
-    reads (module docstring): the same log-probs and gradients, to float rounding, for less work.
-    It falls back to one pass when the model uses gradient checkpointing, which drops the cache.
-    When every completion is one token, the distinct prompts run instead as one token tree (each
-    shared prefix once; :func:`_forward_tree`), where that is the cheaper plan.
-
-    Args:
-        model: The causal LM (on its device).
-        prompts_ids: Token ids of each prompt, unpadded.
-        completions_ids: Token ids of each completion, unpadded; may be empty.
-        pad_token_id: Filler for padding (never attended to).
-        temperature: Divides the logits before the log-softmax; must be > 0.
-        with_entropy: Also return the entropy of the tempered next-token distribution at each
-            completion position (``per_token_entropy``, same shape, 0 on padding).
-        share_prefix: Share repeated rows and prompt prefixes; ``False`` runs every row whole in one pass.
-        allowed: Per row, None (unconstrained) or the tokens allowed at each completion position
-            (:mod:`llm_zoo.policies.constraints`): the distribution is renormalised over them, as
-            constrained sampling draws from it.
-        with_all_logps: Also return the full log-probability rows ``[batch, max_completion_len,
-            vocab]`` (``-inf`` on disallowed tokens), for an exact KL between two models.
-
-    Returns:
-        ``per_token_logps`` [batch, max_completion_len], float32, and ``completion_mask`` of the
-        same shape (1 on real completion tokens, 0 on padding, whose log-probs are 0); then
-        ``per_token_entropy`` when ``with_entropy``; then the full log-probs when ``with_all_logps``.
-    """
-    if len(prompts_ids) != len(completions_ids):
-        raise ValueError(
-            f"completion_logprobs needs one completion per prompt, got {len(prompts_ids)} prompts "
-            f"and {len(completions_ids)} completions."
-        )
-    if temperature <= 0:
-        raise ValueError(f"completion_logprobs: temperature must be > 0, got {temperature!r}.")
-    device = next(model.parameters()).device
-    width = max((len(c) for c in completions_ids), default=0)
-    if width == 0:
-        empty = torch.zeros(len(prompts_ids), 0, device=device)
-        vocab = model.get_output_embeddings().weight.shape[0]
-        return (empty, empty.long(), *([empty] if with_entropy else []),
-                *([torch.zeros(len(prompts_ids), 0, vocab, device=device)] if with_all_logps else []))
-    if share_prefix and model.training and torch.is_grad_enabled() and _checkpoints_activations(model):
-        share_prefix = False
-    allowed = list(allowed) if allowed is not None else [None] * len(prompts_ids)
-    tree_logits = _one_token_tree_logits(model, prompts_ids, completions_ids, device) if share_prefix else None
-    if tree_logits is not None:
-        prompts, completions, row_of = list(prompts_ids), list(completions_ids), None
-    elif share_prefix:
-        keys = zip(map(tuple, prompts_ids), map(tuple, completions_ids),
-                   (None if a is None else tuple(map(tuple, a)) for a in allowed))
-        triples, row_of = _distinct(keys)
-        prompts, completions, allowed = [t[0] for t in triples], [t[1] for t in triples], [t[2] for t in triples]
-    else:
-        prompts, completions, row_of = list(prompts_ids), list(completions_ids), None
-    completion_ids, completion_mask = _right_pad(completions, pad_token_id, device, width=width)
-    if tree_logits is not None:
-        logits = tree_logits.float() / temperature  # [rows, 1, vocab]
-    else:
-        out, _ = _forward_prompts(
-            model,
-            prompts,
-            pad_token_id,
-            device,
-            completions=(completion_ids, completion_mask),
-            share_prefix=share_prefix,
-            use_cache=False,
-        )
-        # The logit at position i predicts token i + 1: the last width + 1 positions minus the final one.
-        logits = out.logits[:, -(width + 1) : -1, :].float() / temperature  # [distinct, width, vocab]
-    if any(a is not None for a in allowed):
-        logits = logits.masked_fill(~_allowed_mask(allowed, width, logits.shape[-1], device), float("-inf"))
-    all_logps = torch.log_softmax(logits, dim=-1)
-    per_token_logps = all_logps.gather(2, completion_ids[:, :, None]).squeeze(2) * completion_mask
-    per_token_entropy = None
-    if with_entropy:  # p log p with p = 0 on disallowed tokens counts 0, not nan
-        finite = torch.isfinite(all_logps)
-        safe = torch.where(finite, all_logps, 0.0)  # -inf in the arithmetic would make NaN gradients
-        plogp = torch.where(finite, safe.exp() * safe, 0.0)
-        per_token_entropy = -plogp.sum(dim=-1) * completion_mask
-    if row_of is not None and len(row_of) > len(prompts):
-        rows = torch.tensor(row_of, device=device)  # back to one row per input pair
-        per_token_logps, completion_mask = per_token_logps[rows], completion_mask[rows]
-        per_token_entropy = None if per_token_entropy is None else per_token_entropy[rows]
-        all_logps = all_logps[rows]
-    result = [per_token_logps, completion_mask]
-    if with_entropy:
-        result.append(per_token_entropy)
-    if with_all_logps:
-        result.append(all_logps)
-    return tuple(result)
-
-
-def _one_token_tree_logits(
-    model: PreTrainedModel,
-    prompts_ids: Sequence[Sequence[int]],
-    completions_ids: Sequence[Sequence[int]],
-    device: torch.device,
-) -> torch.Tensor | None:
-    """Return each row's next-token logits [rows, 1, vocab] from one token-tree pass, where that pays.
-
-    Only for completions of exactly one token (as the Kuhn main job samples): a one-token
-    completion's log-prob is read off its prompt's last logits, so its own token never needs to
-    run, and the distinct prompts can share every prefix in one pass (:func:`_forward_tree`).
-    None when the completions are longer, the model cannot run a tree, or another plan is cheaper.
-    (The caller has already ruled out gradient checkpointing.)
-    """
-    if any(len(c) != 1 for c in completions_ids):
-        return None
-    distinct, prompt_of = _distinct(map(tuple, prompts_ids))
-    tree = _plan_tree(model, distinct) if len(distinct) > 1 else None
-    if tree is None:
-        return None
-    last = _forward_tree(model, tree, device)  # [distinct prompts, vocab]
-    return last[_long_tensor(prompt_of, device)][:, None, :]
-
-
 @functools.lru_cache(maxsize=4096)
 def _allowed_tuple(paths: tuple[tuple[int, ...], ...], prefix: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(allowed_next(paths, prefix))
@@ -560,78 +418,6 @@ def _allowed_cached(paths: Sequence[tuple[int, ...]], prefix: tuple[int, ...]) -
     return _allowed_tuple(tuple(paths), prefix)
 
 
-def _allowed_mask(allowed: Sequence[Any], width: int, vocab: int, device: torch.device) -> torch.Tensor:
-    """Build [rows, width, vocab] booleans: True where a token is allowed (everywhere, for None rows)."""
-    mask = torch.ones(len(allowed), width, vocab, dtype=torch.bool)
-    for i, row in enumerate(allowed):
-        if row is None:
-            continue
-        for t, tokens in enumerate(row[:width]):
-            if tokens:
-                mask[i, t] = False
-                mask[i, t, list(tokens)] = True
-    return mask.to(device)
-
-
-def _forward_prompts(
-    model: PreTrainedModel,
-    prompts: Sequence[Sequence[int]],
-    pad_token_id: int,
-    device: torch.device,
-    *,
-    completions: tuple[torch.Tensor, torch.Tensor] | None = None,
-    share_prefix: bool,
-    use_cache: bool,
-) -> tuple[Any, torch.Tensor]:
-    """Run left-padded prompts, then ``completions`` (right-padded ids and mask), through ``model``.
-
-    With ``share_prefix``, when :func:`_plan_prefixes` finds prefixes worth sharing, a first pass
-    runs each shared prefix once and its KV cache is copied out to the prompts of its group; the
-    returned pass then runs the rest of each prompt (left-padded) and the completions, on top of
-    that cache. Logits are kept for the last ``1 + completion width`` positions.
-
-    Returns:
-        The model output of the last pass, and its attention mask [batch, cache + new positions].
-    """
-    cache_arg = _cache_arg(model)
-    plan = _plan_prefixes(prompts) if share_prefix else None
-    kwargs: dict[str, Any] = {}
-    if plan is None:
-        input_ids, attention_mask = _left_pad(prompts, pad_token_id, device)
-    else:
-        prefix_ids, prefix_mask = _left_pad(plan.prefixes, pad_token_id, device)
-        first = model(
-            input_ids=prefix_ids,
-            attention_mask=prefix_mask,
-            position_ids=_position_ids(prefix_mask),
-            use_cache=True,
-            **_keep_logits_kwargs(model, 1),
-        )
-        groups = torch.tensor(plan.group_of, device=device)
-        cache = getattr(first, cache_arg)
-        cache.batch_select_indices(groups)  # a gather of keys and values: gradients flow back
-        kwargs[cache_arg] = cache
-        input_ids, attention_mask = _left_pad(
-            [p[n:] for p, n in zip(prompts, plan.shared)], pad_token_id, device
-        )
-    if completions is not None:
-        input_ids = torch.cat([input_ids, completions[0]], dim=1)
-        attention_mask = torch.cat([attention_mask, completions[1]], dim=1)
-    position_ids = _position_ids(attention_mask)
-    if plan is not None:
-        position_ids = position_ids + torch.tensor(plan.shared, device=device)[:, None]
-        attention_mask = torch.cat([prefix_mask[groups], attention_mask], dim=1)
-    out = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids,
-        use_cache=use_cache or plan is not None,
-        **kwargs,
-        **_keep_logits_kwargs(model, 1 + (0 if completions is None else completions[0].shape[1])),
-    )
-    return out, attention_mask
-
-
 def _lay_out_for_decoding(cache: Any, rows: torch.Tensor | None, room: int) -> None:
     """Give each sampled row its copy of the prefill cache (``rows``: row -> cache row; None: as is).
 
@@ -640,15 +426,15 @@ def _lay_out_for_decoding(cache: Any, rows: torch.Tensor | None, room: int) -> N
     copies the whole cache every step).
     """
     layers = getattr(cache, "layers", None)
-    if _DynamicLayer is not None and layers and all(type(layer) is _DynamicLayer for layer in layers):
+    if DynamicLayer is not None and layers and all(type(layer) is DynamicLayer for layer in layers):
         layers[:] = [_ReservedLayer(layer, rows, room) for layer in layers]
     elif rows is not None:
         cache.batch_select_indices(rows)
 
 
-if _DynamicLayer is not None:
+if DynamicLayer is not None:
 
-    class _ReservedLayer(_DynamicLayer):
+    class _ReservedLayer(DynamicLayer):
         """A ``DynamicLayer`` with room reserved for ``room`` more positions: ``update`` writes in place."""
 
         def __init__(self, layer: Any, rows: torch.Tensor | None, room: int) -> None:
@@ -675,313 +461,6 @@ if _DynamicLayer is not None:
             self._length = end
             self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
             return self.keys, self.values
-
-
-@dataclass
-class _PrefixPlan:
-    """Groups of prompts that share a prefix: what runs once per group and where each prompt resumes."""
-
-    prefixes: list[Sequence[int]]
-    """The shared tokens of each group."""
-    group_of: list[int]
-    """Each prompt's group."""
-    shared: list[int]
-    """Each prompt's count of tokens inside its group's prefix."""
-
-
-_PASS_COST_TOKENS = 64
-"""The fixed cost of an extra forward pass, counted in tokens run: a prefix pass must save more."""
-
-
-def _plan_prefixes(
-    prompts: Sequence[Sequence[int]], sorted_common: tuple[Sequence[int], Sequence[int]] | None = None
-) -> _PrefixPlan | None:
-    """Group prompts by shared prefix when running each prefix once saves work; else return None.
-
-    Sorted, prompts that share a prefix sit side by side; the groups are the runs of neighbours
-    that share at least ``depth`` tokens, for each depth that occurs. A plan costs the padded
-    tokens of both passes (groups x longest prefix, prompts x longest rest) plus
-    ``_PASS_COST_TOKENS``; the cheapest wins if it beats one pass over the whole prompts. A prefix
-    stops at least one token short of each of its prompts, whose last logits the second pass
-    computes. A group of one prompt shares nothing, so its prefix just takes the width the prefix
-    pass has anyway.
-
-    Prompts compare as sequences of one type (tuples or lists, not mixed). ``sorted_common``, when
-    the caller has it, is their sorted order and the leading tokens each shares with the next.
-    """
-    n = len(prompts)
-    lengths = [len(p) for p in prompts]
-    if n < 2 or min(lengths) < 2:
-        return None
-    if sorted_common is None:
-        order = sorted(range(n), key=prompts.__getitem__)
-        common = [_common_length(prompts[a], prompts[b]) for a, b in zip(order, order[1:])]
-    else:
-        order, common = sorted_common
-    best_cost, best = n * max(lengths), None
-    for depth in sorted(set(common) - {0}):
-        groups: list[list[int]] = []
-        shared: list[int | None] = []  # None: a group of one
-        start = 0
-        for end in [k + 1 for k, c in enumerate(common) if c < depth] + [n]:
-            group = order[start:end]
-            groups.append(group)
-            shared.append(
-                min(min(common[start : end - 1]), min(lengths[i] for i in group) - 1)
-                if len(group) > 1
-                else None
-            )
-            start = end
-        widths = [s for s in shared if s is not None]
-        if not widths:
-            continue
-        width = max(widths)
-        resolved = [min(width, lengths[g[0]] - 1) if s is None else s for g, s in zip(groups, shared)]
-        rest = max(lengths[i] - s for g, s in zip(groups, resolved) for i in g)
-        cost = len(groups) * width + n * rest + _PASS_COST_TOKENS
-        if cost < best_cost:
-            best_cost, best = cost, (groups, resolved)
-    if best is None:
-        return None
-    groups, resolved = best
-    group_of, shared_of = [0] * n, [0] * n
-    for g, (group, s) in enumerate(zip(groups, resolved)):
-        for i in group:
-            group_of[i], shared_of[i] = g, s
-    return _PrefixPlan([prompts[g[0]][:s] for g, s in zip(groups, resolved)], group_of, shared_of)
-
-
-def _common_length(a: Sequence[int], b: Sequence[int]) -> int:
-    """Return how many leading tokens ``a`` and ``b`` share (a binary search over slice equality)."""
-    low, high = 0, min(len(a), len(b))
-    while low < high:
-        mid = (low + high + 1) // 2
-        if a[:mid] == b[:mid]:
-            low = mid
-        else:
-            high = mid - 1
-    return low
-
-
-@dataclass
-class _PrefixTree:
-    """Distinct prompts as one sequence of their distinct prefixes (a token trie): one token per node."""
-
-    input_ids: list[int]
-    """The token of each node, in the order the nodes run."""
-    positions: list[int]
-    """Each node's position in every prompt that holds it (its depth in the trie)."""
-    branches: list[tuple[int, int, int | None]]
-    """The nodes of each prompt that no earlier prompt holds, ``start:end``, and the node they hang
-    from (None at the root), in node order."""
-    last: list[int]
-    """Each prompt's last node, in the order the prompts were given (or of the run, see :func:`_prefix_tree`)."""
-
-
-def _prefix_tree(
-    prompts: Sequence[Sequence[int]], sorted_shared: tuple[Sequence[int], Sequence[int]] | None = None
-) -> _PrefixTree:
-    """Lay distinct, non-empty prompts out as their token trie, each prefix once.
-
-    Prompts compare as sequences of one type (tuples or lists, not mixed). ``sorted_shared``, when
-    the caller has it, is a run of the prompts in sorted order (indices into ``prompts``) and the
-    leading tokens each shares with the one before it in the run (the first's is not read); the trie
-    then holds that run only, and its ``last`` follows the run's order.
-    """
-    if sorted_shared is None:
-        order: Sequence[int] = sorted(range(len(prompts)), key=prompts.__getitem__)
-        shared_before = [0] + [_common_length(prompts[a], prompts[b]) for a, b in zip(order, order[1:])]
-    else:
-        order, shared_before = sorted_shared
-    input_ids: list[int] = []
-    positions: list[int] = []
-    branches: list[tuple[int, int, int | None]] = []
-    last_in_order: list[int] = []
-    path: list[int] = []  # the nodes of the previous prompt
-    for k, (i, shared) in enumerate(zip(order, shared_before)):
-        prompt = prompts[i]
-        # Sorted, a prompt shares the most leading tokens with the one before it; a prompt that is
-        # the prefix of another sorts first, so every prompt has at least its last token of its own.
-        shared = shared if k else 0
-        assert shared < len(prompt), "the prompts of a tree must be distinct"
-        start = len(input_ids)
-        input_ids.extend(prompt[shared:])
-        positions.extend(range(shared, len(prompt)))
-        branches.append((start, len(input_ids), path[shared - 1] if shared else None))
-        path = path[:shared] + list(range(start, len(input_ids)))
-        last_in_order.append(len(input_ids) - 1)
-    if sorted_shared is not None:
-        return _PrefixTree(input_ids, positions, branches, last_in_order)
-    last = [0] * len(prompts)
-    for i, node in zip(order, last_in_order):
-        last[i] = node
-    return _PrefixTree(input_ids, positions, branches, last)
-
-
-@dataclass
-class _TreeRows:
-    """Distinct prompts as token tries, one trie per row of a batch (prompts that share little apart)."""
-
-    trees: list[_PrefixTree]
-    """One trie per row, each over a run of the prompts in sorted order."""
-    members: list[list[int]]
-    """The prompts of each trie, as indices into the planned prompts, in the order of its ``last``."""
-
-    @property
-    def width(self) -> int:
-        """The longest trie's node count: every row is padded to it."""
-        return max(len(tree.input_ids) for tree in self.trees)
-
-
-def _plan_tree(model: PreTrainedModel, prompts: Sequence[Sequence[int]]) -> _TreeRows | None:
-    """Return the token tries of distinct ``prompts`` when one pass over them is the cheapest plan; else None.
-
-    Costs count the work of each plan's passes in tokens, where an attention (query, key) pair
-    costs :func:`_tree_pair_cost` of a token: a trie runs the fewest tokens (each prefix once, in
-    one pass), but its attention is one dense masked square over all of its nodes, where one whole
-    pass attends within each prompt and :func:`_plan_prefixes` within each part. So prompts that
-    share only their first few tokens (two seats' system prompts that differ at the seat's name)
-    may run as separate tries, one per row (:func:`_tree_rows`): a few tokens more, and squares a
-    quarter of the size.
-    """
-    pair_cost = _tree_pair_cost(model)
-    if pair_cost is None or len(prompts) < 2 or min(len(p) for p in prompts) < 1:
-        return None
-    n, width = len(prompts), max(len(p) for p in prompts)
-    best = n * width + n * width**2 * pair_cost  # one pass over the whole prompts
-    order = sorted(range(n), key=prompts.__getitem__)
-    common = [_common_length(prompts[a], prompts[b]) for a, b in zip(order, order[1:])]
-    plan = _plan_prefixes(prompts, (order, common))
-    if plan is not None:
-        groups, prefix = len(plan.prefixes), max(len(p) for p in plan.prefixes)
-        rest = max(len(p) - s for p, s in zip(prompts, plan.shared))
-        pairs = groups * prefix**2 + n * rest * (prefix + rest)
-        best = min(best, groups * prefix + n * rest + _PASS_COST_TOKENS + pairs * pair_cost)
-    cost, runs = _tree_rows(prompts, order, common, pair_cost)
-    if cost >= best:
-        return None
-    trees, start = [], 0  # each run is a stretch of the sorted order: its shared lengths are already known
-    for run in runs:
-        trees.append(_prefix_tree(prompts, (run, [0, *common[start : start + len(run) - 1]])))
-        start += len(run)
-    return _TreeRows(trees, runs)
-
-
-def _tree_rows(
-    prompts: Sequence[Sequence[int]], order: Sequence[int], common: Sequence[int], pair_cost: float
-) -> tuple[float, list[list[int]]]:
-    """Split sorted prompts into the runs whose tries, one per padded row, cost least; return the cost and runs.
-
-    ``order`` sorts the prompts and ``common[k]`` counts the leading tokens that the k-th and
-    (k+1)-th sorted prompts share. Cutting wherever neighbours share fewer than ``depth`` tokens
-    gives runs that are subtrees of the whole trie; each run's trie holds, past its first prompt,
-    each prompt's tokens after those it shares with its neighbour. Depth 0 keeps one trie. A row
-    costs its padded width in tokens plus its width squared in attention pairs.
-    """
-    best: tuple[float, list[list[int]]] | None = None
-    for depth in sorted({0} | {c + 1 for c in common}):
-        runs, sizes = [[order[0]]], [len(prompts[order[0]])]
-        for i, shared in zip(order[1:], common):
-            if shared < depth:
-                runs.append([i])
-                sizes.append(len(prompts[i]))
-            else:
-                runs[-1].append(i)
-                sizes[-1] += len(prompts[i]) - shared
-        width = max(sizes)
-        cost = len(runs) * width * (1 + width * pair_cost)
-        if best is None or cost < best[0]:
-            best = (cost, runs)
-    assert best is not None
-    return best
-
-
-def _tree_pair_cost(model: PreTrainedModel) -> float | None:
-    """Return what an attention pair costs, in tokens; None where the model cannot run a token tree.
-
-    Per layer a token costs about ``4h² + 3hm`` multiply-adds in its projections and MLP (``h``
-    the hidden size, ``m`` the MLP width) and a (query, key) pair ``2h`` (its score and its share
-    of the weighted sum, over all heads). A tree needs position ids and an attention that reads a
-    custom 4D mask as given (transformers' sdpa and eager, without sliding windows).
-    """
-    config = getattr(model, "config", None)
-    hidden, mlp = getattr(config, "hidden_size", None), getattr(config, "intermediate_size", None)
-    if (
-        getattr(config, "_attn_implementation", None) not in ("sdpa", "eager")
-        or getattr(config, "sliding_window", None) is not None
-        or any(kind != "full_attention" for kind in getattr(config, "layer_types", None) or ())
-        or not isinstance(hidden, int)
-        or not isinstance(mlp, int)
-        or "position_ids" not in _forward_params(model)
-    ):
-        return None
-    return 2 * hidden / (4 * hidden**2 + 3 * hidden * mlp)
-
-
-def _forward_tree(model: PreTrainedModel, rows: _TreeRows, device: torch.device) -> torch.Tensor:
-    """Run token tries, one per row, in one pass; return the logits after each prompt's last token [prompts, vocab].
-
-    Every node attends to itself and its ancestors only, at its position in the prompts, so its
-    keys, values and logits are those of a pass over any one prompt that holds it. Rows shorter than
-    the longest are padded with nodes that attend to themselves only and are never read.
-    """
-    # The inputs are built in numpy: torch.tensor reads a Python list an element at a time, and a
-    # small tensor's slice assignment costs several times numpy's; at this size both outweigh the
-    # arithmetic. The additive mask is float32 there and cast to the model's dtype.
-    dtype, count, width = model.dtype, len(rows.trees), rows.width
-    blocked = torch.finfo(dtype).min  # sdpa and eager attention both read an additive mask
-    longest = max(end - start for tree in rows.trees for start, end, _ in tree.branches)
-    causal = np.triu(np.full((longest, longest), blocked, dtype=np.float32), 1)
-    mask = np.full((count, width, width), blocked, dtype=np.float32)  # [row, query node, key node]
-    input_ids = np.zeros((count, width), dtype=np.int64)
-    positions = np.zeros((count, width), dtype=np.int64)
-    at_row: list[int] = [0] * sum(map(len, rows.members))  # each prompt's row and last node
-    at_node: list[int] = list(at_row)
-    for row, (tree, members) in enumerate(zip(rows.trees, rows.members)):
-        size, square = len(tree.input_ids), mask[row]
-        input_ids[row, :size] = tree.input_ids
-        positions[row, :size] = tree.positions
-        for start, end, parent in tree.branches:
-            # a branch sees what its parent sees and the parent, then itself causally
-            if parent is not None:
-                square[start:end] = square[parent]
-            square[start:end, start:end] = causal[: end - start, : end - start]
-        padding = np.arange(size, width)
-        square[padding, padding] = 0.0
-        for prompt, node in zip(members, tree.last):
-            at_row[prompt], at_node[prompt] = row, node
-    kwargs: dict[str, Any] = {}
-    if _keep_logits_kwargs(model, 1):  # logits_to_keep also takes the positions to keep
-        kept = sorted(set(at_node))
-        column = {node: k for k, node in enumerate(kept)}
-        kwargs["logits_to_keep"] = _long_tensor(kept, device)
-        at_node = [column[node] for node in at_node]
-    out = model(
-        input_ids=torch.from_numpy(input_ids).to(device),
-        attention_mask=torch.from_numpy(mask).to(device=device, dtype=dtype)[:, None],
-        position_ids=torch.from_numpy(positions).to(device),
-        use_cache=False,
-        **kwargs,
-    )
-    return out.logits[_long_tensor(at_row, device), _long_tensor(at_node, device)]
-
-
-def _long_tensor(values: Sequence[int], device: torch.device) -> torch.Tensor:
-    """Return a list of ints as a 1D long tensor, by way of numpy (several times faster than torch.tensor)."""
-    return torch.from_numpy(np.asarray(values, dtype=np.int64)).to(device)
-
-
-_K = TypeVar("_K", bound=Hashable)
-
-
-def _distinct(keys: Iterable[_K]) -> tuple[list[_K], list[int]]:
-    """Return the distinct keys in first-seen order, and the index of each key among them."""
-    index: dict[_K, int] = {}
-    positions = [index.setdefault(k, len(index)) for k in keys]
-    return list(index), positions
-
-
-# ---- helpers ---------------------------------------------------------------------------------
 
 
 def _default_device() -> str:
@@ -1018,36 +497,9 @@ def _messages(obs: Observation, index: int) -> Sequence[Mapping[str, Any]]:
 
 
 _PROMPT_MEMO_SIZE = 4096
+
+
 """Most conversations whose token ids a policy remembers; the memo starts over when full."""
-
-
-def _left_pad(
-    rows: Sequence[Sequence[int]], pad: int, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-pad token id rows into ``ids`` [batch, max_len] and ``mask`` [batch, max_len]."""
-    width = max(len(r) for r in rows)
-    ids = [[pad] * (width - len(r)) + list(r) for r in rows]
-    mask = [[0] * (width - len(r)) + [1] * len(r) for r in rows]
-    return torch.tensor(ids, dtype=torch.long, device=device), torch.tensor(
-        mask, dtype=torch.long, device=device
-    )
-
-
-def _right_pad(
-    rows: Sequence[Sequence[int]], pad: int, device: torch.device, *, width: int | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad token id rows into ``ids`` [batch, width] and ``mask`` [batch, width] (width: the longest row)."""
-    width = max(len(r) for r in rows) if width is None else width
-    ids = [list(r) + [pad] * (width - len(r)) for r in rows]
-    mask = [[1] * len(r) + [0] * (width - len(r)) for r in rows]
-    return torch.tensor(ids, dtype=torch.long, device=device), torch.tensor(
-        mask, dtype=torch.long, device=device
-    )
-
-
-def _position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Number real tokens 0, 1, ... from the left; padding gets 0 (it is masked anyway)."""
-    return (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
 
 
 def _invert_cdf(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
@@ -1108,42 +560,6 @@ def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
     sorted_probs = sorted_probs.masked_fill(mass_before >= top_p, 0.0)  # the top token always stays
     return torch.zeros_like(probs).scatter(-1, order, sorted_probs)
-
-
-def _forward_params(model: PreTrainedModel) -> Mapping[str, inspect.Parameter]:
-    if "forward" in vars(model):  # a forward patched onto the instance (e.g. by a hook library)
-        return _signature_params(model.forward)
-    return _class_forward_params(type(model))
-
-
-@functools.cache
-def _class_forward_params(cls: type) -> Mapping[str, inspect.Parameter]:
-    # inspect.signature costs about as much as a tiny model's decode step: once per class.
-    return _signature_params(cls.forward)
-
-
-def _signature_params(fn: Any) -> Mapping[str, inspect.Parameter]:
-    try:
-        return inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return {}
-
-
-def _keep_logits_kwargs(model: PreTrainedModel, n: int) -> dict[str, int]:
-    """Ask the model for the last ``n`` logits only, where its forward takes ``logits_to_keep``."""
-    return {"logits_to_keep": n} if "logits_to_keep" in _forward_params(model) else {}
-
-
-def _cache_arg(model: PreTrainedModel) -> str:
-    """Name the KV-cache argument and output field: ``cache`` in recent transformers 5.x (which deprecates
-    ``past_key_values``, to be removed in 5.40), ``past_key_values`` before that."""
-    return "cache" if "cache" in _forward_params(model) else "past_key_values"
-
-
-def _checkpoints_activations(model: torch.nn.Module) -> bool:
-    """Whether a layer recomputes activations in backward (transformers' ``gradient_checkpointing``):
-    such layers drop the KV cache in training, so a shared prefix would not reach them."""
-    return any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
 
 
 class _eval_mode:

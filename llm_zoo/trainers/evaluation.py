@@ -2,15 +2,35 @@
 
 from __future__ import annotations
 
-import importlib
+import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import llm_zoo
 from llm_zoo.policies.base import Policy
 from llm_zoo.trainers.rollout import collect
+
+
+def headline_evaluator(env: str) -> Callable[..., dict[str, Any]] | None:
+    """Return the env's headline evaluation, ``evaluate(policies, **options)``, with episodes played by
+    :func:`~llm_zoo.trainers.rollout.collect`; None when the env's spec has none."""
+    evaluate = llm_zoo.env_spec(env).evaluate
+    if evaluate is None:
+        return None
+    play = functools.partial(collect, env)
+
+    def run(policies: Mapping[str, Any], **options: Any) -> dict[str, Any]:
+        return dict(evaluate(policies, play=play, **options))
+
+    return run
+
+
+def headline(env: str, policies: Mapping[str, Any], **options: Any) -> dict[str, Any]:
+    """Run the env's headline evaluation of ``policies`` (agent -> policy); {} when it has none."""
+    evaluate = headline_evaluator(env)
+    return {} if evaluate is None else evaluate(policies, **options)
 
 
 def play_against(env: str, policies: Mapping[str, Policy], opponent: Policy, *, episodes: int, seed: int,
@@ -76,15 +96,15 @@ def evaluate_checkpoint(env: str, checkpoint: str | Path, *, episodes: int = 500
     for agent in probe.possible_agents:
         name = mapping.get(agent, mapping.get(probe.role_of(agent), "main"))
         seat_policy[agent] = by_name.get(name) or next(iter(by_name.values()))
-    module = importlib.import_module(llm_zoo.ENVS[env])
+    spec = llm_zoo.env_spec(env)
     result: dict[str, Any] = {"env": env, "checkpoint": str(checkpoint)}
-    if hasattr(module, "evaluate_policies"):
-        headline = module.evaluate_policies(seat_policy, method=method, env_kwargs=env_kwargs)
-        result.update({k: v for k, v in headline.items()})
+    evaluate = headline_evaluator(env)
+    if evaluate is not None:
+        result.update(evaluate(seat_policy, method=method, env_kwargs=env_kwargs))
         if method != "exact":
             result["method"] = "sampled estimate"
     versus = {}
-    for name, factory in sorted(getattr(module, "SCRIPTED", {}).items()):
+    for name, factory in sorted(spec.scripted.items()):
         versus[name] = play_against(env, seat_policy, factory(seed=seed), episodes=episodes, seed=seed,
                                     env_kwargs=env_kwargs)
     result["versus"] = versus

@@ -37,8 +37,11 @@ import torch
 import llm_zoo
 from llm_zoo.episode import Episode
 from llm_zoo.policies.constraints import allowed_per_position
-from llm_zoo.policies.transformers import TransformersPolicy, completion_logprobs
+from llm_zoo.policies.transformers import TransformersPolicy
+from llm_zoo.scoring import completion_logprobs
 from llm_zoo.trainers import advantages as adv
+from llm_zoo.trainers import presets
+from llm_zoo.trainers.evaluation import headline_evaluator
 from llm_zoo.trainers.rollout import collect
 
 # ---------------------------------------------------------------------------------------------
@@ -50,8 +53,8 @@ SCRIPTED_PREFIX = "scripted:"  # a policy name that seats one of the env's scrip
 
 @dataclass
 class TrainConfig:
-    """Everything a training run needs; every field has a default. Envs may override defaults
-    (``TRAIN_DEFAULTS`` in their versioned module) before a config file and ``--set`` apply."""
+    """Everything a training run needs; every field has a default. Per-env defaults
+    (:mod:`llm_zoo.trainers.presets`) apply over these before a config file and ``--set`` do."""
 
     env: str = "kuhn_poker_v0"
     """Versioned env name."""
@@ -208,17 +211,14 @@ class TrainConfig:
         if not 0.0 < self.vllm_gpu_memory_utilization < 1.0:
             raise ValueError(f"config.vllm_gpu_memory_utilization must be in (0, 1); "
                              f"got {self.vllm_gpu_memory_utilization!r}")
-        if self.env not in llm_zoo.ENVS:
-            raise ValueError(f"config.env must be one of {sorted(llm_zoo.ENVS)}; got {self.env!r}")
+        if self.env not in llm_zoo.registered():
+            raise ValueError(f"config.env must be a registered env, one of {llm_zoo.registered()}; got {self.env!r}")
 
 
 def make_config(env: str = "kuhn_poker_v0", overrides: Mapping[str, Any] | None = None) -> TrainConfig:
-    """Build a config: dataclass defaults, then the env's ``TRAIN_DEFAULTS``, then ``overrides``."""
-    import importlib
-
-    if env not in llm_zoo.ENVS:
-        raise ValueError(f"unknown env {env!r}; expected one of {sorted(llm_zoo.ENVS)}")
-    values = dict(getattr(importlib.import_module(llm_zoo.ENVS[env]), "TRAIN_DEFAULTS", {}))
+    """Build a config: dataclass defaults, then the env's preset (:mod:`~llm_zoo.trainers.presets`), then ``overrides``."""
+    llm_zoo.env_spec(env)  # an unknown env fails here, listing the registered ones
+    values = presets.preset(env)
     values.update(overrides or {})
     values["env"] = env
     hints = typing.get_type_hints(TrainConfig)
@@ -375,8 +375,6 @@ class Learner:
 
 def build_tokenizer_and_model(config: TrainConfig, seed: int):
     """Return (tokenizer, model): a local model directory, or a tiny model built for the env."""
-    import importlib
-
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from llm_zoo import models
@@ -386,8 +384,7 @@ def build_tokenizer_and_model(config: TrainConfig, seed: int):
         if not path.is_dir():
             raise FileNotFoundError(f"config.model must be 'tiny' or a local model directory; {path} is not one")
         return AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    module = importlib.import_module(llm_zoo.ENVS[config.env])
-    corpus = getattr(module, "corpus", None)
+    corpus = llm_zoo.env_spec(config.env).corpus
     tokenizer = models.build_word_tokenizer(corpus()) if corpus else models.build_byte_tokenizer()
     model = models.build_tiny_model(tokenizer, hidden_size=config.model_hidden_size, num_layers=config.model_layers,
                                     initializer_range=config.model_init_std, seed=seed,
@@ -513,19 +510,17 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
     """Train the policies of ``config``; return the final evaluation (also written to eval.json)."""
-    import importlib
-
     from llm_zoo.trainers.logging import MetricsLogger
 
     if config.threads:
         torch.set_num_threads(config.threads)
     device = torch.device("cuda" if config.device == "auto" and torch.cuda.is_available()
                           else ("cpu" if config.device == "auto" else config.device))
-    env_module = importlib.import_module(llm_zoo.ENVS[config.env])
+    spec = llm_zoo.env_spec(config.env)
     probe = llm_zoo.make_env(config.env, **config.env_kwargs).unwrapped
     agents = list(probe.possible_agents)
     roles = {a: probe.role_of(a) for a in agents}
-    learn = set(config.learn or getattr(env_module, "LEARNING_ROLES", sorted(set(roles.values()))))
+    learn = set(config.learn or spec.learning_roles)
     policy_of = {a: config.policies.get(a, config.policies.get(roles[a], "main")) for a in agents}
     run_dir = Path(config.run_dir or f"runs/{config.env}-{time.strftime('%Y%m%d-%H%M%S')}")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -533,7 +528,7 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
     _write_yaml(run_dir / "config.yaml", dataclasses.asdict(config))
 
     scripted = {n for n in policy_of.values() if n.startswith(SCRIPTED_PREFIX)}
-    players = getattr(env_module, "SCRIPTED", {})
+    players = spec.scripted
     for name in sorted(scripted):
         if name[len(SCRIPTED_PREFIX):] not in players:
             raise ValueError(f"config.policies names {name!r}, but {config.env} has no such scripted player; "
@@ -554,7 +549,7 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
     acting.update({n: players[n[len(SCRIPTED_PREFIX):]](seed=config.seed) for n in scripted})
     seated = {a: learners[n].trained if n in learners else acting[n] for a, n in policy_of.items()}
     logger = MetricsLogger(run_dir, resume_from=start, tensorboard=config.tensorboard)
-    evaluate = getattr(env_module, "evaluate_policies", None)
+    evaluate = headline_evaluator(config.env)
     snapshots: dict[tuple[str, int], TransformersPolicy] = {}
     totals = {"episodes": start * config.episodes_per_step}
     bar = _progress(config, start)

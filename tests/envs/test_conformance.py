@@ -1,4 +1,4 @@
-"""Every env in llm_zoo.ENVS: PettingZoo's API test, and random replies played to the end of an episode."""
+"""Every built-in env (llm_zoo.BUILTIN_ENVS): PettingZoo's API test, and random replies played to the end of an episode."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import llm_zoo
 from llm_zoo.policies import RandomPolicy
 from llm_zoo.trainers.rollout import collect
 
-ENV_NAMES = sorted(llm_zoo.ENVS)
+ENV_NAMES = sorted(llm_zoo.BUILTIN_ENVS)
 
 
 @pytest.mark.parametrize("name", ENV_NAMES)

@@ -13,7 +13,8 @@ from llm_zoo.envs.kuhn_poker import text  # noqa: E402
 from llm_zoo.envs.kuhn_poker.evaluate import info_set_observation  # noqa: E402
 from llm_zoo.models import build_byte_tokenizer, build_tiny_model, build_word_tokenizer  # noqa: E402
 from llm_zoo.policies.constraints import allowed_next, allowed_per_position, legal_paths  # noqa: E402
-from llm_zoo.policies.transformers import TransformersPolicy, completion_logprobs  # noqa: E402
+from llm_zoo.policies.transformers import TransformersPolicy  # noqa: E402
+from llm_zoo.scoring import completion_logprobs  # noqa: E402
 
 INFO_SETS = ["K:", "J:bet", "Q:check,bet", "K:check"]
 

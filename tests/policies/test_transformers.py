@@ -12,15 +12,15 @@ pytest.importorskip("transformers")
 
 from llm_zoo.models import build_byte_tokenizer, build_tiny_model, make_tiny_model  # noqa: E402
 from llm_zoo.policies import Reply, TransformersPolicy  # noqa: E402
-from llm_zoo.policies.transformers import (  # noqa: E402
-    _forward_prompts,
-    _forward_tree,
-    _plan_prefixes,
-    _plan_tree,
-    _prefix_tree,
-    _tree_rows,
-    _TreeRows,
+from llm_zoo.scoring import (  # noqa: E402
+    TreeRows,
     completion_logprobs,
+    forward_prompts,
+    forward_tree,
+    plan_prefixes,
+    plan_tree,
+    prefix_tree,
+    tree_rows,
 )
 
 torch.set_num_threads(1)
@@ -236,20 +236,20 @@ class ForwardSpy:
 def test_plan_groups_prompts_by_shared_prefix():
     system_a, system_b = tuple(range(100, 160)), tuple(range(200, 260))
     one = [system_a + (1, 2), system_a + (3,), system_a + (1, 4, 5)]
-    plan = _plan_prefixes(one)
+    plan = plan_prefixes(one)
     assert plan is not None and plan.prefixes == [system_a] and plan.group_of == [0, 0, 0]
     assert plan.shared == [60, 60, 60]
     two = [system_a + (1,), system_b + (1,), system_a + (2,), system_b + (2, 3)]
-    plan = _plan_prefixes(two)
+    plan = plan_prefixes(two)
     assert plan is not None and sorted(map(tuple, plan.prefixes)) == [system_a, system_b]
     assert plan.group_of[0] == plan.group_of[2] != plan.group_of[1] == plan.group_of[3]
     # A prompt that is the prefix of another keeps its last token out of the prefix.
-    plan = _plan_prefixes([system_a, system_a + (7, 8), system_a + (9,)])
+    plan = plan_prefixes([system_a, system_a + (7, 8), system_a + (9,)])
     assert plan is not None and plan.shared == [59, 59, 59]
     # Nothing worth sharing: short prompts, a lone prompt, prompts that part early.
-    assert _plan_prefixes([(1, 2, 3), (1, 2, 4)]) is None
-    assert _plan_prefixes([system_a]) is None
-    assert _plan_prefixes([(1,) + system_a, (2,) + system_a]) is None
+    assert plan_prefixes([(1, 2, 3), (1, 2, 4)]) is None
+    assert plan_prefixes([system_a]) is None
+    assert plan_prefixes([(1,) + system_a, (2,) + system_a]) is None
 
 
 @pytest.mark.parametrize(
@@ -309,7 +309,7 @@ def test_sharing_is_deterministic_and_samples_what_running_prompts_whole_samples
 
 def test_prefix_tree_holds_each_distinct_prefix_once():
     prompts = [(5, 6, 7, 8), (5, 6, 9), (5, 6, 7), (1, 2)]  # (5, 6, 7) is a prefix of the first
-    tree = _prefix_tree(prompts)
+    tree = prefix_tree(prompts)
     assert len(tree.input_ids) == len({p[:n] for p in prompts for n in range(1, len(p) + 1)}) == 7
     for prompt, last in zip(prompts, tree.last):
         assert tree.input_ids[last] == prompt[-1] and tree.positions[last] == len(prompt) - 1
@@ -323,11 +323,11 @@ def test_prefix_tree_holds_each_distinct_prefix_once():
 
 
 def one_trie(prompts):
-    return _TreeRows([_prefix_tree(prompts)], [list(range(len(prompts)))])
+    return TreeRows([prefix_tree(prompts)], [list(range(len(prompts)))])
 
 
 def rows_of(prompts, runs):
-    return _TreeRows([_prefix_tree([prompts[i] for i in run]) for run in runs], runs)
+    return TreeRows([prefix_tree([prompts[i] for i in run]) for run in runs], runs)
 
 
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])
@@ -347,8 +347,8 @@ def test_token_tries_give_each_prompt_the_logits_of_a_whole_pass(tok, which, att
         rest = [i for i in range(len(prompts)) if i not in seat_1]
         rows = rows_of(prompts, [rest[::-1], seat_1] if seat_1 else [rest[1:], rest[:1]])
     with torch.no_grad():
-        tree_logits = _forward_tree(model, rows, torch.device("cpu"))
-        whole, _ = _forward_prompts(
+        tree_logits = forward_tree(model, rows, torch.device("cpu"))
+        whole, _ = forward_prompts(
             model, prompts, tok.pad_token_id, torch.device("cpu"), share_prefix=False, use_cache=False
         )
     assert tree_logits.shape == whole.logits[:, -1, :].shape
@@ -361,16 +361,16 @@ def test_prompts_that_part_early_run_as_a_trie_per_row():
     order = sorted(range(len(family)), key=family.__getitem__)
     common = [len(os.path.commonprefix([family[a], family[b]])) for a, b in zip(order, order[1:])]
     # attention dear enough: two tries of 4 + 1 + 40 + 3 * 3 = 54 nodes beat one of 104
-    cost, runs = _tree_rows(family, order, common, pair_cost=0.01)
+    cost, runs = tree_rows(family, order, common, pair_cost=0.01)
     assert runs == [[0, 1, 2], [3, 4, 5]]
     assert cost == pytest.approx(2 * 54 * (1 + 54 * 0.01))
     # attention almost free: one trie, the fewest tokens
-    assert _tree_rows(family, order, common, pair_cost=1e-6)[1] == [order]
+    assert tree_rows(family, order, common, pair_cost=1e-6)[1] == [order]
     # prompts that part after the seat, each with 40 tokens of its own: a row per prompt
     apart = [(1, 2, 3, 4, seat, card) + tuple(range(10 * card, 10 * card + 40)) for seat in (5, 6) for card in (7, 8, 9)]
     order = sorted(range(len(apart)), key=apart.__getitem__)
     common = [len(os.path.commonprefix([apart[a], apart[b]])) for a, b in zip(order, order[1:])]
-    assert _tree_rows(apart, order, common, pair_cost=0.01)[1] == [[i] for i in order]
+    assert tree_rows(apart, order, common, pair_cost=0.01)[1] == [[i] for i in order]
 
 
 def test_one_token_sampling_runs_a_token_tree_when_prompts_share_prefixes(tok, model):
@@ -378,29 +378,29 @@ def test_one_token_sampling_runs_a_token_tree_when_prompts_share_prefixes(tok, m
     prompts = list(dict.fromkeys(map(tuple, policy.encode_prompts(SHARED_BATCH))))
     with ForwardSpy(model) as spy:
         policy.act(SHARED_BATCH)
-    assert spy.shapes == [(1, len(_prefix_tree(prompts).input_ids))]  # one system prompt: one trie
+    assert spy.shapes == [(1, len(prefix_tree(prompts).input_ids))]  # one system prompt: one trie
     assert spy.shapes[0][1] < sum(map(len, prompts)) // 2
     # Two seats whose system prompts part at the seat's name: a trie per seat, two rows of one pass.
     two = list(dict.fromkeys(map(tuple, policy.encode_prompts(TWO_PREFIX_BATCH))))
     with ForwardSpy(model) as spy:
         policy.act(TWO_PREFIX_BATCH)
-    plan = _plan_tree(model, two)
+    plan = plan_tree(model, two)
     assert [sorted(run) for run in plan.members] == [list(range(0, len(two), 2)), list(range(1, len(two), 2))]
     for tree, run in zip(plan.trees, plan.members):  # each row is the trie of its prompts alone
-        alone = _prefix_tree([two[i] for i in run])
+        alone = prefix_tree([two[i] for i in run])
         assert (tree.input_ids, tree.positions, tree.branches, tree.last) == (
             alone.input_ids, alone.positions, alone.branches, alone.last)
     assert spy.shapes == [(2, plan.width)]
     # the nodes of the one trie, plus the tokens before the seat's name once more
     shared = len(os.path.commonprefix([two[0], two[1]]))
-    assert sum(len(t.input_ids) for t in plan.trees) == len(_prefix_tree(two).input_ids) + shared
+    assert sum(len(t.input_ids) for t in plan.trees) == len(prefix_tree(two).input_ids) + shared
     # Prompts that share nothing: the tree saves no token, and its one attention square costs more.
     apart = [tuple(range(k * 100, k * 100 + 90)) for k in range(8)]
-    assert _plan_tree(model, apart) is None
+    assert plan_tree(model, apart) is None
     # A model whose attention may not read the tree's mask as given runs the other plans.
     windowed = build_tiny_model(tok, seed=0)
     windowed.config.sliding_window = 16
-    assert _plan_tree(windowed, prompts) is None
+    assert plan_tree(windowed, prompts) is None
 
 
 @pytest.mark.parametrize("which", list(BATCHES))
@@ -503,7 +503,7 @@ def test_one_token_scoring_runs_a_token_tree_with_the_same_logprobs_and_gradient
     outs, grads, shapes = run(True)
     ref_outs, ref_grads, ref_shapes = run(False)
     distinct = list(dict.fromkeys(map(tuple, prompts)))
-    assert shapes == [(1, len(_prefix_tree(distinct).input_ids))]  # one pass, each shared prefix once
+    assert shapes == [(1, len(prefix_tree(distinct).input_ids))]  # one pass, each shared prefix once
     assert ref_shapes == [(len(prompts), max(map(len, prompts)) + 1)]
     assert torch.equal(outs[1], ref_outs[1])
     for out, ref in zip(outs, ref_outs):

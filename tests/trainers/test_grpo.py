@@ -120,7 +120,7 @@ def test_config_errors_name_the_field():
         make_config("kuhn_poker_v0", {"episodes_per_step": 10, "group_size": 4})
     config = make_config("kuhn_poker_v0", {"steps": "7", "learn": "player", "progress": "false"})
     assert (config.steps, config.learn, config.progress) == (7, ["player"], False)
-    assert config.max_new_tokens == 1  # the env's TRAIN_DEFAULTS apply under the user's overrides
+    assert config.max_new_tokens == 1  # the env's preset applies under the user's overrides
 
 
 def test_freeze_rotate_schedule_alternates_roles():

@@ -75,21 +75,8 @@ def _renormalise(raw: Mapping[str, Mapping[str, float]]) -> tuple[dict[str, dict
 
 
 def _enumerated_strategy(policy: Any, env_kwargs: Mapping[str, Any]) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
-    import torch
-
-    from llm_zoo.policies.transformers import _left_pad, _position_ids
-
     eos = set(policy.eos_token_ids)
-    temperature = policy.temperature or 1.0
-
-    def next_logprobs(rows: list[list[int]]) -> torch.Tensor:
-        out = []
-        with torch.inference_mode():
-            for start in range(0, len(rows), 256):
-                ids, mask = _left_pad(rows[start:start + 256], policy.pad_token_id, policy.device)
-                logits = policy.model(input_ids=ids, attention_mask=mask, position_ids=_position_ids(mask)).logits
-                out.append(torch.log_softmax(logits[:, -1, :].float() / temperature, dim=-1).cpu())
-        return torch.cat(out)
+    next_logprobs = policy.next_token_logprobs  # [rows, vocab], tempered, on the CPU
 
     prompts = [policy.encode_prompts([info_set_observation(i, **env_kwargs)])[0] for i in theory.INFO_SETS]
     first = next_logprobs(prompts)  # [12, vocab]
@@ -192,9 +179,12 @@ def evaluate(policy: Any, *, method: str = "exact", samples: int = 64,
 
 
 def evaluate_policies(policies: Mapping[str, Any], *, method: str = "exact",
-                      env_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                      env_kwargs: Mapping[str, Any] | None = None, **_: Any) -> dict[str, Any]:
     """Evaluate the strategy formed by ``policies["player_0"]`` (first-to-act info sets) and
-    ``policies["player_1"]`` (second-to-act info sets); the trainer's headline metric."""
+    ``policies["player_1"]`` (second-to-act info sets); the trainer's headline metric.
+
+    The headline evaluation of ``kuhn_poker_v0``'s spec: exact, so it plays no episodes (it takes
+    and ignores the spec contract's ``play``)."""
     reader = exact_strategy if method == "exact" else sampled_strategy
     reads: dict[int, tuple[dict, dict]] = {}
     for policy in policies.values():

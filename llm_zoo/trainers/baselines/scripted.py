@@ -1,7 +1,7 @@
 """Every env's scripted players as baselines, with their strategy tables where they are tabular.
 
-The players themselves live with their envs (`SCRIPTED` in each versioned module, e.g. Kuhn
-poker's `nash`, `random`, `card`); this module gathers them over `llm_zoo.ENVS` so a benchmark or
+The players themselves live with their envs (the `scripted` field of each env's spec, e.g. Kuhn
+poker's `nash`, `random`, `card`); this module gathers them over the registry so a benchmark or
 `llm-zoo crossplay` can enumerate them, and reads the table of a `TabularPolicy` so that Kuhn's
 scripted players are scored by the same exploitability function as CFR, PPO and the LLM trainer.
 
@@ -15,7 +15,6 @@ scripted players are scored by the same exploitability function as CFR, PPO and 
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -26,23 +25,21 @@ from llm_zoo.policies.tabular import TabularPolicy
 __all__ = ["all_players", "players", "table_of", "tables"]
 
 Factory = Callable[..., Policy]
-"""`factory(seed=None) -> Policy`, as each env module's `SCRIPTED` holds them."""
+"""`factory(seed=None) -> Policy`, as each env spec's `scripted` holds them."""
 
 
 def players(env: str) -> dict[str, Factory]:
     """Return the scripted players of `env` (a versioned name), name -> factory(seed=...).
 
     Raises:
-        ValueError: `env` is not one of `llm_zoo.ENVS`.
+        ValueError: `env` is not a registered env.
     """
-    if env not in llm_zoo.ENVS:
-        raise ValueError(f"unknown env {env!r}; expected one of {sorted(llm_zoo.ENVS)}")
-    return dict(getattr(importlib.import_module(llm_zoo.ENVS[env]), "SCRIPTED", {}))
+    return dict(llm_zoo.env_spec(env).scripted)
 
 
 def all_players() -> dict[str, dict[str, Factory]]:
     """Return the scripted players of every env: env -> name -> factory(seed=...)."""
-    return {env: players(env) for env in sorted(llm_zoo.ENVS)}
+    return {env: players(env) for env in llm_zoo.registered()}
 
 
 def table_of(policy: Any) -> dict[str, dict[str, float]] | None:

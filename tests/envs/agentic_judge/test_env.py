@@ -16,6 +16,8 @@ from llm_zoo import agentic_judge_v0
 from llm_zoo.envs.agentic_judge.scripted import StoredSolver, tool_call
 from llm_zoo.envs.agentic_judge.tasks import load_tasks
 from llm_zoo.sandbox import sandbox_info
+from llm_zoo.trainers import presets
+from llm_zoo.trainers.evaluation import headline
 
 pytestmark = pytest.mark.skipif(not sandbox_info().available,
                                 reason="bubblewrap is not installed (apt-get install bubblewrap); CI installs it")
@@ -61,13 +63,13 @@ def test_pettingzoo_api_seed_render():
 
 
 def test_registered_with_pettingzoo():
-    assert "agentic_judge_v0" in llm_zoo.ENVS
+    assert "agentic_judge_v0" in llm_zoo.registered()
     env = pettingzoo.make("aec", "llm_zoo/agentic_judge-v0", visible_weight=0.5)
     env.reset(seed=0)
     assert env.unwrapped.visible_weight == 0.5
     assert llm_zoo.make_env("agentic_judge_v0").unwrapped.metadata["name"] == "agentic_judge_v0"
-    assert agentic_judge_v0.LEARNING_ROLES == ("solver",)
-    assert agentic_judge_v0.TRAIN_DEFAULTS["max_new_tokens"] >= 128
+    assert agentic_judge_v0.SPEC.learning_roles == ("solver",)
+    assert presets.preset("agentic_judge_v0")["max_new_tokens"] >= 128
     env.close()
 
 
@@ -81,7 +83,7 @@ def test_registered_with_pettingzoo():
 ])
 def test_scripted_solvers_and_the_rule_judge(solver, verdict, rewards, kind):
     env = agentic_judge_v0.env(render_mode="ansi")
-    totals, infos = play(env, {"solver": StoredSolver(solver), "judge": agentic_judge_v0.SCRIPTED["rule_judge"]()},
+    totals, infos = play(env, {"solver": StoredSolver(solver), "judge": agentic_judge_v0.SPEC.scripted["rule_judge"]()},
                          options={"task": TASK})
     assert totals == rewards
     info = infos["solver"]
@@ -373,12 +375,12 @@ def test_fuzzed_replies_and_tool_calls_never_crash(replies, task):
 
 
 def test_the_headline_evaluation_runs():
-    figures = agentic_judge_v0.evaluate_policies(
-        {"solver": agentic_judge_v0.SCRIPTED["reference"](), "judge": agentic_judge_v0.SCRIPTED["rule_judge"]()},
+    figures = headline("agentic_judge_v0",
+        {"solver": agentic_judge_v0.SPEC.scripted["reference"](), "judge": agentic_judge_v0.SPEC.scripted["rule_judge"]()},
         env_kwargs={"tasks": [TASK, "median"]}, episodes=2)
     assert figures == {"solver_reward": 1.0, "hidden_pass_rate": 1.0, "judge_agreement": 1.0, "failed_episodes": 0.0}
-    figures = agentic_judge_v0.evaluate_policies(  # mean's wrong solutions fail their visible tests too
-        {"solver": agentic_judge_v0.SCRIPTED["wrong"](), "judge": agentic_judge_v0.SCRIPTED["rule_judge"]()},
+    figures = headline("agentic_judge_v0",  # mean's wrong solutions fail their visible tests too
+        {"solver": agentic_judge_v0.SPEC.scripted["wrong"](), "judge": agentic_judge_v0.SPEC.scripted["rule_judge"]()},
         env_kwargs={"tasks": [TASK]}, episodes=2)
     assert figures == {"solver_reward": 0.0, "hidden_pass_rate": 0.0, "judge_agreement": 1.0, "failed_episodes": 0.0}
 

@@ -89,7 +89,7 @@ def test_registered_agents_roles_and_topics():
     assert env.possible_agents == ["proposer", "solver_0", "solver_1", "solver_2"]
     assert [env.unwrapped.role_of(a) for a in env.possible_agents] == ["proposer"] + ["solver"] * 3
     assert llm_zoo.make_env("proposer_solver_v0").unwrapped.num_solvers == 4
-    assert proposer_solver_v0.LEARNING_ROLES == ("proposer", "solver")
+    assert proposer_solver_v0.SPEC.learning_roles == ("proposer", "solver")
     assert len(TOPICS) >= 30 and len(set(TOPICS)) == len(TOPICS)
 
 

@@ -86,8 +86,8 @@ def test_pass_rates_fall_with_difficulty():
 
 def test_scripted_players_are_named_and_seeded():
     assert {"proposer", "proposer_easy", "proposer_hard", "solver", "solver_weak", "solver_strong",
-            "solver_oracle"} <= set(proposer_solver_v0.SCRIPTED)
-    a, b = proposer_solver_v0.SCRIPTED["proposer"](seed=3), proposer_solver_v0.SCRIPTED["proposer"](seed=3)
+            "solver_oracle"} <= set(proposer_solver_v0.SPEC.scripted)
+    a, b = proposer_solver_v0.SPEC.scripted["proposer"](seed=3), proposer_solver_v0.SPEC.scripted["proposer"](seed=3)
     assert proposal_of(a, Mode.INDUCTION) == proposal_of(b, Mode.INDUCTION)
     with pytest.raises(ValueError, match="difficulty"):
         ScriptedProposer(0)
@@ -143,7 +143,7 @@ def test_the_adaptive_proposer_writes_tasks_at_its_current_difficulty():
 
 
 def test_the_adaptive_proposer_observes_collected_episodes():
-    proposer = proposer_solver_v0.SCRIPTED["proposer_adaptive"](seed=0)
+    proposer = proposer_solver_v0.SPEC.scripted["proposer_adaptive"](seed=0)
     assert isinstance(proposer, AdaptiveProposer) and proposer.difficulty_of() == 1
     policies = {"proposer": proposer, "solver": ScriptedSolver(None, noise=0.0, seed=0)}
     episodes = collect(lambda: proposer_solver_v0.env(modes=["integer"], num_solvers=1), policies, 8, batch_size=4)

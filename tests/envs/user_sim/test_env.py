@@ -16,6 +16,7 @@ from pettingzoo.test import api_test, render_test, seed_test
 import llm_zoo
 from llm_zoo import user_sim_v0
 from llm_zoo.envs.user_sim import world
+from llm_zoo.trainers import presets
 
 
 @pytest.fixture(autouse=True)
@@ -51,10 +52,10 @@ def test_registered_and_versioned_module_facts():
     env.reset(seed=0)
     assert env.unwrapped.max_turns == 7
     assert llm_zoo.make_env("user_sim_v0").unwrapped.metadata["name"] == "user_sim_v0"
-    assert user_sim_v0.LEARNING_ROLES == ("assistant",)
-    assert user_sim_v0.TRAIN_DEFAULTS["max_new_tokens"] == 128
+    assert user_sim_v0.SPEC.learning_roles == ("assistant",)
+    assert presets.preset("user_sim_v0")["max_new_tokens"] == 128
     assert len(user_sim_v0.SCENARIOS) >= 30
-    assert {"scripted", "random_tools"} <= set(user_sim_v0.SCRIPTED)
+    assert {"scripted", "random_tools"} <= set(user_sim_v0.SPEC.scripted)
     assert env.unwrapped.role_of("user") == "user" and env.unwrapped.role_of("assistant") == "assistant"
 
 

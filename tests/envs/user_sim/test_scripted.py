@@ -14,6 +14,7 @@ from llm_zoo import user_sim_v0
 from llm_zoo.envs.user_sim import scripted as sc
 from llm_zoo.envs.user_sim import text
 from llm_zoo.policies.base import FunctionPolicy
+from llm_zoo.trainers.evaluation import headline
 from llm_zoo.trainers.rollout import collect
 
 SEEDS = (0, 1)
@@ -38,7 +39,7 @@ def play(assistant, scenario, seed=0, user=None, **env_kwargs):
 
 def test_scripted_assistant_solves_every_scenario_against_the_scripted_user():
     names = [n for n in user_sim_v0.SCENARIOS for _ in SEEDS]
-    policy = user_sim_v0.SCRIPTED["scripted"](seed=0)
+    policy = user_sim_v0.SPEC.scripted["scripted"](seed=0)
     episodes = collect(user_sim_v0.env, {"user": policy, "assistant": policy}, [s for _ in user_sim_v0.SCENARIOS
                                                                                for s in SEEDS],
                        options=[{"scenario": n} for n in names], batch_size=16)
@@ -204,7 +205,7 @@ def test_user_moves_to_the_next_task_after_a_done_report():
 
 
 def test_random_tool_caller_runs_and_fails_goals_that_need_actions():
-    policy = user_sim_v0.SCRIPTED["random_tools"](seed=0)
+    policy = user_sim_v0.SPEC.scripted["random_tools"](seed=0)
     names = ["cancel_mistake", "return_one_of_two", "exchange_size", "payment_to_paypal", "cancel_shipped_refused"]
     episodes = collect(user_sim_v0.env, {"user": policy, "assistant": policy}, [0] * len(names),
                        options=[{"scenario": n} for n in names], seed=0)
@@ -257,7 +258,7 @@ def test_user_reads_llm_phrasings(scenario, line, expected):
 
 
 def test_evaluate_policies_scores_the_assistant_against_the_scripted_user():
-    figures = user_sim_v0.evaluate_policies({"user": None, "assistant": sc.scripted()}, env_kwargs={"max_turns": 30})
+    figures = headline("user_sim_v0", {"user": None, "assistant": sc.scripted()}, env_kwargs={"max_turns": 30})
     assert figures["success_rate"] == 1.0 and figures["failed"] == 0
     assert figures["episodes"] == len(user_sim_v0.SCENARIOS) and figures["tool_calls"] > 1
 

@@ -12,7 +12,7 @@ from llm_zoo.trainers.baselines import scripted
 
 def test_every_env_is_listed_with_its_players():
     found = scripted.all_players()
-    assert set(found) == set(llm_zoo.ENVS)
+    assert set(found) == set(llm_zoo.registered())
     assert set(found["kuhn_poker_v0"]) == {"nash", "random", "card"}
 
 

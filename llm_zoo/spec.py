@@ -1,0 +1,241 @@
+"""EnvSpec: the one typed record through which the package knows an env, and the registry of them.
+
+An env tells the rest of llm_zoo what it is by registering an :class:`EnvSpec`: its versioned
+name, a factory for the wrapped AEC env, its roles, the roles that learn by default, its scripted
+players by name, the text a word-level tokenizer is built from, and its headline evaluation. The
+trainer, the CLI (``llm-zoo train/play/eval/crossplay``), the evaluators and the baselines read
+these fields and nothing else of the env's module. Per-env trainer settings are not here: they
+are training configuration (:mod:`llm_zoo.trainers.presets`).
+
+Registering, as PettingZoo's ``register`` and OpenSpiel's ``register_game`` do::
+
+    import llm_zoo
+    from llm_zoo.spec import EnvSpec
+
+    llm_zoo.register(EnvSpec(name="my_game_v0", env=my_env, roles=("player",)))
+    llm_zoo.make_env("my_game_v0")
+
+A package outside llm_zoo may instead name its spec under the entry-point group ``llm_zoo.envs``
+(in its ``pyproject.toml``: ``[project.entry-points."llm_zoo.envs"] my_game_v0 =
+"my_pkg.my_game:SPEC"``); the registry loads it the first time the name is looked up.
+
+The built-in envs are registered by name -> ``"module:SPEC"`` when ``llm_zoo`` is imported and
+their modules load on first lookup, so ``import llm_zoo`` stays light.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import re
+import types
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, Protocol
+
+from pettingzoo import AECEnv
+
+from llm_zoo.episode import Episode
+
+__all__ = ["ENTRY_POINT_GROUP", "ENV_ARGUMENT_HELP", "EnvSpec", "Play", "env_argument", "env_spec", "make_env", "pettingzoo_id", "register",
+           "register_lazy", "registered"]
+
+ENTRY_POINT_GROUP = "llm_zoo.envs"
+"""The entry-point group third-party packages list their specs under (value ``"module:SPEC"``)."""
+
+NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]*_v\d+")
+"""A versioned env name: lower-case words, then ``_v`` and the version (``kuhn_poker_v0``)."""
+
+
+class Play(Protocol):
+    """Plays episodes for an evaluation: ``play(policies, seeds, *, options=None, env_kwargs=None, seed=None)``.
+
+    The caller of :attr:`EnvSpec.evaluate` passes one (the trainer passes
+    :func:`llm_zoo.trainers.rollout.collect` bound to the env), so an env's evaluation can play
+    batched episodes without importing the trainer. ``policies`` maps agents or roles to
+    policies (or is a list of such maps, one per episode); the result is one
+    :class:`~llm_zoo.episode.Episode` per seed, in order.
+    """
+
+    def __call__(self, policies: Any, seeds: Sequence[int], *, options: Any = None,
+                 env_kwargs: Mapping[str, Any] | None = None, seed: int | None = None) -> list[Episode]: ...
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """Everything the package knows about an env; frozen, so a registered spec cannot drift."""
+
+    name: str
+    """Versioned name, ``<game>_v<N>`` (``kuhn_poker_v0``); bump N when rules, observations or rewards change."""
+    env: Callable[..., AECEnv]
+    """Factory of the env with its standard wrappers: ``env(**env_kwargs)``."""
+    roles: tuple[str, ...]
+    """Every role an agent of the env can have (``raw_env.role_of(agent)``), e.g. ``("solver", "judge")``."""
+    learning_roles: tuple[str, ...] = ()
+    """Roles the trainer trains unless its config says otherwise; empty = every role."""
+    scripted: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+    """Scripted players by name: ``factory(seed=None) -> Policy``; every role should have one."""
+    corpus: Callable[[], Sequence[str]] | None = None
+    """The text the env shows, for a word-level tokenizer of a tiny model; None = a byte-level tokenizer."""
+    evaluate: Callable[..., Mapping[str, Any]] | None = None
+    """The headline evaluation: ``evaluate(policies, *, env_kwargs, play, **options) -> {metric: value}``,
+    ``policies`` mapping each agent to its policy and ``play`` a :class:`Play`; None = no headline."""
+    description: str = ""
+    """One line on what the env is, for listings."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not NAME_PATTERN.fullmatch(self.name):
+            raise ValueError(f"EnvSpec.name must be a versioned name such as 'my_game_v0' "
+                             f"(pattern {NAME_PATTERN.pattern}); got {self.name!r}")
+        if not callable(self.env):
+            raise TypeError(f"EnvSpec({self.name!r}).env must be a callable returning an AEC env; "
+                            f"got {type(self.env).__name__}")
+        roles = tuple(self.roles)
+        if not roles or not all(isinstance(r, str) and r for r in roles):
+            raise ValueError(f"EnvSpec({self.name!r}).roles must name at least one role; got {self.roles!r}")
+        learning = tuple(self.learning_roles)
+        unknown = sorted(set(learning) - set(roles))
+        if unknown:
+            raise ValueError(f"EnvSpec({self.name!r}).learning_roles {unknown} are not among its roles {roles}")
+        bad = sorted(str(k) for k, v in self.scripted.items() if not isinstance(k, str) or not callable(v))
+        if bad:
+            raise TypeError(f"EnvSpec({self.name!r}).scripted maps names to factories(seed=None); "
+                            f"these entries are not: {bad}")
+        for name in ("corpus", "evaluate"):
+            value = getattr(self, name)  # a field of this dataclass, not an env module's attribute
+            if value is not None and not callable(value):
+                raise TypeError(f"EnvSpec({self.name!r}).{name} must be callable or None; got {type(value).__name__}")
+        object.__setattr__(self, "roles", roles)
+        object.__setattr__(self, "learning_roles", learning or roles)
+        object.__setattr__(self, "scripted", types.MappingProxyType(dict(self.scripted)))
+
+    @property
+    def pettingzoo_id(self) -> str:
+        """The id under which the env is also registered with PettingZoo (``llm_zoo/kuhn_poker-v0``)."""
+        return pettingzoo_id(self.name)
+
+
+def pettingzoo_id(name: str) -> str:
+    """Return the PettingZoo registry id of a versioned name: ``kuhn_poker_v0`` -> ``llm_zoo/kuhn_poker-v0``."""
+    head, _, version = name.rpartition("_v")
+    return f"llm_zoo/{head}-v{version}"
+
+
+# ---------------------------------------------------------------------------------------------
+# THE REGISTRY
+# ---------------------------------------------------------------------------------------------
+
+_specs: dict[str, EnvSpec] = {}
+_lazy: dict[str, str] = {}  # name -> "module:attr", loaded on first lookup
+_entry_points_read = False
+
+
+def register(spec: EnvSpec, *, replace: bool = False) -> EnvSpec:
+    """Register ``spec`` under its name (and with PettingZoo's registry); return it.
+
+    Registering the same spec again, or a spec whose factory is the same function (a module
+    imported twice), is a no-op update. Another env under a taken name raises ``ValueError``
+    unless ``replace=True``.
+    """
+    if not isinstance(spec, EnvSpec):
+        raise TypeError(f"register() takes an llm_zoo.spec.EnvSpec; got {type(spec).__name__}")
+    old = _specs.get(spec.name)
+    if old is not None and old != spec and not replace and _origin(old.env) != _origin(spec.env):
+        raise ValueError(f"env {spec.name!r} is already registered (factory {_origin(old.env)}); "
+                         f"pick another name, bump its version, or pass replace=True")
+    _specs[spec.name] = spec
+    _lazy.pop(spec.name, None)
+    _register_with_pettingzoo(spec.name)
+    return spec
+
+
+def register_lazy(name: str, target: str) -> None:
+    """Register the spec found at ``target`` (``"module:attr"``) under ``name``; it loads on first lookup."""
+    if not NAME_PATTERN.fullmatch(name) or ":" not in target:
+        raise ValueError(f"register_lazy expects a versioned name and 'module:attr'; got {name!r}, {target!r}")
+    if name not in _specs:
+        _lazy[name] = target
+        _register_with_pettingzoo(name)
+
+
+def registered() -> list[str]:
+    """Return the names of every registered env (built-in, registered, and from entry points), sorted."""
+    _read_entry_points()
+    return sorted(set(_specs) | set(_lazy))
+
+
+def env_spec(name: str) -> EnvSpec:
+    """Return the spec of the env registered as ``name``; ``ValueError`` lists the known names.
+
+    ``"module:name"`` imports ``module`` first (which registers its env), as ``gymnasium.make``
+    reads ``"module:EnvName-v0"``: ``env_spec("examples.haggle:haggle_v0")``.
+    """
+    if name in _specs:
+        return _specs[name]
+    if ":" in name:
+        module, _, name = name.rpartition(":")
+        importlib.import_module(module)
+        if name in _specs:
+            return _specs[name]
+    if name not in _lazy:
+        _read_entry_points()
+    if name in _lazy:
+        target = _lazy[name]
+        module, _, attr = target.partition(":")
+        spec = vars(importlib.import_module(module)).get(attr)
+        if not isinstance(spec, EnvSpec) or spec.name != name:
+            raise TypeError(f"{target} should be the EnvSpec of {name!r}; got {spec!r:.120}")
+        return register(spec, replace=True)
+    raise ValueError(f"unknown env {name!r}; expected one of {registered()} (register one with "
+                     f"llm_zoo.register(EnvSpec(...)) or the {ENTRY_POINT_GROUP!r} entry-point group)")
+
+
+ENV_ARGUMENT_HELP = ("a registered env's versioned name (kuhn_poker_v0, ...), or MODULE:NAME to import the module "
+                     "that registers it first (examples.haggle:haggle_v0, importable from the current directory)")
+"""The help text of the env argument of every ``llm-zoo`` command."""
+
+
+def env_argument(value: str) -> str:
+    """Read a command line's env argument (see :data:`ENV_ARGUMENT_HELP`); return the versioned name.
+
+    For ``MODULE:NAME`` the current directory goes on ``sys.path`` first, as ``python -m`` puts it
+    there, so ``llm-zoo train examples.haggle:haggle_v0`` finds ``examples/haggle.py``.
+    """
+    import argparse
+    import os
+    import sys
+
+    if ":" in value and os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return env_spec(value).name
+    except (ValueError, ImportError) as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
+
+
+def make_env(name: str, **kwargs: Any) -> AECEnv:
+    """Make the env registered as ``name`` (``"kuhn_poker_v0"``), with its standard wrappers."""
+    return env_spec(name).env(**kwargs)
+
+
+def _read_entry_points() -> None:
+    global _entry_points_read
+    if _entry_points_read:
+        return
+    _entry_points_read = True
+    for point in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if point.name not in _specs and point.name not in _lazy:
+            register_lazy(point.name, point.value)
+
+
+def _origin(fn: Callable[..., Any]) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def _register_with_pettingzoo(name: str) -> None:
+    """Make ``pettingzoo.make("aec", "llm_zoo/<game>-v<N>")`` build the env (through this registry)."""
+    import pettingzoo
+
+    if pettingzoo_id(name) not in pettingzoo.aec_registry:
+        pettingzoo.register("aec", pettingzoo_id(name), entry_point=functools.partial(make_env, name))

@@ -1,0 +1,118 @@
+"""Per-env training defaults: what ``llm-zoo train ENV`` changes in :class:`~llm_zoo.trainers.grpo.TrainConfig`.
+
+These are training configuration, not env state, so they live with the trainer, keyed by the
+env's versioned name. :func:`~llm_zoo.trainers.grpo.make_config` applies, in order: the
+dataclass defaults, the env's preset here, a config file, then ``--set`` overrides. An env
+registered from outside the package (:func:`llm_zoo.register`) gets no preset unless it adds one
+with :func:`add`; it trains with the dataclass defaults and whatever the command line sets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["PRESETS", "add", "preset"]
+
+KUHN_POKER_V0: dict[str, Any] = {
+    # The main job (`llm-zoo train kuhn_poker_v0`): self-play of the tiny model with RAE, one model
+    # per seat, on a 2-core CPU in minutes. Each choice below was measured (seed 0, same budget, one
+    # change at a time); docs/kuhn_selfplay.md has the runs.
+    "steps": 1500,
+    "episodes_per_step": 256,  # 128: the last iterate's exploitability swings 0.05-0.10 from one eval to the next
+    "eval_every": 50,
+    "checkpoint_every": 250,
+    # one update over the whole batch: each distinct prompt then runs once (micro-batches of 64: 3x slower steps)
+    "micro_batch_size": 512,
+    # one-token replies: the tiny model's vocabulary has each move as a single token
+    "max_new_tokens": 1,
+    # The rules stay out of the prompt: the tiny model learns the game from play, 3x faster per step.
+    # No retries: an invalid reply forfeits at once, so it costs what it should.
+    "env_kwargs": {"rules_in_prompt": False, "max_retries": 0},
+    # Sample only legal replies (action masking, as MaskablePPO does): a model learning from scratch
+    # otherwise spends its budget on the format and collapses onto one token for every context.
+    "constrain_to_legal": True,
+    # A magnet: an exact KL to an EMA of the learner's own weights. Plain self-play policy gradients
+    # cycle around Kuhn's mixed equilibrium (exploitability 0.15-0.4 with an entropy bonus alone).
+    "beta": 1.0,
+    "reference_ema": 0.995,
+    "kl_estimator": "exact",
+    # The trained policy is the EMA of the weights (Polyak averaging), as CFR reports its average
+    # strategy: the last iterate keeps circling the equilibrium. 0.998 (about 500 steps) against
+    # 0.995: 0.046 vs 0.053, the long average smoothing out the slow circling that 0.995 follows.
+    "average_ema": 0.998,
+    # One model per seat, each with its own initialisation and optimiser, both starting from the
+    # uniform policy (zero output layers) and playing each other. One network playing both seats
+    # ties together information sets that need different answers (K first vs K after a check, ...)
+    # and stalls at 0.056-0.060 on this budget.
+    "policies": {"player_0": "seat_0", "player_1": "seat_1"},
+    # One RAE baseline per seat (with one model per seat, per model). Both seats have the role
+    # "player", and one baseline over both seats of a zero-sum game stays at 0 (RAE would be
+    # REINFORCE without a baseline); per seat it learns the first player's disadvantage.
+    "baseline_key": "agent",
+    # a wider model than the default decouples the 12 information sets better (0.08-0.11 vs 0.1-0.2)
+    "model_hidden_size": 128,
+    "model_init_std": 0.125,
+    # ...but with that init a random output layer can make a context nearly deterministic from the
+    # start (seed 1: call a bet with every card at 0.99), where the gradient vanishes and the run
+    # sticks at 0.35; a zero output layer starts every seed from the uniform policy
+    "model_zero_head": True,
+    # with the average smoothing the noise, a larger step reaches the slow directions sooner
+    "lr": 3e-4,
+    "lr_schedule": "linear",
+    # one torch thread: the tiny model's kernels are too small to gain from more, and lose to contention
+    "threads": 1,
+}
+"""The main job (``llm-zoo train kuhn_poker_v0``); each choice measured in docs/kuhn_selfplay.md."""
+
+AGENTIC_JUDGE_V0: dict[str, Any] = {
+    # a reply is a tool call with a short file, or a verdict: long enough for real models, short for tiny ones
+    "max_new_tokens": 256,
+    # every episode runs a few sandboxed programs; groups of 4 solvers share a task (GRPO's comparison)
+    "episodes_per_step": 8,
+    "group_size": 4,
+    "rollout_batch_size": 8,
+    "algorithm": "grpo",
+    # the judge is frozen by default: the rule-based judge, which uses its tools but never the hidden tests
+    "policies": {"judge": "scripted:rule_judge"},
+}
+
+PROPOSER_SOLVER_V0: dict[str, Any] = {
+    # The comparison groups come from the env (solvers of one problem, proposers of one topic).
+    "algorithm": "hgrpo",
+    # Short replies and small batches: with the byte-level tiny model a step stays a CPU smoke run;
+    # a real model needs max_new_tokens of several hundred.
+    "max_new_tokens": 48,
+    "steps": 4,
+    "episodes_per_step": 4,
+    # Two episodes per env seed share the topic, so the proposers' groups have two members.
+    "group_size": 2,
+    "rollout_batch_size": 4,
+    "micro_batch_size": 8,
+    # No retries: a malformed reply ends the proposer's episode at once, and prompts stay short.
+    "env_kwargs": {"max_retries": 0},
+}
+
+USER_SIM_V0: dict[str, Any] = {
+    "max_new_tokens": 128,
+    # the user is frozen by default: the scripted simulator plays each persona faithfully
+    "policies": {"user": "scripted:scripted"},
+}
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "kuhn_poker_v0": KUHN_POKER_V0,
+    "agentic_judge_v0": AGENTIC_JUDGE_V0,
+    "proposer_solver_v0": PROPOSER_SOLVER_V0,
+    "user_sim_v0": USER_SIM_V0,
+}
+"""Env name -> the config fields its training runs start from (over the dataclass defaults)."""
+
+
+def preset(env: str) -> dict[str, Any]:
+    """Return a copy of the training defaults of ``env`` ({} for an env without a preset)."""
+    return {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in PRESETS.get(env, {}).items()}
+
+
+def add(env: str, values: Mapping[str, Any]) -> None:
+    """Set the training defaults of ``env`` (e.g. for an env registered from outside the package)."""
+    PRESETS[env] = dict(values)
