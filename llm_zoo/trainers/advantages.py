@@ -15,7 +15,7 @@ sample; the trainer spreads a sample's advantage over the completion tokens of t
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -109,3 +109,48 @@ def hgrpo(rewards: Sequence[float], groups: Sequence[Hashable]) -> list[float]:
 def no_baseline(rewards: Sequence[float]) -> list[float]:
     """Return the rewards themselves (REINFORCE without a baseline), for ablations."""
     return [float(r) for r in rewards]
+
+
+# ---------------------------------------------------------------------------------------------
+# THE TABLE the trainer looks estimators up in (``config.algorithm``)
+# ---------------------------------------------------------------------------------------------
+
+RAE_DECAY = 0.95
+"""EMA decay of the RAE baselines, as SPIRAL uses (about a 20-step memory)."""
+
+Estimator = Callable[[Sequence[float], Sequence[Hashable], Sequence[Hashable], RAEState], list[float]]
+"""``estimator(rewards, baseline_keys, group_keys, rae_state) -> advantages``: one uniform signature,
+each estimator reading what it needs (RAE the keys and its state, the GRPOs the groups)."""
+
+
+def rae_advantages(rewards: Sequence[float], keys: Sequence[Hashable], groups: Sequence[Hashable],
+                   state: RAEState) -> list[float]:
+    """:func:`rae` over per-key baselines with decay :data:`RAE_DECAY` (the groups are not read)."""
+    return rae(rewards, keys, state, RAE_DECAY)
+
+
+def grpo_advantages(rewards: Sequence[float], keys: Sequence[Hashable], groups: Sequence[Hashable],
+                    state: RAEState) -> list[float]:
+    """:func:`grpo` within groups, scaled by each group's std."""
+    return grpo(rewards, groups)
+
+
+def hgrpo_advantages(rewards: Sequence[float], keys: Sequence[Hashable], groups: Sequence[Hashable],
+                     state: RAEState) -> list[float]:
+    """:func:`hgrpo`: reward minus its env-defined group's mean."""
+    return hgrpo(rewards, groups)
+
+
+def raw_returns(rewards: Sequence[float], keys: Sequence[Hashable], groups: Sequence[Hashable],
+                state: RAEState) -> list[float]:
+    """:func:`no_baseline`: the rewards themselves, for ablations."""
+    return no_baseline(rewards)
+
+
+ESTIMATORS: dict[str, Estimator] = {
+    "rae": rae_advantages,
+    "grpo": grpo_advantages,
+    "hgrpo": hgrpo_advantages,
+    "none": raw_returns,
+}
+"""``config.algorithm`` -> its advantage estimator."""

@@ -1,8 +1,12 @@
 """Token-level GRPO / RAE training of LLM policies on llm_zoo's multi-agent envs.
 
-Reads top to bottom: the config, small pure helpers (the per-token loss, masks), the pieces that
-hold state (a learner per policy, checkpoints), then :func:`train`, whose body is the loop:
-ROLLOUT -> REWARDS -> ADVANTAGES -> LOSS and STEP -> LOG.
+Reads top to bottom: the config, small pure helpers (the per-token loss, the loss normalisations,
+the learning-rate schedules), a learner per policy, then :func:`train`, whose body is the loop:
+ROLLOUT -> REWARDS -> ADVANTAGES -> LOSS and STEP -> LOG, and :func:`update`, the token-level step.
+Its neighbours hold the rest: advantage estimators (:mod:`~llm_zoo.trainers.advantages`, one
+table), per-env defaults (:mod:`~llm_zoo.trainers.presets`), checkpoints
+(:mod:`~llm_zoo.trainers.checkpoint`), the self-play pool and schedules
+(:mod:`~llm_zoo.trainers.selfplay`), and the scoring pass (:mod:`llm_zoo.scoring`).
 
 Roles map to policies: ``policies={"player": "main"}`` (the default: every role one shared model)
 or ``{"player_0": "p0", "player_1": "p1"}`` (one model and optimiser per seat). Only the completion
@@ -21,13 +25,11 @@ import dataclasses
 import hashlib
 import json
 import math
-import os
 import random
-import shutil
 import sys
 import time
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,8 +43,17 @@ from llm_zoo.policies.transformers import TransformersPolicy
 from llm_zoo.scoring import completion_logprobs
 from llm_zoo.trainers import advantages as adv
 from llm_zoo.trainers import presets
+from llm_zoo.trainers.checkpoint import latest_checkpoint, load_checkpoint, resume_dir, save_checkpoint
 from llm_zoo.trainers.evaluation import headline_evaluator
 from llm_zoo.trainers.rollout import collect
+from llm_zoo.trainers.selfplay import (
+    SCHEDULES,
+    active_learners,
+    add_snapshot,
+    frozen_copy,
+    meet_snapshots,
+    snapshot_policy,
+)
 
 # ---------------------------------------------------------------------------------------------
 # CONFIG
@@ -69,11 +80,8 @@ class TrainConfig:
     group_size: int = 1
     """Episodes per env seed: GRPO compares episodes that share a seed (the same deal or task)."""
     algorithm: str = "rae"
-    """Advantage estimator: rae, grpo, hgrpo or none (raw returns)."""
-    rae_decay: float = 0.95
-    """EMA decay of the RAE baselines (one baseline per env and role)."""
-    grpo_scale: str = "group"
-    """GRPO's std scaling: group, batch or none."""
+    """Advantage estimator (``advantages.ESTIMATORS``): rae (EMA baselines, decay 0.95), grpo (group-normalised),
+    hgrpo (minus the env-defined group's mean) or none (raw returns)."""
     baseline_key: str = "role"
     """What RAE baselines and GRPO groups are keyed by besides the env: ``role``, ``agent``, or ``prompt``
     (the role and the agent's first prompt in the episode: one baseline per opening state, as GRPO
@@ -122,17 +130,11 @@ class TrainConfig:
     """Final learning rate as a fraction of lr, for the linear and cosine schedules."""
     warmup_steps: int = 0
     """Linear warm-up steps."""
-    weight_decay: float = 0.0
-    """AdamW weight decay."""
-    adam_beta1: float = 0.9
-    """AdamW's first-moment decay. Momentum is known to make two-player game dynamics cycle
-    (Gidel et al., 2019); 0 turns it off."""
     epsilon_low: float = 0.2
-    """Lower clip of the importance ratio (1 - epsilon_low)."""
+    """Lower clip of the importance ratio (1 - epsilon_low); the ratio departs from 1 where the sampler's
+    log-probs differ from the trainer's (generation=vllm)."""
     epsilon_high: float = 0.2
     """Upper clip of the importance ratio (1 + epsilon_high)."""
-    updates_per_step: int = 1
-    """Passes over each rollout batch; above 1 the ratio and its clipping come into play."""
     micro_batch_size: int = 64
     """Sequences per forward/backward; gradients accumulate over a step's micro-batches."""
     aggregation: str = "token"
@@ -155,8 +157,6 @@ class TrainConfig:
     """k3 (sampled-token estimator) or exact (summed over the vocabulary)."""
     entropy_coef: float = 0.0
     """Weight of the entropy bonus on completion tokens."""
-    max_grad_norm: float = 1.0
-    """Gradient clipping by global norm."""
 
     pool_every: int = 0
     """Snapshot each learner into the self-play pool every this many steps (0: no pool)."""
@@ -187,16 +187,16 @@ class TrainConfig:
     """Also write TensorBoard event files (when tensorboard is installed)."""
 
     def __post_init__(self) -> None:
-        choices = {"algorithm": ("rae", "grpo", "hgrpo", "none"), "grpo_scale": ("group", "batch", "none"),
-                   "schedule": ("together", "freeze_rotate"), "aggregation": ("token", "sequence", "constant"),
-                   "lr_schedule": ("constant", "linear", "cosine"), "baseline_key": ("role", "agent", "prompt"),
+        choices = {"algorithm": tuple(adv.ESTIMATORS), "schedule": tuple(SCHEDULES),
+                   "aggregation": tuple(AGGREGATIONS), "lr_schedule": tuple(LR_SCHEDULES),
+                   "baseline_key": ("role", "agent", "prompt"),
                    "kl_estimator": ("k3", "exact"),
                    "generation": ("transformers", "vllm")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"config.{name} must be one of {allowed}; got {getattr(self, name)!r}")
         for name in ("steps", "episodes_per_step", "group_size", "max_new_tokens", "micro_batch_size",
-                     "updates_per_step", "rollout_batch_size", "rotate_every", "pool_size"):
+                     "rollout_batch_size", "rotate_every", "pool_size"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"config.{name} must be >= 1; got {getattr(self, name)!r}")
         if self.episodes_per_step % self.group_size:
@@ -313,18 +313,52 @@ def exact_kl(all_logps: torch.Tensor, ref_all_logps: torch.Tensor) -> torch.Tens
     return torch.where(finite, p_log.exp() * (p_log - q_log), 0.0).sum(dim=-1)
 
 
+def _token_sum(per_token_loss: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
+    """Sum over every completion token."""
+    return per_token_loss.sum()
+
+
+def _sequence_means(per_token_loss: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
+    """Sum over sequences of each sequence's mean over its tokens."""
+    return (per_token_loss.sum(dim=1) / completion_mask.sum(dim=1).clamp(min=1)).sum()
+
+
+@dataclass(frozen=True)
+class Aggregation:
+    """A loss normalisation: how a micro-batch's tokens are summed, and what the step's sum is divided by."""
+
+    reduce: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    """(per-token loss, completion mask) -> the micro-batch's sum."""
+    normalizer: Callable[[Sequence[Sample], int], float]
+    """(the step's samples, max_new_tokens) -> the divisor, the same for every micro-batch of the step."""
+
+
+AGGREGATIONS: dict[str, Aggregation] = {
+    # mean over the step's completion tokens (DAPO's token-level loss)
+    "token": Aggregation(_token_sum, lambda batch, _: sum(len(b.completion_ids) for b in batch)),
+    # mean of per-sequence means (GRPO as first published)
+    "sequence": Aggregation(_sequence_means, lambda batch, _: len(batch)),
+    # sum over tokens / (sequences * max_new_tokens) (Dr. GRPO: no length bias)
+    "constant": Aggregation(_token_sum, lambda batch, longest: len(batch) * longest),
+}
+"""``config.aggregation`` -> its normalisation."""
+
+
 def aggregate(per_token_loss: torch.Tensor, completion_mask: torch.Tensor, aggregation: str,
               normalizer: float) -> torch.Tensor:
-    """Reduce a micro-batch's per-token loss to its share of the step's loss.
+    """Reduce a micro-batch's per-token loss to its share of the step's loss (``AGGREGATIONS[aggregation]``).
 
-    ``token``: sum / ``normalizer`` (the step's active tokens); ``sequence``: sum over sequences of
-    per-sequence means / ``normalizer`` (the step's sequences); ``constant``: sum / ``normalizer``
-    (sequences * max_new_tokens). Summing the shares of all micro-batches gives the step's loss.
+    Summing the shares of all micro-batches, each divided by the step's ``normalizer``, gives the step's loss.
     """
-    if aggregation == "sequence":
-        lengths = completion_mask.sum(dim=1).clamp(min=1)
-        return (per_token_loss.sum(dim=1) / lengths).sum() / normalizer
-    return per_token_loss.sum() / normalizer
+    return AGGREGATIONS[aggregation].reduce(per_token_loss, completion_mask) / normalizer
+
+
+LR_SCHEDULES: dict[str, Callable[[float, float], float]] = {
+    "constant": lambda progress, low: 1.0,
+    "linear": lambda progress, low: 1.0 - (1.0 - low) * progress,
+    "cosine": lambda progress, low: low + (1.0 - low) * 0.5 * (1.0 + math.cos(math.pi * progress)),
+}
+"""``config.lr_schedule`` -> (progress in [0, 1] after warm-up, lr_min_ratio) -> multiplier of ``lr``."""
 
 
 def learning_rate_factor(step: int, config: TrainConfig) -> float:
@@ -333,12 +367,7 @@ def learning_rate_factor(step: int, config: TrainConfig) -> float:
         return (step + 1) / config.warmup_steps
     span = max(1, config.steps - config.warmup_steps)
     progress = min(1.0, (step - config.warmup_steps) / span)
-    low = config.lr_min_ratio
-    if config.lr_schedule == "linear":
-        return 1.0 - (1.0 - low) * progress
-    if config.lr_schedule == "cosine":
-        return low + (1.0 - low) * 0.5 * (1.0 + math.cos(math.pi * progress))
-    return 1.0
+    return LR_SCHEDULES[config.lr_schedule](progress, config.lr_min_ratio)
 
 
 def step_rng(seed: int, step: int, purpose: str) -> random.Random:
@@ -347,7 +376,7 @@ def step_rng(seed: int, step: int, purpose: str) -> random.Random:
 
 
 # ---------------------------------------------------------------------------------------------
-# LEARNERS, POOL, CHECKPOINTS
+# LEARNERS
 # ---------------------------------------------------------------------------------------------
 
 
@@ -398,25 +427,12 @@ def make_learner(name: str, config: TrainConfig, device: torch.device, index: in
     policy = TransformersPolicy(model, tokenizer, name=name, temperature=config.temperature, top_p=config.top_p,
                                 max_new_tokens=config.max_new_tokens, device=device,
                                 constrain=config.constrain_to_legal)
-    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=config.lr, weight_decay=config.weight_decay,
-                                  betas=(config.adam_beta1, 0.999))
+    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=config.lr, weight_decay=0.0)
     reference = None
     if config.beta:
         reference = copy.deepcopy(policy.model).eval().requires_grad_(False)
     average = frozen_copy(policy, name) if config.average_ema else None
     return Learner(name, policy, optimizer, reference, average=average)
-
-
-def frozen_copy(policy: TransformersPolicy, name: str,
-                state: Mapping[str, torch.Tensor] | None = None) -> TransformersPolicy:
-    """Return a policy that samples like ``policy`` from a frozen copy of its model (with ``state`` loaded)."""
-    model = copy.deepcopy(policy.model)
-    if state is not None:
-        model.load_state_dict(state)
-    return TransformersPolicy(model.eval().requires_grad_(False), policy.tokenizer, name=name,
-                              temperature=policy.temperature, top_p=policy.top_p,
-                              max_new_tokens=policy.max_new_tokens, device=policy.device,
-                              constrain=policy.constrain)
 
 
 def make_vllm_generator(learner: Learner, path: Path, config: TrainConfig):
@@ -430,86 +446,18 @@ def make_vllm_generator(learner: Learner, path: Path, config: TrainConfig):
                       gpu_memory_utilization=config.vllm_gpu_memory_utilization)
 
 
-def snapshot_policy(learner: Learner, snapshot_step: int, state: Mapping[str, torch.Tensor],
-                    cache: dict[tuple[str, int], TransformersPolicy]) -> TransformersPolicy:
-    """Return a frozen policy for a pool snapshot (built once, then reused)."""
-    key = (learner.name, snapshot_step)
-    if key not in cache:
-        cache[key] = frozen_copy(learner.policy, f"{learner.name}@{snapshot_step}", state)
-    return cache[key]
-
-
-def save_checkpoint(run_dir: Path, step: int, learners: Mapping[str, Learner], rae_state: adv.RAEState,
-                    keep: int) -> Path:
-    """Write everything needed to resume after ``step`` steps, atomically (temp dir, then rename)."""
-    root = run_dir / "checkpoints"
-    final = root / f"step_{step:06d}"
-    tmp = root / f".tmp_step_{step:06d}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for name, learner in learners.items():
-        learner.trained.model.save_pretrained(tmp / "policies" / name)
-        learner.policy.tokenizer.save_pretrained(tmp / "policies" / name)
-        torch.save({"optimizer": learner.optimizer.state_dict(),
-                    "pool": [(s, {k: v.cpu() for k, v in sd.items()}) for s, sd in learner.pool],
-                    "reference": None if learner.reference is None else learner.reference.state_dict(),
-                    "learner": None if learner.average is None else learner.model.state_dict()},
-                   tmp / f"{name}.trainer.pt")
-    state = {"step": step, "rae": rae_state.to_dict(), "policies": sorted(learners),
-             "torch_rng": torch.get_rng_state().tolist()}
-    (tmp / "state.json").write_text(json.dumps(state))
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    _write_atomic(root / "latest", final.name)
-    for old in sorted(p for p in root.glob("step_*") if p.is_dir())[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
-
-
-def load_checkpoint(path: Path, learners: Mapping[str, Learner]) -> tuple[int, adv.RAEState]:
-    """Restore learners in place from a checkpoint; return (the step to continue from, the RAE state)."""
-    from safetensors.torch import load_file
-
-    state = json.loads((path / "state.json").read_text())
-    for name, learner in learners.items():
-        weights = load_file(str(path / "policies" / name / "model.safetensors"))
-        trainer_state = torch.load(path / f"{name}.trainer.pt", weights_only=False)
-        if learner.average is not None:  # policies/ holds the average; the learner's weights are kept apart
-            learner.average.model.load_state_dict(weights, strict=False)
-            weights = trainer_state.get("learner") or weights
-        learner.model.load_state_dict(weights, strict=False)
-        learner.optimizer.load_state_dict(trainer_state["optimizer"])
-        learner.pool = [(s, sd) for s, sd in trainer_state["pool"]]
-        if learner.reference is not None and trainer_state.get("reference") is not None:
-            learner.reference.load_state_dict(trainer_state["reference"])
-    torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
-    return int(state["step"]), adv.RAEState.from_dict(state["rae"])
-
-
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """Return the newest complete checkpoint of a run, or None."""
-    pointer = run_dir / "checkpoints" / "latest"
-    if pointer.exists():
-        path = run_dir / "checkpoints" / pointer.read_text().strip()
-        if (path / "state.json").exists():
-            return path
-    return None
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 # ---------------------------------------------------------------------------------------------
 # THE LOOP
 # ---------------------------------------------------------------------------------------------
 
 
 def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
-    """Train the policies of ``config``; return the final evaluation (also written to eval.json)."""
+    """Train the policies of ``config``; return the final evaluation (also written to eval.json).
+
+    With ``resume`` the run continues from the latest checkpoint of ``config.run_dir``, or, when
+    that is empty, of the newest run of the env under ``runs/``; ``FileNotFoundError`` when there
+    is none (:func:`~llm_zoo.trainers.checkpoint.resume_dir`).
+    """
     from llm_zoo.trainers.logging import MetricsLogger
 
     if config.threads:
@@ -522,7 +470,10 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
     roles = {a: probe.role_of(a) for a in agents}
     learn = set(config.learn or spec.learning_roles)
     policy_of = {a: config.policies.get(a, config.policies.get(roles[a], "main")) for a in agents}
-    run_dir = Path(config.run_dir or f"runs/{config.env}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if resume:
+        run_dir = resume_dir(config.env, config.run_dir)
+    else:
+        run_dir = Path(config.run_dir or f"runs/{config.env}-{time.strftime('%Y%m%d-%H%M%S')}")
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2))
     _write_yaml(run_dir / "config.yaml", dataclasses.asdict(config))
@@ -551,6 +502,11 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
     logger = MetricsLogger(run_dir, resume_from=start, tensorboard=config.tensorboard)
     evaluate = headline_evaluator(config.env)
     snapshots: dict[tuple[str, int], TransformersPolicy] = {}
+    pool_of = {a: (learners[policy_of[a]].pool if policy_of[a] in learners else []) for a in agents}.__getitem__
+
+    def snapshot(agent: str, snap_step: int, state: Mapping[str, torch.Tensor]) -> TransformersPolicy:
+        return snapshot_policy(learners[policy_of[agent]].policy, snap_step, state, snapshots)
+
     totals = {"episodes": start * config.episodes_per_step}
     bar = _progress(config, start)
     final_eval: dict[str, Any] = {}
@@ -558,7 +514,7 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
     for step in range(start, config.steps):
         t0 = time.perf_counter()
         sandbox_before = _sandbox_runs()
-        active = _active_learners(step, config, learn, roles, policy_of) - scripted
+        active = active_learners(step, config.schedule, config.rotate_every, learn, roles, policy_of) - scripted
         for learner in learners.values():
             for group in learner.optimizer.param_groups:
                 group["lr"] = config.lr * learning_rate_factor(step, config)
@@ -571,14 +527,8 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
         for _ in seeds:
             mapping = {a: acting[policy_of[a]] for a in agents}
             trainable = {a for a in agents if (roles[a] in learn or a in learn) and policy_of[a] in active}
-            if config.pool_every and rng.random() >= config.p_latest and trainable:
-                me = rng.choice(sorted(trainable))
-                for a in agents:
-                    pool = learners[policy_of[a]].pool if policy_of[a] in learners else []
-                    if a != me and pool:
-                        snap_step, state = pool[rng.randrange(len(pool))]
-                        mapping[a] = snapshot_policy(learners[policy_of[a]], snap_step, state, snapshots)
-                trainable = {a for a in trainable if mapping[a] is acting[policy_of[a]]}
+            if config.pool_every:
+                trainable = meet_snapshots(mapping, trainable, rng, config.p_latest, pool_of, snapshot)
             assignments.append(mapping)
             trained_agents.append(trainable)
         episodes = collect(config.env, assignments, seeds, batch_size=config.rollout_batch_size,
@@ -597,16 +547,9 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
                 group = episode.infos.get(agent, {}).get("group", episode.seed)
                 samples.append((i, agent, episode.returns.get(agent, 0.0), f"{config.env}/{who}", f"{group}/{who}"))
 
-        # ADVANTAGES
-        rewards = [s[2] for s in samples]
-        if config.algorithm == "rae":
-            advantages = adv.rae(rewards, [s[3] for s in samples], rae_state, config.rae_decay)
-        elif config.algorithm == "grpo":
-            advantages = adv.grpo(rewards, [s[4] for s in samples], config.grpo_scale)
-        elif config.algorithm == "hgrpo":
-            advantages = adv.hgrpo(rewards, [s[4] for s in samples])
-        else:
-            advantages = adv.no_baseline(rewards)
+        # ADVANTAGES, by the estimator config.algorithm names
+        advantages = adv.ESTIMATORS[config.algorithm]([s[2] for s in samples], [s[3] for s in samples],
+                                                      [s[4] for s in samples], rae_state)
 
         # LOSS and STEP, per learner, over the completion tokens of its trained turns
         t1 = time.perf_counter()
@@ -632,9 +575,7 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
         done = step + 1
         if config.pool_every and done % config.pool_every == 0:
             for name in active:
-                learner = learners[name]
-                learner.pool.append((done, {k: v.detach().cpu().clone() for k, v in learner.model.state_dict().items()}))
-                del learner.pool[: -config.pool_size]
+                add_snapshot(learners[name].pool, done, learners[name].model, config.pool_size)
 
         # LOG
         totals["episodes"] += len(episodes)
@@ -679,63 +620,63 @@ class Sample:
 
 
 def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig) -> dict[str, float]:
-    """Take one optimiser step (per ``updates_per_step``) on a learner's batch; return its stats."""
+    """Take one optimiser step on a learner's batch, accumulating gradients over micro-batches; return its stats."""
     model = learner.model
     device = learner.policy.device
     pad = learner.policy.pad_token_id
     n_tokens = sum(len(b.completion_ids) for b in batch)
-    normalizer = {"token": n_tokens, "sequence": len(batch),
-                  "constant": len(batch) * config.max_new_tokens}[config.aggregation]
-    sums: dict[str, float] = {}
+    aggregation = AGGREGATIONS[config.aggregation]
+    normalizer = aggregation.normalizer(batch, config.max_new_tokens)
+    exact = learner.reference is not None and config.kl_estimator == "exact"
+    temperature = config.temperature or 1.0
+    stats_sum: dict[str, float] = {}
     model.train()
-    for _ in range(config.updates_per_step):
-        learner.optimizer.zero_grad(set_to_none=True)
-        total_loss = 0.0
-        for start in range(0, len(batch), config.micro_batch_size):
-            mb = batch[start:start + config.micro_batch_size]
-            prompts, completions = [b.prompt_ids for b in mb], [b.completion_ids for b in mb]
-            allowed = [b.allowed for b in mb]
-            exact = learner.reference is not None and config.kl_estimator == "exact"
-            temperature = config.temperature or 1.0
-            mb_logps, mb_mask, mb_entropy, *mb_all = completion_logprobs(
-                model, prompts, completions, pad_token_id=pad, temperature=temperature, with_entropy=True,
-                allowed=allowed, with_all_logps=exact)
-            width = mb_logps.shape[1]
-            old = torch.tensor([b.logprobs + [0.0] * (width - len(b.logprobs)) for b in mb], device=device)
-            mb_adv = torch.tensor([b.advantage for b in mb], device=device, dtype=mb_logps.dtype)
-            ref = kl = None
-            if learner.reference is not None:
-                with torch.no_grad():
-                    ref, _, *ref_all = completion_logprobs(learner.reference, prompts, completions, pad_token_id=pad,
-                                                           temperature=temperature, allowed=allowed,
-                                                           with_all_logps=exact)
-                if exact:
-                    kl = exact_kl(mb_all[0], ref_all[0])
-            per_token_loss, stats = per_token_policy_loss(
-                mb_logps, old, mb_adv, mb_mask, epsilon_low=config.epsilon_low, epsilon_high=config.epsilon_high,
-                ref_per_token_logps=ref, beta=config.beta, per_token_kl=kl, per_token_entropy=mb_entropy,
-                entropy_coef=config.entropy_coef)
-            loss = aggregate(per_token_loss, mb_mask, config.aggregation, normalizer)
-            loss.backward()
-            total_loss += loss.item()
-            share = mb_mask.sum().item() / max(1, n_tokens)
-            for k, v in stats.items():
-                sums[k] = sums.get(k, 0.0) + v.item() * share / config.updates_per_step
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-        learner.optimizer.step()
+    learner.optimizer.zero_grad(set_to_none=True)
+    total_loss = 0.0
+    for start in range(0, len(batch), config.micro_batch_size):
+        mb = batch[start:start + config.micro_batch_size]
+        prompts, completions = [b.prompt_ids for b in mb], [b.completion_ids for b in mb]
+        allowed = [b.allowed for b in mb]
+        # SCORE the completions under the current weights (with grad), then under the reference
+        mb_logps, mb_mask, mb_entropy, *mb_all = completion_logprobs(
+            model, prompts, completions, pad_token_id=pad, temperature=temperature, with_entropy=True,
+            allowed=allowed, with_all_logps=exact)
+        width = mb_logps.shape[1]
+        old = torch.tensor([b.logprobs + [0.0] * (width - len(b.logprobs)) for b in mb], device=device)
+        mb_adv = torch.tensor([b.advantage for b in mb], device=device, dtype=mb_logps.dtype)
+        ref = kl = None
+        if learner.reference is not None:
+            with torch.no_grad():
+                ref, _, *ref_all = completion_logprobs(learner.reference, prompts, completions, pad_token_id=pad,
+                                                       temperature=temperature, allowed=allowed,
+                                                       with_all_logps=exact)
+            if exact:
+                kl = exact_kl(mb_all[0], ref_all[0])
+        per_token_loss, stats = per_token_policy_loss(
+            mb_logps, old, mb_adv, mb_mask, epsilon_low=config.epsilon_low, epsilon_high=config.epsilon_high,
+            ref_per_token_logps=ref, beta=config.beta, per_token_kl=kl, per_token_entropy=mb_entropy,
+            entropy_coef=config.entropy_coef)
+        loss = aggregation.reduce(per_token_loss, mb_mask) / normalizer
+        loss.backward()
+        total_loss += loss.item()
+        share = mb_mask.sum().item() / max(1, n_tokens)
+        for k, v in stats.items():
+            stats_sum[k] = stats_sum.get(k, 0.0) + v.item() * share
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
+    learner.optimizer.step()
+    with torch.no_grad():
         if learner.reference is not None and config.reference_ema < 1.0:
-            with torch.no_grad():
-                for ref_param, param in zip(learner.reference.parameters(), model.parameters()):
-                    ref_param.lerp_(param, 1.0 - config.reference_ema)
+            for ref_param, param in zip(learner.reference.parameters(), model.parameters()):
+                ref_param.lerp_(param, 1.0 - config.reference_ema)
         if learner.average is not None:
-            with torch.no_grad():
-                for avg_param, param in zip(learner.average.model.parameters(), model.parameters()):
-                    avg_param.lerp_(param, 1.0 - config.average_ema)
-        sums["loss"] = sums.get("loss", 0.0) + total_loss / config.updates_per_step
-        sums["grad_norm"] = sums.get("grad_norm", 0.0) + float(grad_norm) / config.updates_per_step
+            for avg_param, param in zip(learner.average.model.parameters(), model.parameters()):
+                avg_param.lerp_(param, 1.0 - config.average_ema)
     model.eval()
-    sums["tokens"] = float(n_tokens)
-    return sums
+    return {**stats_sum, "loss": total_loss, "grad_norm": float(grad_norm), "tokens": float(n_tokens)}
+
+
+MAX_GRAD_NORM = 1.0
+"""Gradient clipping by global norm (every measured run used 1.0)."""
 
 
 def _opening(episode: Episode, agent: str) -> str:
@@ -752,17 +693,6 @@ def _sandbox_runs() -> int:
     sandbox = sys.modules.get("llm_zoo.sandbox")
     counter = getattr(sandbox, "runs_started", None)
     return int(counter()) if callable(counter) else 0
-
-
-def _active_learners(step: int, config: TrainConfig, learn: set[str], roles: Mapping[str, str],
-                     policy_of: Mapping[str, str]) -> set[str]:
-    """Return the policy names that learn at ``step`` (all, or one role's under freeze_rotate)."""
-    learning_agents = [a for a in policy_of if roles[a] in learn or a in learn]
-    if config.schedule == "together":
-        return {policy_of[a] for a in learning_agents}
-    order = sorted(learn)
-    current = order[(step // config.rotate_every) % len(order)]
-    return {policy_of[a] for a in learning_agents if roles[a] == current or a == current}
 
 
 def _rollout_metrics(episodes: Sequence[Episode], roles: Mapping[str, str], config: TrainConfig) -> dict[str, float]:

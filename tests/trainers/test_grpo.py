@@ -124,13 +124,13 @@ def test_config_errors_name_the_field():
 
 
 def test_freeze_rotate_schedule_alternates_roles():
-    config = TrainConfig(schedule="freeze_rotate", rotate_every=2)
+    from llm_zoo.trainers.selfplay import active_learners
+
     roles = {"a_0": "a", "b_0": "b"}
     policy_of = {"a_0": "pa", "b_0": "pb"}
-    active = [grpo._active_learners(s, config, {"a", "b"}, roles, policy_of) for s in range(6)]
+    active = [active_learners(s, "freeze_rotate", 2, {"a", "b"}, roles, policy_of) for s in range(6)]
     assert active == [{"pa"}, {"pa"}, {"pb"}, {"pb"}, {"pa"}, {"pa"}]
-    together = TrainConfig()
-    assert grpo._active_learners(0, together, {"a", "b"}, roles, policy_of) == {"pa", "pb"}
+    assert active_learners(0, "together", 2, {"a", "b"}, roles, policy_of) == {"pa", "pb"}
 
 
 def _weights(run_dir: Path, name: str, step: int):
