@@ -5,7 +5,7 @@ from __future__ import annotations
 from llm_zoo.envs.kuhn_poker.env import ENV_ID, env, raw_env
 from llm_zoo.envs.kuhn_poker.evaluate import evaluate_policies
 from llm_zoo.envs.kuhn_poker.scripted import PLAYERS
-from llm_zoo.envs.kuhn_poker.text import corpus
+from llm_zoo.envs.kuhn_poker import text
 from llm_zoo.spec import EnvSpec
 
 SPEC = EnvSpec(
@@ -14,7 +14,7 @@ SPEC = EnvSpec(
     roles=("player",),
     learning_roles=("player",),
     scripted=PLAYERS,
-    corpus=corpus,
+    corpus=text.corpus,
     evaluate=evaluate_policies,  # exact exploitability of the strategy the seats' policies play
     description="Kuhn poker: two players, three cards, one bet; the model's exact strategy is scored",
 )

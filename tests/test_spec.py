@@ -1,0 +1,132 @@
+"""EnvSpec and the registry: every registered env's spec checks out, and envs from outside register the same way."""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from importlib import metadata
+
+import pettingzoo
+import pytest
+from pettingzoo.test import api_test
+
+import llm_zoo
+from llm_zoo import spec as registry
+from llm_zoo.spec import EnvSpec
+
+BUILTIN = sorted(llm_zoo.BUILTIN_ENVS)
+
+
+def test_the_registry_lists_the_builtin_envs():
+    assert set(BUILTIN) <= set(llm_zoo.registered())
+    assert BUILTIN == ["agentic_judge_v0", "kuhn_poker_v0", "proposer_solver_v0", "user_sim_v0"]
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+def test_every_spec_checks_out(name):
+    spec = llm_zoo.env_spec(name)
+    assert isinstance(spec, EnvSpec) and spec.name == name
+    env = spec.env()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        api_test(env, num_cycles=5)
+    raw = spec.env().unwrapped
+    assert raw.metadata["name"] == name
+    # the declared roles are exactly the roles of the env's agents, and the learners are among them
+    assert set(spec.roles) == {raw.role_of(a) for a in raw.possible_agents}
+    assert spec.learning_roles and set(spec.learning_roles) <= set(spec.roles)
+    # every scripted player builds by name, seeded, and answers an observation of its env
+    assert spec.scripted, f"{name} has no scripted players"
+    for player, factory in spec.scripted.items():
+        policy = factory(seed=0)
+        assert callable(getattr(policy, "act", None)), (name, player)
+    if spec.corpus is not None:
+        lines = list(spec.corpus())
+        assert lines and all(isinstance(line, str) and line for line in lines)
+    if spec.evaluate is not None:
+        params = inspect.signature(spec.evaluate).parameters
+        assert "play" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+    # PettingZoo's own registry builds the same env
+    assert pettingzoo.make("aec", spec.pettingzoo_id).unwrapped.metadata["name"] == name
+
+
+def test_unknown_names_list_the_registered_envs():
+    with pytest.raises(ValueError, match=r"unknown env 'kuhn_poker_v9'; expected one of \[.*'kuhn_poker_v0'"):
+        llm_zoo.env_spec("kuhn_poker_v9")
+    with pytest.raises(ValueError, match="unknown env"):
+        llm_zoo.make_env("nope_v0")
+
+
+def _toy_env(**kwargs):
+    return llm_zoo.kuhn_poker_v0.env(**kwargs)
+
+
+def _other_env(**kwargs):
+    return llm_zoo.kuhn_poker_v0.env(**kwargs)
+
+
+def test_an_env_from_outside_registers_and_is_made_by_name():
+    spec = llm_zoo.register(EnvSpec(name="outside_toy_v0", env=_toy_env, roles=("player",),
+                                    scripted={"nash": llm_zoo.kuhn_poker_v0.SPEC.scripted["nash"]}))
+    assert llm_zoo.env_spec("outside_toy_v0") is spec
+    assert "outside_toy_v0" in llm_zoo.registered()
+    assert llm_zoo.make_env("outside_toy_v0", num_hands=2).unwrapped.num_hands == 2
+    assert pettingzoo.make("aec", "llm_zoo/outside_toy-v0").unwrapped.metadata["name"] == "kuhn_poker_v0"
+    assert spec.learning_roles == ("player",)  # empty = every role
+    llm_zoo.register(EnvSpec(name="outside_toy_v0", env=_toy_env, roles=("player",)))  # the same factory again: fine
+    with pytest.raises(ValueError, match="already registered"):
+        llm_zoo.register(EnvSpec(name="outside_toy_v0", env=_other_env, roles=("player",)))
+
+
+def test_module_colon_name_imports_the_module_that_registers(tmp_path, monkeypatch):
+    (tmp_path / "my_outside_envs.py").write_text(
+        "import llm_zoo\nfrom llm_zoo.spec import EnvSpec\n"
+        "SPEC = llm_zoo.register(EnvSpec(name='colon_toy_v0', env=llm_zoo.kuhn_poker_v0.env, roles=('player',)))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert llm_zoo.env_spec("my_outside_envs:colon_toy_v0").name == "colon_toy_v0"
+    assert llm_zoo.env_spec("colon_toy_v0").name == "colon_toy_v0"
+
+
+def test_entry_points_register_third_party_envs(tmp_path, monkeypatch):
+    (tmp_path / "third_party_envs.py").write_text(
+        "import llm_zoo\nfrom llm_zoo.spec import EnvSpec\n"
+        "SPEC = EnvSpec(name='entry_toy_v0', env=llm_zoo.kuhn_poker_v0.env, roles=('player',))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    point = metadata.EntryPoint(name="entry_toy_v0", value="third_party_envs:SPEC", group=registry.ENTRY_POINT_GROUP)
+    seen = []
+
+    def entry_points(*, group):
+        seen.append(group)
+        return [point] if group == registry.ENTRY_POINT_GROUP else []
+
+    monkeypatch.setattr(registry.metadata, "entry_points", entry_points)
+    monkeypatch.setattr(registry, "_entry_points_read", False)
+    assert "entry_toy_v0" in llm_zoo.registered() and seen == [registry.ENTRY_POINT_GROUP]
+    assert llm_zoo.make_env("entry_toy_v0").unwrapped.metadata["name"] == "kuhn_poker_v0"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"name": "Kuhn"}, "versioned name"),
+    ({"roles": ()}, "at least one role"),
+    ({"learning_roles": ("judge",)}, r"learning_roles \['judge'\] are not among its roles"),
+    ({"scripted": {"x": 3}}, "not: \\['x'\\]"),
+    ({"corpus": ["not", "callable"]}, "corpus must be callable"),
+])
+def test_a_malformed_spec_is_refused_with_the_field_named(kwargs, message):
+    fields = {"name": "ok_v0", "env": _toy_env, "roles": ("player",), **kwargs}
+    with pytest.raises((ValueError, TypeError), match=message):
+        EnvSpec(**fields)
+
+
+def test_a_spec_is_frozen():
+    spec = llm_zoo.env_spec("kuhn_poker_v0")
+    with pytest.raises(AttributeError):
+        spec.roles = ("x",)
+    with pytest.raises(TypeError):
+        spec.scripted["x"] = None
+
+
+def test_env_modules_hold_no_trainer_settings():
+    for name in BUILTIN:
+        module = __import__(f"llm_zoo.{name}", fromlist=["SPEC"])
+        assert not {"TRAIN_DEFAULTS", "LEARNING_ROLES", "SCRIPTED", "corpus"} & set(vars(module)), name
