@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from llm_zoo.envs.kuhn_poker import text
 from llm_zoo.envs.kuhn_poker.env import ENV_ID, env, raw_env
 from llm_zoo.envs.kuhn_poker.evaluate import evaluate_policies
 from llm_zoo.envs.kuhn_poker.scripted import PLAYERS
-from llm_zoo.envs.kuhn_poker import text
 from llm_zoo.spec import EnvSpec
 
 SPEC = EnvSpec(

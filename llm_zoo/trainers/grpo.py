@@ -216,8 +216,10 @@ class TrainConfig:
 
 
 def make_config(env: str = "kuhn_poker_v0", overrides: Mapping[str, Any] | None = None) -> TrainConfig:
-    """Build a config: dataclass defaults, then the env's preset (:mod:`~llm_zoo.trainers.presets`), then ``overrides``."""
-    llm_zoo.env_spec(env)  # an unknown env fails here, listing the registered ones
+    """Build a config: dataclass defaults, then the env's preset (:mod:`~llm_zoo.trainers.presets`), then ``overrides``.
+
+    An env that is not registered fails in ``TrainConfig``'s check, which lists the registered ones.
+    """
     values = presets.preset(env)
     values.update(overrides or {})
     values["env"] = env
