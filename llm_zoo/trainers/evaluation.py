@@ -10,16 +10,21 @@ from typing import Any
 
 import llm_zoo
 from llm_zoo.policies.base import Policy
+from llm_zoo.spec import EnvSpec
 from llm_zoo.trainers.rollout import collect
 
 
-def headline_evaluator(env: str) -> Callable[..., dict[str, Any]] | None:
+def headline_evaluator(env: str | EnvSpec) -> Callable[..., dict[str, Any]] | None:
     """Return the env's headline evaluation, ``evaluate(policies, **options)``, with episodes played by
-    :func:`~llm_zoo.trainers.rollout.collect`; None when the env's spec has none."""
-    evaluate = llm_zoo.env_spec(env).evaluate
+    :func:`~llm_zoo.trainers.rollout.collect`; None when the env's spec has none.
+
+    ``env`` is a registered name or the spec itself.
+    """
+    spec = env if isinstance(env, EnvSpec) else llm_zoo.env_spec(env)
+    evaluate = spec.evaluate
     if evaluate is None:
         return None
-    play = functools.partial(collect, env)
+    play = functools.partial(collect, spec.name)
 
     def run(policies: Mapping[str, Any], **options: Any) -> dict[str, Any]:
         return dict(evaluate(policies, play=play, **options))

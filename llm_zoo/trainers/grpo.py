@@ -41,6 +41,7 @@ from llm_zoo.episode import Episode
 from llm_zoo.policies.constraints import allowed_per_position
 from llm_zoo.policies.transformers import TransformersPolicy
 from llm_zoo.scoring import completion_logprobs
+from llm_zoo.spec import EnvSpec
 from llm_zoo.trainers import advantages as adv
 from llm_zoo.trainers import presets
 from llm_zoo.trainers.checkpoint import latest_checkpoint, load_checkpoint, resume_dir, save_checkpoint
@@ -404,8 +405,9 @@ class Learner:
         return self.average if self.average is not None else self.policy
 
 
-def build_tokenizer_and_model(config: TrainConfig, seed: int):
-    """Return (tokenizer, model): a local model directory, or a tiny model built for the env."""
+def build_tokenizer_and_model(config: TrainConfig, seed: int, spec: EnvSpec | None = None):
+    """Return (tokenizer, model): a local model directory, or a tiny model built for the env (``spec``:
+    the env's spec, looked up by ``config.env`` when not given), word-level over its corpus if it has one."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from llm_zoo import models
@@ -415,7 +417,7 @@ def build_tokenizer_and_model(config: TrainConfig, seed: int):
         if not path.is_dir():
             raise FileNotFoundError(f"config.model must be 'tiny' or a local model directory; {path} is not one")
         return AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    corpus = llm_zoo.env_spec(config.env).corpus
+    corpus = (spec or llm_zoo.env_spec(config.env)).corpus
     tokenizer = models.build_word_tokenizer(corpus()) if corpus else models.build_byte_tokenizer()
     model = models.build_tiny_model(tokenizer, hidden_size=config.model_hidden_size, num_layers=config.model_layers,
                                     initializer_range=config.model_init_std, seed=seed,
@@ -423,9 +425,10 @@ def build_tokenizer_and_model(config: TrainConfig, seed: int):
     return tokenizer, model
 
 
-def make_learner(name: str, config: TrainConfig, device: torch.device, index: int) -> Learner:
+def make_learner(name: str, config: TrainConfig, device: torch.device, index: int,
+                 spec: EnvSpec | None = None) -> Learner:
     """Build a learner: model, sampling policy, AdamW, and a frozen reference when ``beta > 0``."""
-    tokenizer, model = build_tokenizer_and_model(config, seed=config.seed + index)
+    tokenizer, model = build_tokenizer_and_model(config, seed=config.seed + index, spec=spec)
     policy = TransformersPolicy(model, tokenizer, name=name, temperature=config.temperature, top_p=config.top_p,
                                 max_new_tokens=config.max_new_tokens, device=device,
                                 constrain=config.constrain_to_legal)
@@ -486,7 +489,7 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
         if name[len(SCRIPTED_PREFIX):] not in players:
             raise ValueError(f"config.policies names {name!r}, but {config.env} has no such scripted player; "
                              f"its players are {sorted(players)}")
-    learners = {name: make_learner(name, config, device, i)
+    learners = {name: make_learner(name, config, device, i, spec)
                 for i, name in enumerate(sorted(set(policy_of.values()) - scripted))}
     rae_state, start = adv.RAEState(), 0
     if resume and (ckpt := latest_checkpoint(run_dir)) is not None:
@@ -502,7 +505,7 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
     acting.update({n: players[n[len(SCRIPTED_PREFIX):]](seed=config.seed) for n in scripted})
     seated = {a: learners[n].trained if n in learners else acting[n] for a, n in policy_of.items()}
     logger = MetricsLogger(run_dir, resume_from=start, tensorboard=config.tensorboard)
-    evaluate = headline_evaluator(config.env)
+    evaluate = headline_evaluator(spec)
     snapshots: dict[tuple[str, int], TransformersPolicy] = {}
     pool_of = {a: (learners[policy_of[a]].pool if policy_of[a] in learners else []) for a in agents}.__getitem__
 
