@@ -32,7 +32,7 @@ BUILTIN_ENVS: dict[str, str] = {
 for _name, _target in BUILTIN_ENVS.items():
     register_lazy(_name, _target)
 del _name, _target
-register(kuhn_poker_v0.SPEC)
+register(kuhn_poker_v0.SPEC, replace=True)  # imported above already: load it now
 
 __all__ = ["BUILTIN_ENVS", "EnvSpec", "Episode", "env_spec", "kuhn_poker_v0", "make_env", "register",
            "registered"]

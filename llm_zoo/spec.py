@@ -144,6 +144,9 @@ def register(spec: EnvSpec, *, replace: bool = False) -> EnvSpec:
     if old is not None and old != spec and not replace and _origin(old.env) != _origin(spec.env):
         raise ValueError(f"env {spec.name!r} is already registered (factory {_origin(old.env)}); "
                          f"pick another name, bump its version, or pass replace=True")
+    if old is None and spec.name in _lazy and not replace:
+        raise ValueError(f"env {spec.name!r} is already registered (spec {_lazy[spec.name]}); "
+                         f"pick another name, bump its version, or pass replace=True")
     _specs[spec.name] = spec
     _lazy.pop(spec.name, None)
     _register_with_pettingzoo(spec.name)

@@ -76,6 +76,12 @@ def test_an_env_from_outside_registers_and_is_made_by_name():
     llm_zoo.register(EnvSpec(name="outside_toy_v0", env=_toy_env, roles=("player",)))  # the same factory again: fine
     with pytest.raises(ValueError, match="already registered"):
         llm_zoo.register(EnvSpec(name="outside_toy_v0", env=_other_env, roles=("player",)))
+    # a built-in name cannot be taken over by accident, loaded or not yet loaded
+    with pytest.raises(ValueError, match="already registered"):
+        llm_zoo.register(EnvSpec(name="kuhn_poker_v0", env=_other_env, roles=("player",)))
+    registry.register_lazy("lazy_toy_v0", "nowhere.at_all:SPEC")
+    with pytest.raises(ValueError, match=r"already registered \(spec nowhere.at_all:SPEC\)"):
+        llm_zoo.register(EnvSpec(name="lazy_toy_v0", env=_other_env, roles=("player",)))
 
 
 def test_module_colon_name_imports_the_module_that_registers(tmp_path, monkeypatch):
