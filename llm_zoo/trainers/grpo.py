@@ -81,8 +81,7 @@ class TrainConfig:
     group_size: int = 1
     """Episodes per env seed: GRPO compares episodes that share a seed (the same deal or task)."""
     algorithm: str = "rae"
-    """Advantage estimator (``advantages.ESTIMATORS``): rae (EMA baselines, decay 0.95), grpo (group-normalised),
-    hgrpo (minus the env-defined group's mean) or none (raw returns)."""
+    """Advantage estimator, a name in ``advantages.ESTIMATORS``: rae, grpo, hgrpo or none (raw returns)."""
     baseline_key: str = "role"
     """What RAE baselines and GRPO groups are keyed by besides the env: ``role``, ``agent``, or ``prompt``
     (the role and the agent's first prompt in the episode: one baseline per opening state, as GRPO
@@ -132,8 +131,7 @@ class TrainConfig:
     warmup_steps: int = 0
     """Linear warm-up steps."""
     epsilon_low: float = 0.2
-    """Lower clip of the importance ratio (1 - epsilon_low); the ratio departs from 1 where the sampler's
-    log-probs differ from the trainer's (generation=vllm)."""
+    """Lower clip of the importance ratio (1 - epsilon_low)."""
     epsilon_high: float = 0.2
     """Upper clip of the importance ratio (1 + epsilon_high)."""
     micro_batch_size: int = 64
