@@ -154,6 +154,14 @@ def test_train_names_its_run_directory_and_the_weights_it_scored(tmp_path, capsy
     assert "Writing model shards" not in err and "train kuhn_poker_v0: 100%" in err
     assert hf_logging.is_progress_bar_enabled()  # the run's bar gave transformers' bars back when it closed
 
+    # eval tells the sampled figures (games against scripted players, with intervals) from the exact ones
+    assert main(["eval", "kuhn_poker_v0", "--checkpoint", str(run / "checkpoints" / "step_000002"),
+                 "--episodes", "20"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert "sampled" in result["note"] and "exact" in result["note"] and "95% interval" in result["note"]
+    for versus in result["versus"].values():
+        assert versus["mean_payoff_ci95"] > 0
+
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
