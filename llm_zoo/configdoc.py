@@ -105,7 +105,10 @@ def check_overrides(cls: type, overrides: Mapping[str, Any], source: str = "--se
             hint = f"did you mean {' or '.join(map(repr, near))}?" if near else f"known fields: {', '.join(sorted(known))}."
             raise ValueError(f"unknown config field {key!r:.80} in {source}; {hint} `llm-zoo train ENV --help` "
                              "lists every field with its type, default and meaning")
-        out[key] = coerce(cls, key, value)
+        try:
+            out[key] = coerce(cls, key, value)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (from {source})") from None
     return out
 
 

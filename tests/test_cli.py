@@ -131,6 +131,9 @@ def test_a_wrong_key_in_a_config_file_names_the_file(monkeypatch, tmp_path, caps
     monkeypatch.setattr(grpo, "train", lambda *a, **k: pytest.fail("train ran on a bad config"))
     assert main(["train", "kuhn_poker_v0", "--config", str(path)]) == 2
     assert f"unknown config field 'episodes' in {path}" in capsys.readouterr().err
+    path.write_text("steps: [3]\n")
+    assert main(["train", "kuhn_poker_v0", "--config", str(path)]) == 2
+    assert re.search(rf"config.steps expects int; got \[3\] .*\(from {re.escape(str(path))}\)", capsys.readouterr().err)
 
 
 def test_train_names_its_run_directory_and_the_weights_it_scored(tmp_path, capsys):
