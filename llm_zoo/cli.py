@@ -1,4 +1,4 @@
-"""The ``llm-zoo`` command: play, and (as they land) train, eval, serve, bench."""
+"""The ``llm-zoo`` command line: play, train, eval, plot, serve, crossplay and bench."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import llm_zoo
 from llm_zoo.spec import ENV_ARGUMENT_HELP, env_argument
@@ -55,35 +56,94 @@ def _play(args: argparse.Namespace) -> int:
 
 
 def _parse_sets(pairs: Sequence[str]) -> dict[str, object]:
+    """Read ``--set KEY=VALUE`` pairs: VALUE as YAML (``3``, ``0.5``, ``true``, ``[a, b]``, ``{k: v}``).
+
+    A field of type ``str`` takes VALUE's text as it is, so that ``--set model=1.10`` or a path with
+    a colon stays text.
+    """
+    import typing
+
     import yaml
 
+    from llm_zoo.trainers.grpo import TrainConfig
+
+    hints = typing.get_type_hints(TrainConfig)
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
+        key = key.strip()
         if not sep or not key:
-            raise ValueError(f"--set expects key=value; got {pair!r}")
-        out[key.strip()] = yaml.safe_load(value) if value.strip() else ""
+            raise ValueError(f"--set expects KEY=VALUE (a config field, see `llm-zoo train ENV --help`); got {pair!r}")
+        if hints.get(key) is str:
+            out[key] = value
+            continue
+        try:
+            out[key] = yaml.safe_load(value) if value.strip() else ""
+        except yaml.YAMLError as exc:
+            raise ValueError(f"--set {key}=... must be a YAML value; got {value!r:.120} ({' '.join(str(exc).split())})") from None
     return out
 
 
 def _train(args: argparse.Namespace) -> int:
+    import dataclasses
+    import time
+
     import yaml
 
-    from llm_zoo.trainers.grpo import make_config, train
+    from llm_zoo.configdoc import check_overrides
+    from llm_zoo.trainers.grpo import TrainConfig, make_config, train
 
     overrides: dict[str, object] = {}
     if args.config:
-        loaded = yaml.safe_load(open(args.config)) or {}
+        with open(args.config) as f:
+            loaded = yaml.safe_load(f) or {}
         if not isinstance(loaded, dict):
-            raise ValueError(f"{args.config} must hold a mapping of config fields; got {type(loaded).__name__}")
-        overrides.update(loaded)
-    overrides.update(_parse_sets(args.set))
+            raise ValueError(f"{args.config} must hold a mapping of config fields (KEY: VALUE lines); "
+                             f"got {type(loaded).__name__}")
+        overrides.update(check_overrides(TrainConfig, loaded, source=args.config))
+    overrides.update(check_overrides(TrainConfig, _parse_sets(args.set), source="--set"))
     if args.run_dir:
         overrides["run_dir"] = args.run_dir
     config = make_config(args.env, overrides)
+    if not config.run_dir:  # named here, so that it can be printed before the run starts
+        config = dataclasses.replace(config, run_dir=f"runs/{config.env}-{time.strftime('%Y%m%d-%H%M%S')}")
+    print(f"llm-zoo train {config.env}: run directory {config.run_dir}", file=sys.stderr, flush=True)
     result = train(config, resume=args.resume)
-    print(json.dumps({k: v for k, v in result.items() if k != "strategy"}, indent=2, default=str))
+    scored = (f"the average of the learner's weights (average_ema={config.average_ema})" if config.average_ema
+              else "the last iterate (the learner's own weights)")
+    summary = {"run_dir": config.run_dir, "scored": scored,
+               **{k: v for k, v in result.items() if k != "strategy"}}
+    last = _last_iterate(config.run_dir) if config.average_ema else {}
+    if last:
+        summary["last_iterate"] = last
+    print(json.dumps(summary, indent=2, default=str), flush=True)
+    print(_final_line(config.env, result, scored, last, config.run_dir), file=sys.stderr)
     return 0
+
+
+def _last_iterate(run_dir: str) -> dict[str, float]:
+    """Return the last iterate's final evaluation (``eval/learner/*`` of the last row that has it)."""
+    from llm_zoo.trainers.logging import read_metrics
+
+    try:
+        rows = read_metrics(run_dir)
+    except FileNotFoundError:
+        return {}
+    for row in reversed(rows):
+        found = {k.removeprefix("eval/learner/"): v for k, v in row.items() if k.startswith("eval/learner/")}
+        if found:
+            return found
+    return {}
+
+
+def _final_line(env: str, result: dict, scored: str, last: dict[str, float], run_dir: str) -> str:
+    """Say in one line what the run scored, on which weights, and where it wrote."""
+    figures = [f"{k} {result[k]:.4f}" for k in ("exploitability", "headline") if isinstance(result.get(k), float)]
+    also = [f"{k} {last[k]:.4f}" for k in ("exploitability", "headline") if k in last]
+    text = f"llm-zoo train {env}: {', '.join(figures) or 'done'}, scoring {scored}"
+    if also:
+        text += f"; the last iterate: {', '.join(also)}"
+    return f"{text}. Run directory {run_dir} (curves: llm-zoo plot {run_dir})"
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -102,27 +162,93 @@ def _plot(args: argparse.Namespace) -> int:
     return 0
 
 
+DESCRIPTION = """Multi-agent LLM environments: play them, train LLM policies on them, evaluate and compare.
+
+Each command has its own help: llm-zoo COMMAND --help (llm-zoo train ENV --help lists every config field)."""
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keep descriptions' line breaks, and show each option's default unless its help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if ("default" in text or default is None or default is False or default is argparse.SUPPRESS
+                or default == [] or not action.option_strings):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose help shows defaults; subcommands' parsers are made of it too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+class _TrainHelp(argparse.Action):
+    """``-h/--help`` of ``train``: the options, then every config field with ENV's defaults."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0,
+                         help="show this help, with every config field (its type, default and meaning) and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        parser.epilog = config_help(getattr(namespace, "env", None))
+        parser.print_help()
+        parser.exit()
+
+
+def config_help(env: str | None) -> str:
+    """Return the config fields' help: each field's type, default (``env``'s where given) and docstring."""
+    from llm_zoo.configdoc import describe
+    from llm_zoo.trainers.grpo import TrainConfig, make_config
+
+    config, whose = (make_config(env), f"{env}'s defaults") if env else (TrainConfig(), "the dataclass defaults; "
+                                                                          "give ENV before --help for an env's")
+    return (f"config fields (llm_zoo.trainers.grpo.TrainConfig; {whose}):\n"
+            "  set them with --set KEY=VALUE, VALUE read as YAML (3, 0.5, true, [a, b], {k: v}; a str field takes\n"
+            "  the text as it is), or in a YAML file of KEY: VALUE lines given to --config; --set wins over\n"
+            "  --config, and both over the env's defaults.\n\n" + describe(config))
+
+
+def _kuhn_hands() -> object:
+    """Return kuhn_poker_v0's default num_hands, read off its signature (so help cannot drift from it)."""
+    import inspect
+
+    from llm_zoo import kuhn_poker_v0
+
+    return inspect.signature(kuhn_poker_v0.raw_env).parameters["num_hands"].default
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of ``llm-zoo``."""
-    parser = argparse.ArgumentParser(prog="llm-zoo", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="llm-zoo", description=DESCRIPTION)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
 
     play = sub.add_parser("play", help="play an env: a person or any policy against any policy")
     play.add_argument("env", type=env_argument, help=ENV_ARGUMENT_HELP)
     play.add_argument("--p0", default="human", help="first seat: human, random, a scripted player "
                       "(kuhn: nash, card), a model directory or an endpoint URL (default: human)")
     play.add_argument("--p1", default="nash", help="second seat, same choices (default: nash)")
-    play.add_argument("--hands", type=int, default=None, help="hands per match (Kuhn poker's num_hands)")
+    play.add_argument("--hands", type=int, default=None,
+                      help=f"hands per match (Kuhn poker's num_hands; default: the env's, {_kuhn_hands()})")
     play.add_argument("--episodes", type=int, default=100, help="episodes when no human plays (default: 100)")
-    play.add_argument("--seed", type=int, default=None, help="seed for deals and policies")
+    play.add_argument("--seed", type=int, default=None, help="seed for deals and policies (default: unseeded)")
     play.add_argument("--verbose", action="store_true", help="print each episode's transcript")
     play.set_defaults(func=_play)
 
-    train = sub.add_parser("train", help="train LLM policies on an env (GRPO / RAE, self-play)")
+    train = sub.add_parser("train", help="train LLM policies on an env (GRPO / RAE, self-play)", add_help=False,
+                           description="Train LLM policies on an env with token-level GRPO / RAE; the config "
+                                       "fields are listed below.")
+    train.add_argument("-h", "--help", action=_TrainHelp)
     train.add_argument("env", type=env_argument, help=ENV_ARGUMENT_HELP)
-    train.add_argument("--config", help="YAML file of config fields (see llm_zoo.trainers.grpo.TrainConfig)")
+    train.add_argument("--config", metavar="YAML", help="YAML file of config fields (KEY: VALUE lines; see below)")
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a config field, e.g. --set algorithm=grpo --set steps=50 (repeatable)")
+                       help="override a config field, VALUE read as YAML, e.g. --set algorithm=grpo "
+                            "--set steps=50 (repeatable; see below)")
     train.add_argument("--run-dir", help="where the run writes (default runs/<env>-<time>)")
     train.add_argument("--resume", action="store_true", help="continue from the run dir's latest checkpoint")
     train.set_defaults(func=_train)

@@ -6,9 +6,26 @@ the text env into the shape of PettingZoo's classic envs (tictactoe, leduc holde
 * action: ``Discrete(len(menu))``; action ``i`` sends the reply ``menu[i]``;
 * observation: ``{"observation": float32 vector from features(agent),
   "action_mask": int8 vector over the menu}``, the mask read from ``obs["legal_actions"]`` of the
-  text observation (all zeros when it is not this agent's turn or it is done).
+  text observation (all zeros while another agent is to move; all ones once this agent is done,
+  see below);
+* infos: numbers, as classic envs keep them (below).
 
-Everything else (turn order, rewards, terminations, infos, render) is the text env's own.
+Turn order, rewards, terminations and render are the text env's own.
+
+## Numeric infos
+By default (``infos="numeric"``) each agent's ``infos`` is a dict of floats with the same keys from
+``reset`` to the end: the facts every text env keeps (:data:`NUMERIC_INFOS`: ``invalid_replies``,
+``tool_calls``, ``truncated_replies``, ``forfeit`` as 0/1), any further numeric facts named by
+``info_keys`` (Kuhn poker: ``("seat", "total")``), each 0 until the env sets it, and ``return``, the
+agent's rewards so far this episode. Libraries that turn infos into tensors (TorchRL's
+``PettingZooWrapper``) take them as they are; text facts (a card, a role, an info set) stay in the
+text env's ``env.unwrapped.infos``, and ``infos="text"`` shows those dicts here instead.
+
+## Finished agents
+A terminated or truncated agent's mask marks every index: each is then a no-op, and ``step`` with
+any in-range index (or ``None``) takes the agent's dead step. A sampler that draws from the mask of
+whoever is selected (TorchRL does, through the dead steps of an AEC env) thus never meets an empty
+distribution.
 
     >>> from llm_zoo import kuhn_poker_v0
     >>> env = DiscreteActions(kuhn_poker_v0.env())
@@ -28,14 +45,16 @@ observation does not show the feedback, so a retry looks like the turn before it
 
 An action that is not an integer in ``0..len(menu) - 1`` is a programming error and raises
 ``ValueError``/``TypeError`` (the role PettingZoo's ``AssertOutOfBoundsWrapper`` plays), as does
-``None`` for an agent that is still live. ``None`` for a terminated or truncated agent passes through.
+``None`` for an agent that is still live.
 """
 
 from __future__ import annotations
 
 import copy
+import numbers
 import operator
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -48,7 +67,10 @@ if sys.version_info >= (3, 12):
 else:  # typing_extensions comes with gymnasium, a core dependency
     from typing_extensions import override
 
-__all__ = ["DiscreteActions"]
+__all__ = ["NUMERIC_INFOS", "DiscreteActions"]
+
+NUMERIC_INFOS = ("invalid_replies", "tool_calls", "truncated_replies", "forfeit")
+"""The facts every text env keeps per agent (counts, and the forfeit flag as 0/1): the numeric infos' keys."""
 
 
 class DiscreteActions(BaseWrapper):
@@ -57,13 +79,23 @@ class DiscreteActions(BaseWrapper):
     Args:
         env: A text env (an llm_zoo env, wrapped or raw) whose ``unwrapped.action_menu()`` is not None
             and whose observation holds ``"legal_actions"``.
+        infos: ``"numeric"`` (floats under fixed keys, see the module docstring) or ``"text"`` (the
+            text env's own dicts).
+        info_keys: Numeric facts of the env to show besides :data:`NUMERIC_INFOS` and ``return``.
 
     Raises:
-        ValueError: ``env`` has free-text replies (``action_menu()`` returns None) or a bad menu.
+        ValueError: ``env`` has free-text replies (``action_menu()`` returns None) or a bad menu, or
+            ``infos`` is neither mode; later, an ``info_keys`` fact that is not a number.
     """
 
-    def __init__(self, env: AECEnv) -> None:
+    def __init__(self, env: AECEnv, *, infos: str = "numeric", info_keys: Sequence[str] = ()) -> None:
         super().__init__(env)
+        if infos not in ("numeric", "text"):
+            raise ValueError(f"infos must be 'numeric' (a fixed set of float facts) or 'text' (the text env's own "
+                             f"dicts); got {infos!r:.80}")
+        self._info_mode = infos
+        self.info_keys: tuple[str, ...] = tuple(dict.fromkeys([*NUMERIC_INFOS, *info_keys]))
+        self._returns: dict[str, float] = {}
         base = env.unwrapped
         menu_fn = getattr(base, "action_menu", None)
         menu = menu_fn() if callable(menu_fn) else None
@@ -96,6 +128,30 @@ class DiscreteActions(BaseWrapper):
     def action_space(self, agent: str) -> spaces.Space:
         return self.action_spaces[agent]
 
+    @property
+    def infos(self) -> dict[str, dict[str, Any]]:
+        """Each agent's facts: under ``infos="numeric"`` the floats named by ``info_keys`` and its return."""
+        facts = self.env.infos
+        if self._info_mode == "text":
+            return facts
+        return {agent: self._numeric(agent, info) for agent, info in facts.items()}
+
+    def _numeric(self, agent: str, info: dict[str, Any]) -> dict[str, float]:
+        out = {}
+        for key in self.info_keys:
+            value = info.get(key, 0.0)
+            if not isinstance(value, (numbers.Real, np.bool_)):
+                raise ValueError(f"{agent}'s info {key!r} is {type(value).__name__} {value!r:.80}, not a number; "
+                                 "info_keys may name numeric facts only (infos='text' gives the text env's own dicts)")
+            out[key] = float(value)
+        out["return"] = self._returns.get(agent, 0.0)
+        return out
+
+    @override
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        self.env.reset(seed=seed, options=options)
+        self._returns = dict.fromkeys(self.env.possible_agents, 0.0)
+
     @override
     def observe(self, agent: str) -> dict[str, np.ndarray]:
         text_obs = self.env.observe(agent)  # first, so that call-order errors come from the env's wrappers
@@ -103,6 +159,9 @@ class DiscreteActions(BaseWrapper):
         if legal is None:
             raise ValueError(f"{self.env.unwrapped}'s observation has no 'legal_actions'; DiscreteActions "
                              "reads the action mask from it")
+        if agent not in self.env.agents or self.env.terminations[agent] or self.env.truncations[agent]:
+            return {"observation": np.array(self.env.unwrapped.features(agent), dtype=np.float32),
+                    "action_mask": np.ones(len(self.menu), dtype=np.int8)}
         mask = np.zeros(len(self.menu), dtype=np.int8)
         for reply in legal:
             index = self._index.get(reply)
@@ -117,10 +176,19 @@ class DiscreteActions(BaseWrapper):
     def step(self, action: Any) -> None:
         agent = self.env.agent_selection
         # a finished agent is absent from terminations once its dead step is taken; the env warns then
-        if action is None and (self.env.terminations.get(agent, True) or self.env.truncations.get(agent, True)):
-            self.env.step(None)
-            return
-        self.env.step(self.menu[self._read_action(agent, action)])
+        finished = self.env.terminations.get(agent, True) or self.env.truncations.get(agent, True)
+        if finished and (action is None or self._is_index(action)):
+            self.env.step(None)  # any menu index of a finished agent is its no-op, as its mask says
+        else:
+            self.env.step(self.menu[self._read_action(agent, action)])
+        for a, reward in self.env.rewards.items():
+            self._returns[a] = self._returns.get(a, 0.0) + reward
+
+    def _is_index(self, action: Any) -> bool:
+        try:
+            return 0 <= self._read_action(self.env.agent_selection, action) < len(self.menu)
+        except (TypeError, ValueError):
+            return False
 
     def _read_action(self, agent: str, action: Any) -> int:
         """Read ``action`` as a menu index; raise for anything but an integer in range."""

@@ -10,7 +10,8 @@ bookkeeping every env needs and the subclass owns the game:
 * reward bookkeeping in PettingZoo's convention (``rewards``, ``_cumulative_rewards``, dead steps);
 * bad replies: an error message and a retry, then a forfeit after ``max_retries``;
 * tool calls written as ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, checked
-  against JSON schemas; a tool call keeps the turn and its result comes back as a ``tool`` message;
+  against their JSON schemas by ``jsonschema``; a tool call keeps the turn and its result comes
+  back as a ``tool`` message;
 * a step cap (``max_steps``) so that no policy can keep an episode alive forever;
 * the transcript behind ``render()``.
 
@@ -23,6 +24,7 @@ subclass that implements the hooks in the first section below and calls the help
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import random
 import re
@@ -34,6 +36,8 @@ from typing import Any
 import gymnasium
 import numpy as np
 from gymnasium import spaces
+from jsonschema import Draft202012Validator, validators
+from jsonschema.exceptions import SchemaError, ValidationError, best_match, relevance
 from pettingzoo import AECEnv
 from pettingzoo.utils.env_logger import EnvLogger
 from pettingzoo.utils.wrappers import OrderEnforcingWrapper
@@ -108,10 +112,6 @@ def message_space(max_chars: int) -> spaces.Sequence:
 # ---------------------------------------------------------------------------------------------
 
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
-_JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
-    "array": (list,), "object": (dict,), "null": (type(None),),
-}
 
 
 class ToolError(Exception):
@@ -181,46 +181,88 @@ def parse_tool_calls(reply: str) -> list[ToolCall]:
 
 
 def check_arguments(schema: Mapping[str, Any], value: Any, path: str = "arguments") -> str | None:
-    """Check ``value`` against the subset of JSON Schema that tool declarations use.
+    """Check a tool call's ``value`` against its declared JSON Schema, with the ``jsonschema`` library.
 
-    Returns None when it conforms, else one sentence naming the offending field, what was expected
-    and what came. Supports ``type``, ``enum``, ``properties``, ``required``,
-    ``additionalProperties: false``, ``items``, ``minimum``/``maximum`` and ``maxLength``.
+    Returns None when it conforms, else one sentence for the agent naming the offending field, what
+    was expected and what came (``arguments.n must be <= 5; got 6``). ``integer`` means a JSON integer
+    written without a fraction (``3``, not ``3.0``) and never a boolean, so that the Python behind a
+    tool receives an ``int``. Of several problems the one :func:`jsonschema.exceptions.best_match`
+    ranks first is told (the first found of equals), among the first 64 found (a huge wrong array costs no more than a short one).
+
+    Raises:
+        ValueError: ``schema`` is not a valid JSON Schema (a bug in the tool's declaration).
     """
-    kind = schema.get("type")
-    if kind is not None:
-        kinds = [kind] if isinstance(kind, str) else list(kind)
-        ok = any(isinstance(value, _JSON_TYPES[k]) and not (k in ("integer", "number") and isinstance(value, bool))
-                 for k in kinds)
-        if not ok:
-            return f"{path} must be of type {'/'.join(kinds)}; got {type(value).__name__} {value!r:.80}"
-    if "enum" in schema and value not in schema["enum"]:
-        return f"{path} must be one of {list(schema['enum'])!r}; got {value!r:.80}"
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if "minimum" in schema and value < schema["minimum"]:
-            return f"{path} must be >= {schema['minimum']}; got {value!r}"
-        if "maximum" in schema and value > schema["maximum"]:
-            return f"{path} must be <= {schema['maximum']}; got {value!r}"
-    if isinstance(value, str) and "maxLength" in schema and len(value) > schema["maxLength"]:
-        return f"{path} must have at most {schema['maxLength']} characters; got {len(value)}"
-    if isinstance(value, dict):
-        props = schema.get("properties", {})
-        for name in schema.get("required", ()):
-            if name not in value:
-                return f"{path} is missing the required field {name!r}"
-        for name, item in value.items():
-            if name in props:
-                problem = check_arguments(props[name], item, f"{path}.{name}")
-                if problem:
-                    return problem
-            elif schema.get("additionalProperties", True) is False:
-                return f"{path} has an unknown field {name!r}; expected fields {sorted(props)}"
-    if isinstance(value, list) and "items" in schema:
-        for i, item in enumerate(value):
-            problem = check_arguments(schema["items"], item, f"{path}[{i}]")
-            if problem:
-                return problem
-    return None
+    errors = itertools.islice(_validator(_schema_key(schema)).iter_errors(value), 64)
+    error = best_match(errors, key=_first_of_equals)
+    return None if error is None else _describe(error, path)
+
+
+# JSON Schema's draft 2020-12 with one change: ``integer`` admits Python ints only (not 3.0, not True).
+_ToolArguments = validators.extend(
+    Draft202012Validator,
+    type_checker=Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda _, v: isinstance(v, int) and not isinstance(v, bool)),
+)
+_JSON_TYPE_NAMES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"),
+                    (list, "array"), (dict, "object"), (type(None), "null"))
+
+
+def _first_of_equals(error: ValidationError) -> tuple[Any, ...]:
+    """Rank as jsonschema does, less its tie-break on the path, so that of equals the first found is told."""
+    shallow, _, *rest = relevance(error)
+    return (shallow, *rest)
+
+
+def _schema_key(schema: Mapping[str, Any]) -> str:
+    return json.dumps(schema, sort_keys=True, default=lambda o: dict(o) if isinstance(o, Mapping) else list(o))
+
+
+@functools.lru_cache(maxsize=512)
+def _validator(key: str) -> Any:
+    """Return the validator of one declaration (JSON text), checked once and kept."""
+    schema = json.loads(key)
+    try:
+        _ToolArguments.check_schema(schema)
+    except SchemaError as exc:
+        raise ValueError(f"a tool's parameters must be a valid JSON Schema (draft 2020-12): {exc.message}; "
+                         f"got {key[:200]!r}") from None
+    return _ToolArguments(schema)
+
+
+def _describe(error: ValidationError, root: str) -> str:
+    """Say in one sentence what ``error`` found: the field, what it expects, what came."""
+    path = root + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+    kind, expected, got = error.validator, error.validator_value, error.instance
+    shown = f"{got!r:.80}"
+    if kind == "type":
+        kinds = [expected] if isinstance(expected, str) else list(expected)
+        name = next(n for t, n in _JSON_TYPE_NAMES if isinstance(got, t)) if got is not None else "null"
+        return f"{path} must be of type {'/'.join(kinds)}; got {name} {shown}"
+    if kind == "required":
+        missing = next((n for n in expected if n not in got), expected[0] if expected else "?")
+        return f"{path} is missing the required field {missing!r}"
+    if kind == "additionalProperties":
+        known = error.schema.get("properties", {})
+        extra = next((n for n in got if n not in known), "?")
+        return f"{path} has an unknown field {extra!r:.80}; expected fields {sorted(known)}"
+    if kind == "enum":
+        return f"{path} must be one of {list(expected)!r:.300}; got {shown}"
+    if kind in _BOUNDS:
+        return f"{path} must be {_BOUNDS[kind]} {expected}; got {shown}"
+    if kind in _SIZES:
+        unit, at = _SIZES[kind]
+        return f"{path} must have {at} {expected} {unit}; got {len(got)}"
+    if kind == "const":
+        return f"{path} must be {expected!r:.80}; got {shown}"
+    if kind == "pattern":
+        return f"{path} must match the pattern {expected!r:.80}; got {shown}"
+    return f"{path} does not conform ({kind}): {error.message:.200}"
+
+
+_BOUNDS = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}
+_SIZES = {"maxLength": ("characters", "at most"), "minLength": ("characters", "at least"),
+          "maxItems": ("items", "at most"), "minItems": ("items", "at least"),
+          "maxProperties": ("fields", "at most"), "minProperties": ("fields", "at least")}
 
 
 def tools_prompt(tools: Sequence[Tool]) -> str:

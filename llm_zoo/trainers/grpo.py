@@ -28,7 +28,6 @@ import math
 import random
 import sys
 import time
-import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -219,42 +218,17 @@ def make_config(env: str = "kuhn_poker_v0", overrides: Mapping[str, Any] | None 
 
     An env that is not registered fails in ``TrainConfig``'s check, which lists the registered ones.
     """
+    from llm_zoo.configdoc import coerce
+
     values = presets.preset(env)
     values.update(overrides or {})
     values["env"] = env
-    hints = typing.get_type_hints(TrainConfig)
     known = {f.name for f in dataclasses.fields(TrainConfig)}
     for key, value in list(values.items()):
         if key not in known:
             raise ValueError(f"unknown config field {key!r}; known fields: {', '.join(sorted(known))}")
-        values[key] = _coerce(key, value, hints[key])
+        values[key] = coerce(TrainConfig, key, value)
     return TrainConfig(**values)
-
-
-def _coerce(key: str, value: Any, hint: Any) -> Any:
-    """Coerce a value read from YAML or ``--set`` to the field's type, or raise naming the field."""
-    origin = typing.get_origin(hint) or hint
-    try:
-        if origin is bool and isinstance(value, str):
-            if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                raise ValueError(value)
-            return value.lower() in ("true", "1", "yes")
-        if origin in (int, float, str, bool):
-            if origin is int and isinstance(value, float) and not value.is_integer():
-                raise ValueError(value)
-            return origin(value)
-        if origin is dict and isinstance(value, Mapping):
-            return dict(value)
-        if origin is list and isinstance(value, (list, tuple)):
-            return list(value)
-        if origin is list and isinstance(value, str):
-            return [v for v in value.split(",") if v]
-    except (TypeError, ValueError):
-        pass
-    else:
-        if origin not in (dict, list):
-            return value
-    raise ValueError(f"config.{key} expects {getattr(hint, '__name__', hint)}; got {value!r}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -744,13 +718,9 @@ def _postfix(metrics: Mapping[str, float], roles: Mapping[str, str]) -> dict[str
 
 
 def _progress(config: TrainConfig, start: int):
-    if not config.progress:
-        return None
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=config.steps, initial=start, desc=f"train {config.env}", unit="step", file=sys.stderr)
+    from llm_zoo.trainers.logging import progress_bar
+
+    return progress_bar(total=config.steps, initial=start, desc=f"train {config.env}") if config.progress else None
 
 
 def _write_samples(path: Path, episodes: Sequence[Episode]) -> None:

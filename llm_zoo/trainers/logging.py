@@ -1,11 +1,13 @@
-"""Metrics of a run: JSONL (always) and TensorBoard (when installed), one row per step."""
+"""Metrics of a run: JSONL (always) and TensorBoard (when installed), one row per step; the run's progress bar."""
 
 from __future__ import annotations
 
 import json
+import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 
 class MetricsLogger:
@@ -59,3 +61,50 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
     """Return the rows of a run's ``metrics.jsonl``."""
     path = Path(run_dir) / "metrics.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def progress_bar(*, total: int, initial: int, desc: str) -> Any:
+    """Return the run's tqdm bar (on stderr), or None without tqdm.
+
+    While it is open, transformers' and huggingface_hub's own bars are turned off: theirs (such as
+    "Writing model shards" at every checkpoint) would otherwise each break the run's bar onto a new
+    line. Closing the bar turns them back on if they were on.
+    """
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return None
+    restore = _quiet_library_bars()
+
+    class _RunBar(tqdm):
+        def close(self) -> None:
+            super().close()
+            restore()
+
+    return _RunBar(total=total, initial=initial, desc=desc, unit="step", file=sys.stderr)
+
+
+def _quiet_library_bars() -> Callable[[], None]:
+    """Turn the bars of transformers and huggingface_hub off; return what turns them back on."""
+    undo = []
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        hf_logging = None
+    if hf_logging is not None and hf_logging.is_progress_bar_enabled():
+        hf_logging.disable_progress_bar()  # also huggingface_hub's
+        undo.append(hf_logging.enable_progress_bar)
+    else:
+        try:
+            import huggingface_hub.utils as hub
+        except ImportError:
+            hub = None
+        if hub is not None and not hub.are_progress_bars_disabled():
+            hub.disable_progress_bars()
+            undo.append(hub.enable_progress_bars)
+
+    def restore() -> None:
+        for turn_on in undo:
+            turn_on()
+
+    return restore

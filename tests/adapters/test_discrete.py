@@ -84,11 +84,14 @@ def test_mask_observation_and_reply_match_the_text_env_over_random_play(num_hand
             for other in env.agents:  # every agent's view, not only the one to act
                 seen, text_obs = env.observe(other), base.observe(other)
                 legal = {env.menu[i] for i in np.flatnonzero(seen["action_mask"])}
-                assert legal == set(text_obs["legal_actions"])
+                if env.terminations[other] or env.truncations[other]:
+                    assert legal == set(env.menu)  # a finished agent's every index is its no-op
+                else:
+                    assert legal == set(text_obs["legal_actions"])
                 np.testing.assert_array_equal(seen["observation"], base.features(other))
             if terminated or truncated:
-                assert not obs["action_mask"].any()
-                env.step(None)
+                assert obs["action_mask"].all()
+                env.step(None if seed % 2 else rng.randrange(len(env.menu)))  # both are the dead step
                 continue
             action = rng.choice(np.flatnonzero(obs["action_mask"]).tolist())
             env.step(action)
@@ -166,3 +169,53 @@ def test_none_after_the_episode_passes_to_the_env(caplog):
     assert env.agents == []
     env.step(None)
     assert "step() called after all agents are terminated" in caplog.text  # PettingZoo's own warning
+
+
+@pytest.mark.parametrize("num_hands", HANDS)
+def test_numeric_infos_keep_one_set_of_float_keys_from_reset_to_the_end(num_hands):
+    env, rng = DiscreteActions(kuhn_poker_v0.env(num_hands=num_hands), info_keys=("seat", "total")), random.Random(1)
+    keys = {"invalid_replies", "tool_calls", "truncated_replies", "forfeit", "seat", "total", "return"}
+    for seed in range(30):
+        env.reset(seed=seed)
+        returns = dict.fromkeys(env.possible_agents, 0.0)
+        for agent in env.agent_iter():
+            obs, _, terminated, truncated, info = env.last()
+            assert set(env.infos) == set(env.agents)  # PettingZoo's bookkeeping is kept
+            for facts in env.infos.values():
+                assert set(facts) == keys and all(type(v) is float for v in facts.values())
+            assert info == env.infos[agent]
+            assert "card" in env.unwrapped.infos[agent]  # the text facts stay on the text env
+            if terminated or truncated:
+                assert info["return"] == info["total"] == returns[agent]  # Kuhn's own total agrees
+                env.step(None)
+                continue
+            env.step(rng.choice(np.flatnonzero(obs["action_mask"]).tolist()))
+            for a, reward in env.rewards.items():
+                returns[a] += reward
+
+
+def test_text_infos_are_the_text_envs_own():
+    env = DiscreteActions(kuhn_poker_v0.env(), infos="text")
+    env.reset(seed=0)
+    assert env.infos["player_0"] is env.unwrapped.infos["player_0"] and "card" in env.infos["player_0"]
+
+
+def test_a_text_fact_in_info_keys_is_refused_with_the_fix():
+    env = DiscreteActions(kuhn_poker_v0.env(), info_keys=("card",))
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"info 'card' is str .* not a number; .*infos='text'"):
+        env.last()
+    with pytest.raises(ValueError, match="infos must be 'numeric'"):
+        DiscreteActions(kuhn_poker_v0.env(), infos="tensors")
+
+
+def test_a_finished_agents_index_is_its_dead_step():
+    env = make()
+    env.reset(seed=0)
+    env.step(MENU.index("[bet]"))
+    env.step(MENU.index("[fold]"))  # player_1 folds: the hand is over
+    assert env.agent_selection in env.agents and env.terminations[env.agent_selection]
+    while env.agents:
+        assert env.last()[0]["action_mask"].all()
+        env.step(3)
+    assert env.agents == []

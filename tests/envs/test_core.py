@@ -165,15 +165,47 @@ def test_render_ansi_is_the_transcript(env):
     assert "worker_0:" in text and "[add] -> 4" in text
 
 
-def test_check_arguments_subset():
+def test_check_arguments_names_the_field_what_it_expects_and_what_came():
     schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 5},
-                                               "tags": {"type": "array", "items": {"type": "string"}},
-                                               "mode": {"enum": ["a", "b"]}, "s": {"type": "string", "maxLength": 3}}}
-    assert check_arguments(schema, {"n": 3, "tags": ["x"], "mode": "a", "s": "abc"}) is None
-    assert "must be <= 5" in check_arguments(schema, {"n": 6})
-    assert "arguments.tags[1] must be of type string" in check_arguments(schema, {"tags": ["x", 1]})
-    assert "must be one of" in check_arguments(schema, {"mode": "c"})
-    assert "at most 3 characters" in check_arguments(schema, {"s": "abcd"})
+                                               "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 2},
+                                               "mode": {"enum": ["a", "b"]}, "s": {"type": "string", "maxLength": 3},
+                                               "id": {"type": "string", "pattern": "^#W[0-9]+$"},
+                                               "x": {"type": "number", "exclusiveMinimum": 0}},
+              "required": ["n"], "additionalProperties": False}
+    assert check_arguments(schema, {"n": 3, "tags": ["x"], "mode": "a", "s": "abc", "id": "#W1", "x": 0.5}) is None
+    cases = [
+        ({"n": 6}, "arguments.n must be <= 5; got 6"),
+        ({"n": -1}, "arguments.n must be >= 0; got -1"),
+        ({"n": 3.0}, "arguments.n must be of type integer; got number 3.0"),  # a tool's Python gets an int
+        ({"n": True}, "arguments.n must be of type integer; got boolean True"),
+        ({"n": 1, "tags": ["x", 1]}, "arguments.tags[1] must be of type string; got integer 1"),
+        ({"n": 1, "tags": ["a", "b", "c"]}, "arguments.tags must have at most 2 items; got 3"),
+        ({"n": 1, "mode": "c"}, "arguments.mode must be one of ['a', 'b']; got 'c'"),
+        ({"n": 1, "s": "abcd"}, "arguments.s must have at most 3 characters; got 4"),
+        ({"n": 1, "id": "W1"}, "arguments.id must match the pattern '^#W[0-9]+$'; got 'W1'"),
+        ({"n": 1, "x": 0}, "arguments.x must be > 0; got 0"),
+        ({}, "arguments is missing the required field 'n'"),
+        ({"n": 1, "k" * 500: 1}, "arguments has an unknown field 'kkk"),
+    ]
+    for value, expected in cases:
+        assert check_arguments(schema, value).startswith(expected), (value, check_arguments(schema, value))
+    # a model-chosen key or value is shown truncated, never whole
+    assert len(check_arguments(schema, {"n": 1, "k" * 500: 1})) < 200
+    assert len(check_arguments(schema, {"n": 1, "mode": "z" * 10_000})) < 200
+    # keywords beyond the ones named above are checked too (the full draft 2020-12, by jsonschema)
+    either = {"type": "object", "properties": {"v": {"anyOf": [{"type": "string"}, {"type": "integer"}]}}}
+    assert check_arguments(either, {"v": 1}) is None and check_arguments(either, {"v": "1"}) is None
+    assert check_arguments(either, {"v": [1]}).startswith("arguments.v ")
+
+
+def test_check_arguments_reports_one_problem_of_a_huge_bad_array_quickly():
+    schema = {"type": "object", "properties": {"xs": {"type": "array", "items": {"type": "integer"}}}}
+    assert check_arguments(schema, {"xs": ["a"] * 200_000}) == "arguments.xs[0] must be of type integer; got string 'a'"
+
+
+def test_a_bad_tool_declaration_is_a_programming_error():
+    with pytest.raises(ValueError, match="must be a valid JSON Schema"):
+        check_arguments({"type": "object", "properties": {"n": {"type": "int"}}}, {"n": 1})
 
 
 def test_parse_tool_calls_handles_unterminated_and_double_encoded():

@@ -1,0 +1,200 @@
+"""The ``llm-zoo`` command line: the train config surface read off TrainConfig, help texts and defaults, run output."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import typing
+from dataclasses import dataclass, field
+
+import pytest
+
+from llm_zoo import cli, configdoc
+from llm_zoo.cli import build_parser, main
+from llm_zoo.trainers import grpo
+from llm_zoo.trainers.grpo import TrainConfig, make_config
+
+TINY = ["--set", "steps=2", "--set", "episodes_per_step=8", "--set", "rollout_batch_size=8",
+        "--set", "model_hidden_size=32", "--set", "eval_every=1", "--set", "threads=1", "--set", "tensorboard=false"]
+
+
+def _help(capsys, argv) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 0
+    return capsys.readouterr().out
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_train_help_lists_every_field_with_its_type_env_default_and_docstring(capsys):
+    text = _help(capsys, ["train", "kuhn_poker_v0", "--help"])
+    config, docs = make_config("kuhn_poker_v0"), configdoc.field_docs(TrainConfig)
+    hints = typing.get_type_hints(TrainConfig)
+    assert len(dataclasses.fields(TrainConfig)) >= 40
+    for f in dataclasses.fields(TrainConfig):
+        line = f"  {f.name}: "
+        assert line in text, f.name
+        shown = text.split(line, 1)[1].split("\n", 1)[0]
+        assert shown == f"{configdoc.type_name(hints[f.name])} = {getattr(config, f.name)!r}", (f.name, shown)
+        assert docs[f.name], f"TrainConfig.{f.name} has no docstring"
+        assert _flat(docs[f.name].replace("``", "`"))[:50] in _flat(text), f.name
+    assert "  env_kwargs: dict[str, Any] = " in text and "  learn: list[str] = " in text
+    # the env's presets are the defaults shown: kuhn's steps differ from the dataclass default
+    assert config.steps != TrainConfig().steps and f"  steps: int = {config.steps}\n" in text
+    assert "--set KEY=VALUE" in text and "YAML" in text
+
+
+def test_train_help_without_env_shows_the_dataclass_defaults(capsys):
+    text = _help(capsys, ["train", "--help"])
+    assert f"  steps: int = {TrainConfig().steps}\n" in text and "give ENV before --help" in text
+
+
+def test_field_docs_are_read_off_any_dataclass():
+    @dataclass
+    class Example:
+        alpha: int = 1
+        """One line."""
+        beta: list[str] = field(default_factory=list)
+        """Two
+        lines."""
+        gamma: float = 0.5
+
+    assert configdoc.field_docs(Example) == {"alpha": "One line.", "beta": "Two lines.", "gamma": ""}
+    text = configdoc.describe(Example())
+    assert "  alpha: int = 1\n      One line." in text and "  beta: list[str] = []" in text
+    assert "  gamma: float = 0.5" in text
+
+
+def _captured_config(monkeypatch, argv) -> TrainConfig:
+    seen = {}
+
+    def fake_train(config, *, resume=False):
+        seen["config"] = config
+        return {"exploitability": 0.25}
+
+    monkeypatch.setattr(grpo, "train", fake_train)
+    assert main(argv) == 0
+    return seen["config"]
+
+
+def test_set_values_are_yaml_checked_against_the_field_types(monkeypatch, tmp_path, capsys):
+    config = _captured_config(monkeypatch, [
+        "train", "kuhn_poker_v0", "--run-dir", str(tmp_path), "--set", "steps=7", "--set", "lr=1e-3",
+        "--set", "progress=false", "--set", "learn=[player_0, player_1]", "--set", "env_kwargs={num_hands: 3}",
+        "--set", "model=1.10", "--set", "policies={player_0: p0}", "--set", "average_ema=0"])
+    assert (config.steps, config.lr, config.progress) == (7, 0.001, False)
+    assert config.learn == ["player_0", "player_1"] and config.env_kwargs == {"num_hands": 3}
+    assert config.model == "1.10"  # a str field takes the text as it is, not YAML's float 1.1
+    assert config.policies == {"player_0": "p0"} and config.run_dir == str(tmp_path)
+    out, err = capsys.readouterr()
+    assert json.loads(out)["scored"].startswith("the last iterate")
+
+
+def test_a_yaml_config_file_applies_and_set_wins_over_it(monkeypatch, tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("steps: 9\nalgorithm: grpo\ngroup_size: 4\nlearn: player_0\n")
+    config = _captured_config(monkeypatch, ["train", "kuhn_poker_v0", "--config", str(path), "--set", "steps=11",
+                                            "--run-dir", str(tmp_path / "run")])
+    assert (config.steps, config.algorithm, config.group_size, config.learn) == (11, "grpo", 4, ["player_0"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--set", "stepz=3"], r"unknown config field 'stepz' in --set; did you mean 'steps'\?"),
+        (["--set", "steps=many"], r"config.steps expects int; got 'many' .*Training steps"),
+        (["--set", "steps=2.5"], r"config.steps expects int; got 2.5"),
+        (["--set", "steps=yes"], r"config.steps expects int; got True \(a bool"),
+        (["--set", "progress=maybe"], r"config.progress expects bool; got 'maybe'"),
+        (["--set", "env_kwargs=[1]"], r"config.env_kwargs expects dict\[str, Any\]; got \[1\]"),
+        (["--set", "policies={a: 1}"], r"config.policies expects dict\[str, str\]"),
+        (["--set", "learn=[a"], r"--set learn=\.\.\. must be a YAML value; got '\[a'"),
+        (["--set", "steps"], r"--set expects KEY=VALUE"),
+        (["--set", "algorithm=ppo"], r"config.algorithm must be one of"),
+    ],
+)
+def test_a_wrong_key_or_type_names_the_field_and_what_was_expected(monkeypatch, capsys, argv, expected):
+    monkeypatch.setattr(grpo, "train", lambda *a, **k: pytest.fail("train ran on a bad config"))
+    assert main(["train", "kuhn_poker_v0", *argv]) == 2
+    err = capsys.readouterr().err
+    assert re.search(expected, err), err
+
+
+def test_a_wrong_key_in_a_config_file_names_the_file(monkeypatch, tmp_path, capsys):
+    path = tmp_path / "run.yaml"
+    path.write_text("episodes: 3\n")
+    monkeypatch.setattr(grpo, "train", lambda *a, **k: pytest.fail("train ran on a bad config"))
+    assert main(["train", "kuhn_poker_v0", "--config", str(path)]) == 2
+    assert f"unknown config field 'episodes' in {path}" in capsys.readouterr().err
+    path.write_text("steps: [3]\n")
+    assert main(["train", "kuhn_poker_v0", "--config", str(path)]) == 2
+    assert re.search(rf"config.steps expects int; got \[3\] .*\(from {re.escape(str(path))}\)", capsys.readouterr().err)
+
+
+def test_train_names_its_run_directory_and_the_weights_it_scored(tmp_path, capsys):
+    from transformers.utils import logging as hf_logging
+
+    run = tmp_path / "run"
+    assert hf_logging.is_progress_bar_enabled()
+    # checkpoints at every step: each one's save_pretrained would draw a "Writing model shards" bar
+    assert main(["train", "kuhn_poker_v0", *TINY, "--set", "checkpoint_every=1", "--set", "average_ema=0.5",
+                 "--set", "progress=true", "--run-dir", str(run)]) == 0
+    out, err = capsys.readouterr()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines[0] == f"llm-zoo train kuhn_poker_v0: run directory {run}"
+    summary = json.loads(out)
+    assert summary["run_dir"] == str(run) and "average_ema=0.5" in summary["scored"]
+    assert 0 <= summary["last_iterate"]["exploitability"] <= 1
+    final = lines[-1]
+    assert f"exploitability {summary['exploitability']:.4f}, scoring the average of the learner's weights" in final
+    assert f"the last iterate: exploitability {summary['last_iterate']['exploitability']:.4f}" in final
+    assert f"Run directory {run}" in final
+    assert "Writing model shards" not in err and "train kuhn_poker_v0: 100%" in err
+    assert hf_logging.is_progress_bar_enabled()  # the run's bar gave transformers' bars back when it closed
+
+    # eval tells the sampled figures (games against scripted players, with intervals) from the exact ones
+    assert main(["eval", "kuhn_poker_v0", "--checkpoint", str(run / "checkpoints" / "step_000002"),
+                 "--episodes", "20"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert "sampled" in result["note"] and "exact" in result["note"] and "95% interval" in result["note"]
+    for versus in result["versus"].values():
+        assert versus["mean_payoff_ci95"] > 0
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def test_help_texts_are_current_and_show_every_default(capsys):
+    parser = build_parser()
+    top = parser.format_help()
+    assert "as they land" not in top and "``" not in top
+    for name in ("play", "train", "eval", "plot", "serve", "crossplay", "bench"):
+        assert re.search(rf"^\s+{name}\s", top, re.M), name
+    for name, sub in _subparsers(parser).items():
+        text = _flat(sub.format_help())
+        assert "``" not in text, name
+        for action in sub._actions:
+            if not action.option_strings or action.default in (None, False, argparse.SUPPRESS, []):
+                continue
+            helped = _flat(sub._get_formatter()._expand_help(action)) if action.help else ""
+            assert "default" in helped, f"{name} {action.option_strings[0]}: {helped!r}"
+    play = _flat(_subparsers(parser)["play"].format_help())
+    assert "num_hands; default: the env's, 1)" in play  # read off kuhn_poker_v0's signature
+    assert "seed of the evaluation games (default: 0)" in _flat(_subparsers(parser)["eval"].format_help())
+
+
+def test_formatter_adds_a_default_only_where_the_help_lacks_one():
+    parser = cli._Parser(prog="x")
+    parser.add_argument("--n", type=int, default=0, help="a count")
+    parser.add_argument("--m", default="a", help="a name (default: a)")
+    parser.add_argument("--flag", action="store_true", help="a switch")
+    text = _flat(parser.format_help())
+    assert "a count (default: 0)" in text and "a name (default: a)" in text and "(default: a) (default" not in text
+    assert "a switch (default" not in text
