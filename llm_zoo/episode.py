@@ -235,7 +235,9 @@ class Episode:
         failed: True when the episode did not finish normally (an env or policy raised, or the
             collector's step cap was hit); ``turns``, ``returns`` and ``infos`` hold what happened
             until then.
-        error: What went wrong when ``failed``: the traceback text or a sentence; else None.
+        error: What went wrong: when ``failed``, the traceback text or a sentence; on an episode
+            that finished, a problem after its end that spoilt nothing in it (its env's
+            ``close()`` raised); else None.
         wall_time: Seconds from ``reset`` to the last step. With many envs run side by side it
             includes time spent on the other envs of the batch. Not compared by ``==``, so
             episodes replayed under the same seed are equal.
