@@ -179,7 +179,7 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
     def _tool_fn(self, name: str) -> Any:
         def call(**arguments: Any) -> Any:
             assert self._shop is not None, "a tool was called outside an episode"
-            return getattr(self._shop, name)(**arguments)
+            return self._shop.call(name, arguments)
 
         return call
 

@@ -234,6 +234,7 @@ def test_render_shows_the_transcript_and_the_verdict():
 REPLIES = st.one_of(
     st.text(max_size=60),
     st.text(alphabet=st.characters(), max_size=600),
+    st.text(alphabet=st.characters(exclude_categories=()), max_size=60),  # lone surrogates too
     st.sampled_from(["", "###STOP###", "<tool_call>", "<tool_call></tool_call>", "<tool_call>{}</tool_call>",
                      "<tool_call>null</tool_call>", '<tool_call>{"name": 1}</tool_call>', "\x00\ud7ff💥",
                      '<tool_call>{"name": "get_order", "arguments": "{\\"order_id\\": 3}"}</tool_call>']),
@@ -242,6 +243,7 @@ REPLIES = st.one_of(
                                                "address", "customer_id", "payment_id", "refund_payment_id",
                                                "query", "product_id", "first_name", "last_name", "zip", "junk"]),
                               st.one_of(st.text(max_size=20), st.integers(-5, 200), st.none(), st.booleans(),
+                                        st.text(st.characters(exclude_categories=()), max_size=8),
                                         st.lists(st.one_of(st.integers(-1, 4), st.text(max_size=6)), max_size=3),
                                         st.sampled_from(["#W1234567", "no longer needed", "V0101", "PM1000",
                                                          "@ORDER", "@VARIANT", "@PAYMENT", "@CUSTOMER", "@EMAIL"])),
@@ -287,3 +289,15 @@ def test_fuzzed_replies_never_crash_nor_touch_another_instance(replies, seed):
                 ["How can I help?", call("get_product", product_id="P01"), call("search_products", query="mug")])
             bystander.step(benign)
         assert bystander.unwrapped.world_digest() == untouched
+
+
+def test_a_lone_surrogate_in_a_tool_argument_is_an_error_result_not_a_tool_failure():
+    env = fresh()
+    env.step("hi")
+    raw = '<tool_call>{"name": "find_customer_by_email", "arguments": {"email": "a\\udc80@example.com"}}</tool_call>'
+    assert json.loads(raw[len("<tool_call>"):-len("</tool_call>")])["arguments"]["email"] == "a\udc80@example.com"
+    for reply in (raw, call("search_products", query="\ud800"), call("get_order", order_id="#W\udfff")):
+        env.step(reply)
+        assert last_tool_result(env).startswith("error: arguments.") and "lone surrogate" in last_tool_result(env)
+    assert "tool_failures" not in env.unwrapped.infos["assistant"]
+    assert env.agent_selection == "assistant"  # a tool error keeps the turn, as any refused call does
