@@ -122,6 +122,18 @@ def user_prompt(scenario: Scenario) -> str:
     )
 
 
+_CONSENT = re.compile(
+    r"^\W*(?:yes|yeah|yep|yup|sure|ok|okay|correct|right|absolutely|certainly|definitely|of course|confirmed?|"
+    r"please do|please go ahead|go ahead|do it|sounds good|that's (?:right|correct|fine)|that is (?:right|correct))\b",
+    re.IGNORECASE)
+_DISSENT = re.compile(r"^\W*no\b|\b(?:don't|do not|not yet|wait|hold on|stop)\b", re.IGNORECASE)
+
+
+def is_consent(message: str) -> bool:
+    """Tell whether a customer's message is an explicit yes: it opens with one and says no "no" or "don't"."""
+    return bool(_CONSENT.search(message)) and not _DISSENT.search(message)
+
+
 def is_user_prompt(system: str) -> bool:
     """Tell whether a system prompt is the user's (else it is the assistant's)."""
     return system.startswith("You are ") and f", a customer of {world.SHOP_NAME}," in system.split("\n", 1)[0]

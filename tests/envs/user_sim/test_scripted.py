@@ -119,7 +119,11 @@ def test_an_extra_action_scores_zero_with_the_diff():
 
 
 def test_acting_where_the_goal_is_no_change_scores_zero():
-    """Out of stock, the customer keeps the item; an assistant that returns it anyway changed the world."""
+    """Out of stock, the customer keeps the item; an assistant that returns it anyway changed the world.
+
+    The action tools need the customer's yes, so this assistant gets one for the exchange (which
+    it cannot make) and returns the item instead.
+    """
     solver = sc.ScriptedAssistant()
 
     def reply(obs):
@@ -129,6 +133,9 @@ def test_acting_where_the_goal_is_no_change_scores_zero():
             order = json.loads(next(m["content"] for m in reversed(obs["messages"])
                                     if m["role"] == "tool" and '"items"' in m["content"]))
             assert order["order_id"] in messages
+            if not obs["messages"][-1]["content"].startswith("Yes"):
+                wanted = re.search(r"I'd like it in ([^.]+)\.", messages).group(1)
+                return f"I'll switch it to {wanted} for you. Shall I go ahead? (yes/no)"
             return sc._call(("return_items", {"order_id": order["order_id"], "item_lines": [1],
                                               "refund_payment_id": order["payment_id"]}))
         return out
