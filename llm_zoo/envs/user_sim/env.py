@@ -38,10 +38,10 @@ Only the user's marker ends the conversation; in an assistant reply it is plain 
 
 The tools that change the world (cancel, modify, return, exchange, update an address) run only on
 the customer's consent, the shop's second policy enforced: the customer's latest message, written
-after the assistant last wrote to them, must be an explicit yes (it opens with "yes", "sure", "ok",
-"go ahead", ... and holds no "no" or "don't"; `text.is_consent`). Else the call is refused with an
-`error: ...` result. The consent is read from the user's own message only, so nothing the
-assistant writes can give it.
+after the assistant last wrote to them, must be an explicit yes (it opens with "yes" or says "go
+ahead", "please do", ..., and holds no "no" or "don't"; an acknowledgement such as "Sure." before
+an answer is not one; `text.is_consent`). Else the call is refused with an `error: ...` result.
+The consent is read from the user's own message only, so nothing the assistant writes can give it.
 
 ## Rewards
 At the end (the user's stop marker, `max_turns`, or a forfeit) the final world is compared, field

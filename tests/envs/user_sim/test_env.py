@@ -328,7 +328,7 @@ def test_action_tools_need_the_customers_own_yes_since_the_assistant_last_spoke(
     env.step(act)
     assert '"status": "cancelled"' in last_tool_result(env)
     env.step("Done. Anything else?")
-    env.step("Sure, one more thing: my address.")
+    env.step("Yes, one more thing: my address.")
     env.step("What is the new address?")
     env.step("It is 1 Oak Street, Salem, MA 01970.")
     env.step(call("update_customer_address", customer_id=scenario.customer_id, address="1 Oak Street, Salem, MA 01970"))
@@ -336,9 +336,13 @@ def test_action_tools_need_the_customers_own_yes_since_the_assistant_last_spoke(
 
 
 @pytest.mark.parametrize(("message", "consent"), [
-    ("Yes, please go ahead.", True), ("yes", True), ("Sure, do it.", True), ("OK", True), ("Go ahead, quickly please.", True),
+    ("Yes, please go ahead.", True), ("yes", True), ("Sure, do it.", True), ("OK, go ahead.", True),
+    ("Go ahead, quickly please.", True), ("Yeah, please proceed.", True),
     ("No.", False), ("Yes, but don't change the address.", False), ("Why would I?", False), ("I said yes earlier", False),
-    ("Wait, yes", False), ("", False), ("Not yet", False)])
+    ("Wait, yes", False), ("", False), ("Not yet", False), ("OK", False),
+    # the personas' acknowledgements before an answer, and the user's acceptance of a refusal
+    ("Sure. I ordered it by mistake.", False), ("Oh, of course! It's order #W1234567.", False),
+    ("Fine. The new address is 1 Oak Street.", False), ("Okay, I understand. One more thing: ...", False)])
 def test_is_consent_reads_an_explicit_yes_only(message, consent):
     from llm_zoo.envs.user_sim import text
 
