@@ -41,7 +41,8 @@ the customer's consent, the shop's second policy enforced: the customer's latest
 after the assistant last wrote to them, must be an explicit yes (it opens with "yes" or says "go
 ahead", "please do", ..., and holds no "no" or "don't"; an acknowledgement such as "Sure." before
 an answer is not one; `text.is_consent`). Else the call is refused with an `error: ...` result.
-The consent is read from the user's own message only, so nothing the assistant writes can give it.
+The consent is read from the user's own message only, so nothing the assistant writes can give it,
+and one yes allows one change: the call that makes it spends the yes (a refused call does not).
 
 ## Rewards
 At the end (the user's stop marker, `max_turns`, or a forfeit) the final world is compared, field
@@ -146,7 +147,7 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
         self._initial = self._shop.dump()
         self._goal = scenarios.goal_state(self._shop, self.scenario)
         self._turns = {a: 0 for a in AGENTS}
-        self._consent = False  # the customer's latest message, since the assistant last spoke, is a yes
+        self._consent = False  # the customer's latest message, since the assistant last spoke, is an unspent yes
         for agent in AGENTS:
             self.infos[agent].update(scenario=name, group=name)
         self.tell("user", text.KICKOFF)
@@ -190,10 +191,14 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
     def _tool_fn(self, name: str) -> Any:
         def call(**arguments: Any) -> Any:
             assert self._shop is not None, "a tool was called outside an episode"
-            if name in world.ACTION_TOOLS and not self._consent:
+            if name not in world.ACTION_TOOLS:
+                return self._shop.call(name, arguments)
+            if not self._consent:
                 raise ToolError(f"{name} changes the customer's records, which needs their explicit yes first: "
                                 "tell them exactly what you will do and wait for their yes (the second policy)")
-            return self._shop.call(name, arguments)
+            result = self._shop.call(name, arguments)
+            self._consent = False  # one yes, one change: a refused call (ToolError above) leaves it for a retry
+            return result
 
         return call
 

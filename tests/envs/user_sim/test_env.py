@@ -325,8 +325,12 @@ def test_action_tools_need_the_customers_own_yes_since_the_assistant_last_spoke(
     env.step("Shall I cancel it?")
     env.step("Yes, please go ahead.")
     env.step(call("get_order", order_id=arguments["order_id"]))  # look-ups in between keep the yes
+    env.step(call(name, **{**arguments, "order_id": "#W0000000"}))  # so does a call the shop refuses
+    assert "no order with id" in last_tool_result(env)
     env.step(act)
     assert '"status": "cancelled"' in last_tool_result(env)
+    env.step(call("update_customer_address", customer_id=scenario.customer_id, address="1 Oak Street, Salem, MA 01970"))
+    assert "needs their explicit yes" in last_tool_result(env)  # one yes, one change
     env.step("Done. Anything else?")
     env.step("Yes, one more thing: my address.")
     env.step("What is the new address?")
