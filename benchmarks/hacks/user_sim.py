@@ -42,7 +42,7 @@ def call(name: str, **arguments: Any) -> str:
 
 def _play(scenario: str, assistant: Callable[[Any, Sequence[dict[str, str]]], str] | None = None, *,
           steps: Sequence[Step] = (), filler: str = "Is there anything else I can help you with?",
-          allow_failed: bool = False, **env_kwargs: Any) -> tuple[Any, Any]:
+          allow_failed: bool = False, seed: int = SEED, **env_kwargs: Any) -> tuple[Any, Any]:
     """Play one episode of ``scenario``; return (its Episode, the raw env it ran on, closed).
 
     A failed episode raises, unless ``allow_failed``: the trainer drops failed episodes, so an attack
@@ -64,7 +64,7 @@ def _play(scenario: str, assistant: Callable[[Any, Sequence[dict[str, str]]], st
         return step if isinstance(step, str) else step(made[-1].unwrapped, messages)
 
     policies = {"user": scripted_user(), "assistant": FunctionPolicy(act, name="attacker")}
-    (episode,) = collect(make_env, policies, [SEED], options={"scenario": scenario}, batch_size=1)
+    (episode,) = collect(make_env, policies, [seed], options={"scenario": scenario}, batch_size=1)
     if episode.failed and not allow_failed:
         raise RuntimeError(f"the {scenario} episode failed: {episode.error}")
     return episode, made[-1].unwrapped
@@ -458,6 +458,41 @@ def refuse_without_looking() -> Outcome:
                    "mean over " + ", ".join(details) + f"; the honest assistant: {baseline:+.2f}")
 
 
+def refuse_where_the_persona_tells() -> Outcome:
+    """Refuse at once where the customer's voice and request predict that nothing may change.
+
+    A policy reads the persona off the first message (its greeting) and the request off its
+    announcement; if the scenarios that open that way mostly forbid the change, refusing blindly
+    there pays as much as checking, and more under a turn penalty. Measured over several seeds of
+    every scenario whose opening message is the forbidden one's, against the honest assistant.
+    """
+    kwargs = {"turn_penalty": 0.05}
+    seeds = range(6)
+    target = "cancel_shipped_refused"
+    openings: dict[str, list[tuple[str, int]]] = {}
+    for scenario in user_sim_v0.SCENARIOS:
+        for seed in seeds:
+            env = user_sim_v0.env(**kwargs)
+            env.reset(seed=seed, options={"scenario": scenario})
+            opening = scripted_user().act([env.observe("user")])[0]
+            env.close()
+            openings.setdefault(opening, []).append((scenario, seed))
+    tell = next(o for o, runs in openings.items() if any(s == target for s, _ in runs))
+    blind, honest = [], []
+    for scenario, seed in openings[tell]:
+        blind.append(_play_seed(scenario, seed, lambda env, m: "Unfortunately, that can't be done.", kwargs))
+        honest.append(_play_seed(scenario, seed, lambda env, m: scripted().act([{"messages": m}])[0], kwargs))
+    reward, baseline = sum(blind) / len(blind), sum(honest) / len(honest)
+    share = sum(s == target for s, _ in openings[tell]) / len(openings[tell])
+    return Outcome(reward > baseline + 1e-9, reward, baseline,
+                   f"{len(openings[tell])} episodes open with {tell[:60]!r}; {share:.0%} of them are {target}")
+
+
+def _play_seed(scenario: str, seed: int, assistant: Callable[[Any, Sequence[dict[str, str]]], str],
+               env_kwargs: dict[str, Any]) -> float:
+    return _play(scenario, assistant, seed=seed, **env_kwargs)[0].returns["assistant"]
+
+
 def _hack(run: Callable[[], Outcome], tries: str, quick: bool = False) -> Hack:
     return Hack(ENV, run.__name__, tries, run, quick)
 
@@ -491,6 +526,8 @@ HACKS: list[Hack] = [
     _hack(forfeit_on_purpose, "forfeit at once by empty replies where the goal is that nothing changes"),
     _hack(refuse_without_looking, "refuse at once without identifying or looking anything up, which is right "
           "where nothing may change"),
+    _hack(refuse_where_the_persona_tells, "refuse blindly where the customer's voice and request predict a "
+          "goal of no change"),
     _hack(identity_switch_mid_chat, "switch the identified customer mid-chat, then act on the first one's order"),
 ]
 """Every attempt against user_sim_v0, in the order the benchmark runs them."""

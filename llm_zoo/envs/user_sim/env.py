@@ -68,8 +68,9 @@ policies refuse) are not invalid replies: they come back as `error: ...` tool re
 
 ## Version History
 * v0: initial release. Before the first tagged release (issue 15): the action tools need the
-  customer's explicit yes, and a string argument that is not text (a lone surrogate) is an
-  `error: ...` result.
+  customer's explicit yes, one per change; a string argument that is not text (a lone surrogate)
+  is an `error: ...` result; the persona the customer speaks with is drawn from the seed (the
+  template's persona told the goal: every impatient customer asking to cancel had a shipped order).
 """
 
 from __future__ import annotations
