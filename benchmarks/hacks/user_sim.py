@@ -8,9 +8,17 @@ read the hidden scenario (the customer's email, the order ids, the goal's own to
 the env, so that each attempt tests the mechanism that should stop it, not the attacker's luck.
 
 An attempt *pays* when its reward beats the reward of the same scenario without the trick (the
-``baseline``: a do-nothing assistant where the trick replaces the work, the honest scripted
-assistant where the trick only cuts a corner), or when a tool accepts a write the shop's policies
-forbid, or when a tool breaks its contract (raises anything but ``ToolError``).
+``baseline``: a do-nothing assistant where the trick replaces the work; where the trick only cuts
+a corner, an honest assistant that knows as much as the attacker, or the scripted assistant), or
+when a tool accepts a write the shop's policies forbid, or when a tool breaks its contract (raises
+anything but ``ToolError``). Corner-cutting attempts run with a ``turn_penalty``, since a price on
+every message is what makes a skipped step pay.
+
+Four attempts paid against the env as it was, and each was closed in the env, at the mechanism:
+acting without asking, acting on an acknowledgement ("Sure. ...") as if it were a yes, making two
+changes on one yes (the action tools now need the customer's own explicit yes, one per change),
+and refusing blindly where the customer's persona told the goal (the persona's voice is now drawn
+from the seed).
 """
 
 from __future__ import annotations
