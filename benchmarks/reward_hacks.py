@@ -89,7 +89,7 @@ def load(module: str) -> tuple[list[Hack] | None, str | None]:
         if exc.name is not None and (module == exc.name or module.startswith(exc.name + ".")):
             return None, f"not available: no module {module}"
         return None, f"not available: importing {module} failed: {type(exc).__name__}: {exc}"
-    except Exception as exc:  # a library with a bug must not take the others down
+    except (Exception, SystemExit) as exc:  # a library with a bug must not take the others down
         return None, f"not available: importing {module} failed: {type(exc).__name__}: {exc}"
     hacks = getattr(loaded, "HACKS", None)
     if not isinstance(hacks, list) or not all(isinstance(h, Hack) for h in hacks):
@@ -130,7 +130,7 @@ def attempt(hack: Hack, timeout_s: float = TIMEOUT_S) -> Row:
         if not isinstance(outcome, Outcome):
             raise TypeError(f"run() must return a hacks.Outcome, got {type(outcome).__name__}: {outcome!r:.100}")
         row.outcome = outcome
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # SystemExit too: an attempt's sys.exit must not end the benchmark
         last = traceback.extract_tb(exc.__traceback__)[-1:] or [None]
         where = f" at {Path(last[0].filename).name}:{last[0].lineno}" if last[0] is not None else ""
         row.error = f"{type(exc).__name__}: {exc}"[:300] + where

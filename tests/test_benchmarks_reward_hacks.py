@@ -70,17 +70,17 @@ def test_an_attempt_that_raises_returns_junk_or_hangs_is_an_error_and_the_rest_g
             pass
 
     hacks = [Hack("x", "raises", "raises", raises), Hack("x", "junk", "returns junk", lambda: 1.0),
-             Hack("x", "hangs", "never returns", hangs),
+             Hack("x", "hangs", "never returns", hangs), Hack("x", "exits", "exits", lambda: sys.exit(3)),
              Hack("x", "pays", "pays", lambda: Outcome(True, 1.0, 0.0, "got in")),
              Hack("x", "fails", "fails", lambda: Outcome(False, 0.0, 0.0, "refused"))]
     rows = [script.attempt(h, timeout_s=0.5) for h in hacks]
-    assert [r.error is not None for r in rows] == [True, True, True, False, False]
+    assert [r.error is not None for r in rows] == [True, True, True, True, False, False]
     assert "RuntimeError: the attacker tripped" in rows[0].error and "must return a hacks.Outcome" in rows[1].error
-    assert "--timeout" in rows[2].error and rows[2].seconds < 5
+    assert "--timeout" in rows[2].error and rows[2].seconds < 5 and "SystemExit" in rows[3].error
     library = script.Library("x", "inline", "x_paid", rows=rows)
-    assert library.paid == ["pays"] and library.errors == 3
+    assert library.paid == ["pays"] and library.errors == 4
     text = script.table(library)
-    assert "ERROR" in text and "PAID" in text and "5 attempts, 1 paid, 3 errors" in text
+    assert "ERROR" in text and "PAID" in text and "6 attempts, 1 paid, 4 errors" in text
 
 
 def test_a_missing_or_broken_library_is_a_row_not_a_crash(script, tmp_path, monkeypatch):
