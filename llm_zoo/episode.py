@@ -320,7 +320,7 @@ class Episode:
         return cls(**{**data, "turns": turns})
 
     def to_json(self) -> str:
-        """Return the record as one line of JSON."""
+        """Return the record as one line of JSON (lone surrogates stay raw: write it as :func:`write_jsonl` does)."""
         return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
 
     @classmethod
