@@ -59,6 +59,13 @@ README = ROOT / "README.md"
 HEADLINE = "kuhn_headline"
 """The script whose Markdown table fills the README's headline block (and comes first on the page)."""
 HEADLINE_START, HEADLINE_END = "<!-- headline:start -->", "<!-- headline:end -->"
+BESIDE: dict[str, tuple[str, tuple[str, ...]]] = {
+    "reward_hacks": ("judge_agreement", ("judge_hacks_paid", "proposer_hacks_paid", "user_sim_hacks_paid",
+                                         "attempts", "errors")),
+}
+"""Script -> (the script it is read beside, its figures quoted there). It comes right after that script
+on the page, and that script's section ends with those figures and a link: how far the judge agrees
+with the hidden tests is read with how many reward hacks get past the rewards."""
 TIMEOUT_S = {"quick": 300.0, "full": 4 * 3600.0}
 """Default timeout per script: --quick settings take seconds; the full Kuhn trainings about an hour each."""
 VERSIONS = ("llm_zoo", "torch", "transformers", "pettingzoo", "gymnasium", "numpy", "stable-baselines3",
@@ -104,12 +111,19 @@ class ScriptResult:
 
 
 def discover(scripts_dir: Path = BENCHMARKS) -> dict[str, Path]:
-    """Return the benchmark scripts of ``scripts_dir``, stem -> path, the headline script first."""
+    """Return the benchmark scripts of ``scripts_dir``, stem -> path: the headline script first, then by
+    name, except that a script of :data:`BESIDE` comes right after the one it is read beside."""
     if not scripts_dir.is_dir():
         raise FileNotFoundError(f"no benchmarks folder at {scripts_dir}; llm-zoo bench runs the scripts of a "
                                 "source checkout (git clone, then pip install -e .), or pass --benchmarks DIR")
     paths = sorted(p for p in scripts_dir.glob("*.py") if not p.name.startswith("_"))
-    return {p.stem: p for p in sorted(paths, key=lambda p: (p.stem != HEADLINE, p.stem))}
+    order = [p.stem for p in sorted(paths, key=lambda p: (p.stem != HEADLINE, p.stem))]
+    for name, (partner, _) in BESIDE.items():
+        if name in order and partner in order:
+            order.remove(name)
+            order.insert(order.index(partner) + 1, name)
+    by_stem = {p.stem: p for p in paths}
+    return {name: by_stem[name] for name in order}
 
 
 def _takes(script: Path, option: str) -> bool:
@@ -345,6 +359,7 @@ def render(results: Sequence[ScriptResult], info: dict[str, Any], *, quick: bool
     ]
     if failed:
         out += [f"**Not ok: {', '.join(failed)}.** Their sections show the error.", ""]
+    by_name = {r.name: r for r in results}
     for r in results:
         exit_text = "killed at the timeout" if r.returncode is None else f"exit status {r.returncode}"
         out += [f"## {r.name}", ""]
@@ -361,6 +376,12 @@ def render(results: Sequence[ScriptResult], info: dict[str, Any], *, quick: bool
         if r.status not in ("ok", "skipped"):
             tail = "\n".join(r.stderr.rstrip().splitlines()[-40:])
             out += ["stderr (last 40 lines):", "", _fence(tail or "(nothing)"), ""]
+        for name, (partner, keys) in BESIDE.items():
+            if partner == r.name and name in by_name:
+                beside = by_name[name]
+                quoted = ", ".join(f"{k} {json.dumps((beside.figures or {}).get(k))}" for k in keys) \
+                    if beside.figures is not None else f"no figures ({beside.status})"
+                out += [f"Read beside [{name}](#{name}), next: {quoted}.", ""]
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -25,6 +25,23 @@ JSONL
 ending in ``.gz`` is gzip-compressed. Each line also carries the derived ``prompt_tokens`` and
 ``completion_tokens`` for readers such as ``jq``; loading recomputes them from the turns.
 
+Writes are atomic: the lines go to a temporary file in the same folder, which is flushed, synced
+to disk and then renamed over ``path`` (``os.replace``), so a reader or a crash mid-write sees the
+old file or the new one, never a part (an interrupted write may leave its ``.<name>.*.tmp``
+behind). An append copies the old file into the new one first.
+
+Every Python ``str`` round-trips exactly, lone surrogates included (``"\udc80"``: byte-level
+tokenizers decode invalid UTF-8 to such code points). The encoding: JSON as ``json.dumps`` writes
+it with ``ensure_ascii=False``, encoded as UTF-8 with Python's ``surrogatepass`` error handler, so
+each surrogate code point becomes its own three-byte sequence (``ED A0 80``-``ED BF BF``) and reads
+back with the same handler. A text without surrogates, nearly every one, is plain UTF-8; a line
+with one is not valid UTF-8 for strict readers (``jq`` shows U+FFFD there). The other candidates
+lose data: strict UTF-8 cannot encode a surrogate at all (``write_jsonl`` used to raise, leaving an
+empty file), and JSON's ``\\uXXXX`` escapes (``ensure_ascii=True``) are UTF-16, so ``json.loads``
+joins an escaped high and low surrogate into one character: the two code points
+``"\ud83d\ude00"`` would come back as the one ``"\U0001f600"``. Read these files with
+:func:`read_jsonl`, or open them with ``errors="surrogatepass"``.
+
 Chat export for SFT
 -------------------
 :meth:`Episode.to_chat` turns an episode into chat-format records (``{"messages": [...], ...}``,
@@ -34,18 +51,21 @@ conversation; :func:`export_chat_jsonl` writes them for many episodes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import gzip
+import io
 import json
 import operator
 import os
+import secrets
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
-__all__ = ["Episode", "Turn", "export_chat_jsonl", "jsonable", "read_jsonl", "write_jsonl"]
+__all__ = ["Episode", "Turn", "atomic_writer", "export_chat_jsonl", "jsonable", "read_jsonl", "write_jsonl"]
 
 _DERIVED_KEYS = ("prompt_tokens", "completion_tokens")
 
@@ -218,7 +238,9 @@ class Episode:
         failed: True when the episode did not finish normally (an env or policy raised, or the
             collector's step cap was hit); ``turns``, ``returns`` and ``infos`` hold what happened
             until then.
-        error: What went wrong when ``failed``: the traceback text or a sentence; else None.
+        error: What went wrong: when ``failed``, the traceback text or a sentence; on an episode
+            that finished, a problem after its end that spoilt nothing in it (its env's
+            ``close()`` raised); else None.
         wall_time: Seconds from ``reset`` to the last step. With many envs run side by side it
             includes time spent on the other envs of the batch. Not compared by ``==``, so
             episodes replayed under the same seed are equal.
@@ -301,7 +323,7 @@ class Episode:
         return cls(**{**data, "turns": turns})
 
     def to_json(self) -> str:
-        """Return the record as one line of JSON."""
+        """Return the record as one line of JSON (lone surrogates stay raw: write it as :func:`write_jsonl` does)."""
         return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
 
     @classmethod
@@ -392,16 +414,68 @@ def _check_keys(cls: type, data: Mapping[str, Any], what: str) -> None:
 
 # ---- files ------------------------------------------------------------------------------------
 
+_ERRORS = "surrogatepass"
+"""The UTF-8 error handler of every file here: lone surrogates as their own bytes (module docstring)."""
+
 
 def _open(path: str | os.PathLike[str], mode: str) -> IO[str]:
     path = Path(path)
     if path.suffix == ".gz":
-        return gzip.open(path, mode + "t", encoding="utf-8")
-    return open(path, mode, encoding="utf-8")
+        return gzip.open(path, mode + "t", encoding="utf-8", errors=_ERRORS)
+    return open(path, mode, encoding="utf-8", errors=_ERRORS)
+
+
+@contextlib.contextmanager
+def atomic_writer(path: str | os.PathLike[str], *, append: bool = False) -> Iterator[IO[str]]:
+    """Open ``path`` for writing text so that it changes all at once or not at all.
+
+    Yields a text file on a temporary file in the same folder (UTF-8 with ``surrogatepass``, gzip
+    when ``path`` ends in ``.gz``). When the block ends normally the file is flushed, synced to disk
+    and renamed over ``path``; when it raises, the temporary file is removed and ``path`` is as it
+    was. With ``append`` the new file starts with a copy of the old one's bytes (gzip members
+    concatenate, which gzip readers read as one stream). The new file keeps the old one's
+    permissions, or gets the usual ones (``0o666`` less the umask) when there was none.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with open(fd, "wb") as raw:
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(tmp, os.stat(path).st_mode & 0o7777)
+                if append:
+                    with open(path, "rb") as old:
+                        while chunk := old.read(1 << 20):
+                            raw.write(chunk)
+            packed: IO[bytes] = gzip.GzipFile(filename=path.stem, mode="wb", fileobj=raw) \
+                if path.suffix == ".gz" else raw
+            text = io.TextIOWrapper(packed, encoding="utf-8", errors=_ERRORS, newline="\n", write_through=False)
+            yield text
+            text.flush()
+            text.detach()
+            if packed is not raw:
+                packed.close()  # writes the gzip trailer; the raw file stays open
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # make the rename itself durable, where the OS allows it
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
 
 
 def write_jsonl(path: str | os.PathLike[str], episodes: Iterable[Episode], *, append: bool = False) -> int:
     """Write episodes to ``path``, one JSON object per line (gzip when it ends in ``.gz``); return the count.
+
+    The write is atomic and lossless for every ``str`` (see the module docstring): if anything
+    raises before the end (a bad item, the iterable itself, a full disk), ``path`` keeps its old
+    content.
 
     Args:
         path: File to write; its folder must exist.
@@ -409,7 +483,7 @@ def write_jsonl(path: str | os.PathLike[str], episodes: Iterable[Episode], *, ap
         append: Add to the end of the file instead of replacing it.
     """
     count = 0
-    with _open(path, "a" if append else "w") as f:
+    with atomic_writer(path, append=append) as f:
         for i, episode in enumerate(episodes):
             if not isinstance(episode, Episode):
                 raise TypeError(f"write_jsonl: item {i} is a {type(episode).__name__}, expected an Episode.")
@@ -446,7 +520,8 @@ def export_chat_jsonl(
     """Write the chat records of :meth:`Episode.to_chat` for many episodes, one per line; return the count.
 
     Args:
-        path: File to write (gzip when it ends in ``.gz``).
+        path: File to write (gzip when it ends in ``.gz``), atomically and losslessly as
+            :func:`write_jsonl` does.
         episodes: Episodes to export.
         per: ``"turn"`` or ``"conversation"``; see :meth:`Episode.to_chat`.
         agents: Export only these agents (an agent missing from an episode is skipped there).
@@ -454,7 +529,7 @@ def export_chat_jsonl(
     """
     wanted = None if agents is None else [agents] if isinstance(agents, str) else list(agents)
     count = 0
-    with _open(path, "w") as f:
+    with atomic_writer(path) as f:
         for episode in episodes:
             if episode.failed and not include_failed:
                 continue

@@ -88,6 +88,11 @@ def test_the_page_holds_the_machine_the_versions_and_every_script(quick):
     assert "![kuhn_credit: kuhn_credit](results/kuhn_credit/kuhn_credit.png)" in page
     for plot in ("kuhn_headline/kuhn_headline.png", "kuhn_credit/kuhn_credit.png"):
         assert (tmp / "docs" / "results" / plot).read_bytes().startswith(b"\x89PNG")
+    # the reward hacks are read beside the judge's agreement: the next section, its figures quoted there
+    judge, hacks = page.index("\n## judge_agreement\n"), page.index("\n## reward_hacks\n")
+    assert judge < hacks and "\n## " not in page[judge + 1:hacks]
+    assert "Read beside [reward_hacks](#reward_hacks), next: judge_hacks_paid " in page[judge:hacks]
+    assert f"user_sim_hacks_paid {results['reward_hacks'].figures['user_sim_hacks_paid']}" in page[judge:hacks]
 
 
 def test_the_headline_has_every_system_and_fills_the_readme_block(quick):
@@ -222,3 +227,21 @@ def test_machine_names_the_cpu_memory_and_versions():
     assert {"torch", "transformers", "pettingzoo"} <= set(info["versions"])
     assert info["python"] == ".".join(map(str, sys.version_info[:3]))
     json.dumps(info)  # the page and the README read plain values
+
+
+def test_a_script_read_beside_another_comes_right_after_it_with_its_figures_quoted(tmp_path):
+    scripts = tmp_path / "benchmarks"
+    scripts.mkdir()
+    for name, figures in [("aaa", {"a": 1}), ("judge_agreement", {"agree": 0.9}), ("kuhn_x", {"k": 2}),
+                          ("reward_hacks", {"judge_hacks_paid": 0, "proposer_hacks_paid": None,
+                                            "user_sim_hacks_paid": 0, "attempts": 7, "errors": 1})]:
+        (scripts / f"{name}.py").write_text(f"import json\nprint(json.dumps({{**{figures!r}, 'seconds': 0}}))\n")
+    assert list(bench.discover(scripts)) == ["aaa", "judge_agreement", "reward_hacks", "kuhn_x"]
+    results = bench.run(quick=True, page=tmp_path / "page.md", scripts_dir=scripts, log=None)
+    page = (tmp_path / "page.md").read_text()
+    assert [r.name for r in results] == ["aaa", "judge_agreement", "reward_hacks", "kuhn_x"]
+    assert ("Read beside [reward_hacks](#reward_hacks), next: judge_hacks_paid 0, proposer_hacks_paid null, "
+            "user_sim_hacks_paid 0, attempts 7, errors 1.") in page
+    assert page.index("## judge_agreement") < page.index("Read beside") < page.index("## reward_hacks")
+    alone = bench.run(quick=True, page=tmp_path / "alone.md", scripts_dir=scripts, only=["judge_agreement"], log=None)
+    assert len(alone) == 1 and "Read beside" not in (tmp_path / "alone.md").read_text()

@@ -5,15 +5,24 @@ from __future__ import annotations
 import enum
 import json
 import math
+import os
+import stat
+import subprocess
+import sys
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from llm_zoo import kuhn_poker_v0
 from llm_zoo.episode import Episode, Turn, _int_list, export_chat_jsonl, jsonable, read_jsonl, write_jsonl
 from llm_zoo.policies import FunctionPolicy, Reply
 from llm_zoo.trainers.rollout import collect
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -221,3 +230,117 @@ def test_export_chat_jsonl_writes_one_record_per_line_and_skips_failed_episodes(
     assert len(lines) == 3 and lines[-1]["messages"][-1] == {"role": "assistant", "content": "[call]"}
     assert export_chat_jsonl(path, [good, failed], per="conversation", include_failed=True) == 4
     assert export_chat_jsonl(path, [good], agents="player_0") == 2
+
+
+# ---- lossless, atomic files -------------------------------------------------------------------
+
+SURROGATES = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)
+ANY_CHAR = st.one_of(SURROGATES, st.characters(exclude_categories=()), st.sampled_from("\n\r\x00\"\\\u2028"))
+ANY_TEXT = st.text(ANY_CHAR, max_size=12)
+
+
+def test_json_escapes_alone_would_merge_two_lone_surrogates_into_one_character():
+    # why the files are not written with ensure_ascii=True (module docstring): this str is two code points
+    assert json.loads(json.dumps("\ud83d\ude00")) == "\U0001f600"
+    assert Episode.from_json(Episode("e", infos={"a": {"t": "\ud83d\ude00"}}).to_json()).infos["a"]["t"] == "\ud83d\ude00"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(reply=ANY_TEXT, content=ANY_TEXT, key=ANY_TEXT, value=ANY_TEXT, gz=st.booleans())
+def test_every_str_round_trips_exactly_through_jsonl(tmp_path, reply, content, key, value, gz):
+    turn = Turn(agent="player_0", role="player", step=0, reply=reply,
+                observation={"messages": [{"role": "user", "content": content}], key: [value]})
+    episode = Episode("kuhn_poker_v0", env_kwargs={key: value}, turns=[turn], infos={"player_0": {key: value}},
+                      error=value)
+    path = tmp_path / ("e.jsonl.gz" if gz else "e.jsonl")
+    assert write_jsonl(path, [episode, episode]) == 2
+    back = read_jsonl(path)
+    assert back == [episode, episode]
+    assert back[0].turns[0].reply == reply and back[0].turns[0].observation["messages"][0]["content"] == content
+    assert [c for c in back[0].infos["player_0"][key]] == [c for c in value]  # code point by code point
+
+
+def test_a_reply_with_a_lone_surrogate_is_written_as_utf8_surrogate_bytes_and_read_back(tmp_path):
+    episode = showdown_episode()
+    episode.turns[0].reply = "[check] \udc80"
+    path = tmp_path / "e.jsonl"
+    write_jsonl(path, [episode])
+    data = path.read_bytes()
+    assert b"\xed\xb2\x80" in data and b"\\udc80" not in data
+    assert read_jsonl(path)[0].turns[0].reply == "[check] \udc80"
+    assert export_chat_jsonl(tmp_path / "chat.jsonl", [episode]) == 3
+    with open(tmp_path / "chat.jsonl", encoding="utf-8", errors="surrogatepass") as f:
+        assert json.loads(f.readline())["messages"][-1]["content"] == "[check] \udc80"
+
+
+def test_a_write_that_fails_midway_leaves_the_old_file_and_no_temporary(tmp_path):
+    path = tmp_path / "e.jsonl"
+    good = showdown_episode()
+    write_jsonl(path, [good])
+    before = path.read_bytes()
+
+    def broken():
+        yield good
+        raise RuntimeError("the collector died")
+
+    for bad in (broken(), [good, "not an episode"]):
+        with pytest.raises((RuntimeError, TypeError)):
+            write_jsonl(path, bad)
+        assert path.read_bytes() == before
+        with pytest.raises((RuntimeError, TypeError)):
+            write_jsonl(path, iter([good, 1]) if isinstance(bad, list) else broken(), append=True)
+        assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.jsonl"]
+
+
+def test_a_process_killed_mid_write_leaves_the_old_file_whole(tmp_path):
+    path = tmp_path / "e.jsonl"
+    good = showdown_episode()
+    write_jsonl(path, [good] * 3)
+    before = path.read_bytes()
+    code = (
+        "import os, sys\n"
+        "from llm_zoo.episode import read_jsonl, write_jsonl\n"
+        "episodes = read_jsonl(sys.argv[1])\n"
+        "def dying():\n"
+        "    yield from episodes\n"
+        "    os._exit(3)  # no cleanup, no finally: as a kill would\n"
+        "write_jsonl(sys.argv[1], dying())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(path)], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          timeout=120)
+    assert done.returncode == 3
+    assert path.read_bytes() == before and read_jsonl(path) == [good] * 3
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]  # the torn temporary, never the file
+
+
+def test_append_adds_to_the_old_lines_and_keeps_the_files_permissions(tmp_path):
+    good = showdown_episode()
+    for name in ("e.jsonl", "e.jsonl.gz"):
+        path = tmp_path / name
+        write_jsonl(path, [good])
+        path.chmod(0o640)
+        assert write_jsonl(path, [good, good], append=True) == 2
+        assert read_jsonl(path) == [good] * 3
+        assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    fresh = tmp_path / "new.jsonl"
+    write_jsonl(fresh, [good], append=True)
+    assert read_jsonl(fresh) == [good]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o666 & ~umask
+
+
+def test_metrics_files_use_the_atomic_writer_and_ignore_a_row_torn_by_a_crash(tmp_path):
+    from llm_zoo.trainers.logging import MetricsLogger, read_metrics
+
+    logger = MetricsLogger(tmp_path, tensorboard=False)
+    for step in (1, 2, 3):
+        logger.log(step, {"losses/loss": step / 10})
+    logger.close()
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 4, "losses/lo')  # a crash mid-append
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3]
+    MetricsLogger(tmp_path, resume_from=2, tensorboard=False).close()
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]

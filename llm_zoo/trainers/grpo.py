@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 import llm_zoo
-from llm_zoo.episode import Episode
+from llm_zoo.episode import Episode, write_jsonl
 from llm_zoo.policies.constraints import allowed_per_position
 from llm_zoo.policies.transformers import TransformersPolicy
 from llm_zoo.scoring import completion_logprobs
@@ -725,9 +725,7 @@ def _progress(config: TrainConfig, start: int):
 
 def _write_samples(path: Path, episodes: Sequence[Episode]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as f:
-        for episode in episodes:
-            f.write(episode.to_json() + "\n")
+    write_jsonl(path, episodes)  # atomic, and a reply holding a lone surrogate cannot crash the run
 
 
 def _write_yaml(path: Path, data: Mapping[str, Any]) -> None:

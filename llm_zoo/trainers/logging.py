@@ -9,6 +9,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from llm_zoo.episode import atomic_writer
+
 
 class MetricsLogger:
     """Append one JSON object per step to ``run_dir/metrics.jsonl`` and mirror it to TensorBoard.
@@ -22,7 +24,8 @@ class MetricsLogger:
         if self.path.exists():
             rows = [line for line in self.path.read_text().splitlines() if line.strip()]
             kept = [r for r in rows if _step(r) is not None and _step(r) <= resume_from] if resume_from else []
-            self.path.write_text("".join(r + "\n" for r in kept))
+            with atomic_writer(self.path) as f:  # a crash here must not lose the rows being kept
+                f.write("".join(r + "\n" for r in kept))
         self._file = self.path.open("a")
         self._writer = None
         if tensorboard:
@@ -60,7 +63,10 @@ def _step(line: str) -> int | None:
 def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
     """Return the rows of a run's ``metrics.jsonl``."""
     path = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    if lines and _step(lines[-1]) is None:  # a row torn by a crash mid-append; every earlier row is whole
+        lines.pop()
+    return [json.loads(line) for line in lines]
 
 
 def progress_bar(*, total: int, initial: int, desc: str) -> Any:

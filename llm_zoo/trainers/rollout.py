@@ -8,11 +8,15 @@ episode ends is reset for the next seed. So a model-backed policy samples ``batc
 per forward pass instead of one, which is where the throughput comes from
 (``benchmarks/rollout_throughput.py`` measures it).
 
-Failures stay local to their episode: an env that raises marks that episode failed (with the
-traceback) and is replaced by a fresh one from ``make_env``, and a policy whose batched call raises
-is retried one observation at a time, so only the episodes whose observation fails are marked
-failed. Contract violations by a policy (the wrong number of replies, a reply that is not a
-``str``) raise, since they would spoil every episode.
+Failures stay local to their episode: an env that raises (in ``reset``, ``step``, ``last``,
+``observe``, or ``make_env`` building a replacement) marks that episode failed (with the traceback)
+and is replaced by a fresh one from ``make_env``, and a policy whose batched call raises is retried
+one observation at a time, so only the episodes whose observation fails are marked failed. An env
+whose ``close()`` raises loses nothing: the episodes it finished are returned as they are, and the
+traceback is kept in the ``error`` of the last of them (``failed`` stays False: its turns and
+rewards are whole) or appended to the failed episode's ``error``. Contract violations by a policy
+(the wrong number of replies, a reply that is not a ``str``) raise, since they would spoil every
+episode.
 """
 
 from __future__ import annotations
@@ -97,8 +101,12 @@ def collect(
         return []
 
     envs = [build()]
-    env_id = env_id or envs[0].unwrapped.metadata.get("name", type(envs[0].unwrapped).__name__)
-    _check_policies(maps, envs[0])
+    try:
+        env_id = env_id or envs[0].unwrapped.metadata.get("name", type(envs[0].unwrapped).__name__)
+        _check_policies(maps, envs[0])
+    except BaseException:
+        _close(envs[0])
+        raise
     if seed is not None:
         _reseed(maps, seed)
     bar = _progress_bar(progress, n)
@@ -107,14 +115,42 @@ def collect(
     live: list[_Run] = []
 
     def finish(run: _Run, error: str | None = None) -> None:
-        results[run.index] = run.record(env_id, kwargs, error)
+        try:
+            results[run.index] = run.record(env_id, kwargs, error)
+        except Exception:  # an env's infos that cannot even be turned into text: keep the rest
+            run.infos = {}
+            results[run.index] = run.record(
+                env_id, kwargs, (f"{error}\n" if error else "")
+                + "the episode's record could not be built; its infos are left out:\n" + traceback.format_exc())
         if bar is not None:
             bar.update(1)
 
-    def start(env: AECEnv | None) -> _Run | None:
-        """Start queued episodes on ``env`` until one awaits a reply (returned) or none are left."""
+    def close(env: AECEnv, last: _Run | None) -> None:
+        """Close ``env``; if that raises, note it on the record of ``last``, the episode it ran last."""
+        problem = _close(env)
+        if problem is not None and last is not None:
+            record = results[last.index]
+            assert record is not None
+            note = f"after this episode ended, its env's close() raised:\n{problem}"
+            record.error = note if record.error is None else f"{record.error}\n{note}"
+
+    def start(env: AECEnv | None, last: _Run | None = None) -> _Run | None:
+        """Start queued episodes on ``env`` until one awaits a reply (returned) or none are left.
+
+        ``last`` is the episode that just finished on ``env``, if any, for the record of a failing ``close()``.
+        """
         for index in queue:
-            env = env or build()
+            if env is None:
+                try:
+                    env = build()
+                except Exception:
+                    results[index] = Episode(
+                        env_id=env_id, env_kwargs=kwargs, seed=seed_list[index], options=option_list[index],
+                        failed=True, error="make_env() raised building a fresh env for this episode:\n"
+                        + traceback.format_exc())
+                    if bar is not None:
+                        bar.update(1)
+                    continue
             run = _Run(env, index, seed_list[index], option_list[index], maps[index], time.perf_counter())
             try:
                 env.reset(seed=run.seed, options=None if run.options is None else dict(run.options))
@@ -122,13 +158,15 @@ def collect(
                 waiting = run.advance(max_steps)
             except Exception:
                 finish(run, traceback.format_exc())
-                env = _discard(env)
+                close(env, run)  # its state is not trusted: a fresh one replaces it
+                env, last = None, None
                 continue
             if waiting:
                 return run
             finish(run)
+            last = run
         if env is not None:
-            env.close()
+            close(env, last)
         return None
 
     paused = _pause_collector()
@@ -156,23 +194,24 @@ def collect(
                 answer = answers[id(run)]
                 if isinstance(answer, _Failure):
                     finish(run, answer.error)
-                    nxt = start(run.env)  # the policy failed, not the env: reuse it
+                    nxt = start(run.env, run)  # the policy failed, not the env: reuse it
                 else:
                     try:
                         run.play(answer)
                         waiting = run.advance(max_steps)
                     except _TooLong as exc:
                         finish(run, str(exc))
-                        nxt = start(run.env)  # the env is sound, only slow to end: reuse it
+                        nxt = start(run.env, run)  # the env is sound, only slow to end: reuse it
                     except Exception:
                         finish(run, traceback.format_exc())
-                        nxt = start(_discard(run.env))
+                        close(run.env, run)  # its state is not trusted: a fresh one replaces it
+                        nxt = start(None)
                     else:
                         if waiting:
                             nxt = run
                         else:
                             finish(run)
-                            nxt = start(run.env)
+                            nxt = start(run.env, run)
                 if nxt is not None:
                     still.append(nxt)
             live = still
@@ -183,7 +222,7 @@ def collect(
                 gc.unfreeze()
             gc.enable()
         for run in live:  # only left when a policy broke its contract or the caller interrupted
-            _discard(run.env)
+            _close(run.env)
         if bar is not None:
             bar.close()
     assert all(r is not None for r in results)
@@ -484,12 +523,13 @@ def _checked(policy: Policy, replies: Any, expected: int) -> list[Reply | str]:
     return list(replies)
 
 
-def _discard(env: AECEnv) -> None:
-    """Close an env that raised (its state is not trusted); a fresh one replaces it."""
+def _close(env: AECEnv) -> str | None:
+    """Close ``env``; return the traceback if ``close()`` raised, else None."""
     try:
         env.close()
     except Exception:
-        pass
+        return traceback.format_exc()
+    return None
 
 
 def _progress_bar(progress: bool | str, total: int) -> Any:

@@ -272,3 +272,74 @@ def test_the_cyclic_collector_is_paused_during_a_collection_and_still_frees_youn
         assert 0 < gc.get_freeze_count() <= frozen and gc.isenabled()
     finally:
         gc.unfreeze()
+
+
+class CloseRaises(BaseWrapper):
+    """Kuhn poker whose ``close()`` raises (after closing), optionally with a step that raises on ``bad_seed``."""
+
+    def __init__(self, env, bad_seed: int | None = None) -> None:
+        super().__init__(env)
+        self.bad_seed = bad_seed
+
+    def step(self, action):
+        if self.env.unwrapped.episode_seed == self.bad_seed:
+            raise RuntimeError("the table collapsed")
+        super().step(action)
+
+    def close(self):
+        super().close()
+        raise OSError("the casino is on fire")
+
+
+def test_an_env_whose_close_raises_loses_no_episode_and_the_failure_is_recorded():
+    clean = collect(kuhn_poker_v0.env, card_players(), 10, batch_size=3)
+    episodes = collect(lambda: CloseRaises(kuhn_poker_v0.env()), card_players(), 10, batch_size=3)
+    assert len(episodes) == 10 and not any(e.failed for e in episodes)
+    assert [e.returns for e in episodes] == [c.returns for c in clean]
+    assert [e.turns for e in episodes] == [c.turns for c in clean]
+    noted = [e for e in episodes if e.error is not None]
+    assert len(noted) == 3  # each of the three envs is closed once, after the last episode it ran
+    assert all("close() raised" in e.error and "OSError: the casino is on fire" in e.error for e in noted)
+
+
+def test_an_env_whose_step_and_close_both_raise_records_both_on_its_failed_episode():
+    episodes = collect(lambda: CloseRaises(kuhn_poker_v0.env(), bad_seed=4), card_players(), 8, batch_size=2)
+    assert [e.failed for e in episodes] == [i == 4 for i in range(8)]
+    assert "RuntimeError: the table collapsed" in episodes[4].error
+    assert "OSError: the casino is on fire" in episodes[4].error.split("the table collapsed", 1)[1]
+    assert all(not e.failed and e.returns for i, e in enumerate(episodes) if i != 4)
+
+
+def test_a_make_env_that_fails_later_fails_only_the_episodes_it_could_not_serve():
+    made = []
+
+    def make_env():
+        made.append(None)
+        if len(made) == 2:
+            raise RuntimeError("out of tables")
+        return StepFailsOnSeed(kuhn_poker_v0.env(), bad_seed=1)
+
+    episodes = collect(make_env, card_players(), 4, batch_size=1)
+    # episode 1's step raises and its env is discarded; the replacement cannot be built for episode 2
+    assert [e.failed for e in episodes] == [False, True, True, False]
+    assert "make_env() raised" in episodes[2].error and "RuntimeError: out of tables" in episodes[2].error
+    assert episodes[2].seed == 2 and episodes[2].turns == []
+    assert episodes[3].returns and len(made) == 3
+
+
+def test_infos_that_cannot_become_a_record_fail_only_their_episode():
+    class Unprintable:
+        def __str__(self):
+            raise ValueError("no text for you")
+
+    class BadInfos(BaseWrapper):
+        def last(self, observe=True):
+            obs, reward, term, trunc, info = super().last(observe)
+            if self.env.unwrapped.episode_seed == 1:
+                info = {**info, "weird": Unprintable()}
+            return obs, reward, term, trunc, info
+
+    episodes = collect(lambda: BadInfos(kuhn_poker_v0.env()), card_players(), 3, batch_size=3)
+    assert [e.failed for e in episodes] == [False, True, False]
+    assert "could not be built" in episodes[1].error and "no text for you" in episodes[1].error
+    assert episodes[1].infos == {} and episodes[1].turns

@@ -36,6 +36,14 @@ ends the episode (nothing after the marker is read). An assistant reply with one
 calls runs them in order and keeps the turn; a reply without a tool call is sent to the user.
 Only the user's marker ends the conversation; in an assistant reply it is plain text.
 
+The tools that change the world (cancel, modify, return, exchange, update an address) run only on
+the customer's consent, the shop's second policy enforced: the customer's latest message, written
+after the assistant last wrote to them, must be an explicit yes (it opens with "yes" or says "go
+ahead", "please do", ..., and holds no "no" or "don't"; an acknowledgement such as "Sure." before
+an answer is not one; `text.is_consent`). Else the call is refused with an `error: ...` result.
+The consent is read from the user's own message only, so nothing the assistant writes can give it,
+and one yes allows one change: the call that makes it spends the yes (a refused call does not).
+
 ## Rewards
 At the end (the user's stop marker, `max_turns`, or a forfeit) the final world is compared, field
 by field, with the goal world: the initial world after the scenario's correct action calls. The
@@ -59,7 +67,10 @@ policies refuse) are not invalid replies: they come back as `error: ...` tool re
 `user_sim_v0.SCENARIOS` lists the ids.
 
 ## Version History
-* v0: initial release.
+* v0: initial release. Before the first tagged release (issue 15): the action tools need the
+  customer's explicit yes, one per change; a string argument that is not text (a lone surrogate)
+  is an `error: ...` result; the persona the customer speaks with is drawn from the seed (the
+  template's persona told the goal: every impatient customer asking to cancel had a shipped order).
 """
 
 from __future__ import annotations
@@ -68,7 +79,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from llm_zoo.envs.core import FastOrderEnforcingWrapper, InvalidReply, TextEnv, Tool
+from llm_zoo.envs.core import FastOrderEnforcingWrapper, InvalidReply, TextEnv, Tool, ToolError
 from llm_zoo.envs.user_sim import scenarios, text, world
 
 ENV_ID = "user_sim_v0"
@@ -137,6 +148,7 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
         self._initial = self._shop.dump()
         self._goal = scenarios.goal_state(self._shop, self.scenario)
         self._turns = {a: 0 for a in AGENTS}
+        self._consent = False  # the customer's latest message, since the assistant last spoke, is an unspent yes
         for agent in AGENTS:
             self.infos[agent].update(scenario=name, group=name)
         self.tell("user", text.KICKOFF)
@@ -158,6 +170,7 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
             return
         other = AGENTS[1 - AGENTS.index(agent)]
         self.tell(other, message)
+        self._consent = agent == "user" and text.is_consent(message)
         self._turns[agent] += 1
         if sum(self._turns.values()) >= self.max_turns:
             self._finish("max_turns")
@@ -179,7 +192,14 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
     def _tool_fn(self, name: str) -> Any:
         def call(**arguments: Any) -> Any:
             assert self._shop is not None, "a tool was called outside an episode"
-            return getattr(self._shop, name)(**arguments)
+            if name not in world.ACTION_TOOLS:
+                return self._shop.call(name, arguments)
+            if not self._consent:
+                raise ToolError(f"{name} changes the customer's records, which needs their explicit yes first: "
+                                "tell them exactly what you will do and wait for their yes (the second policy)")
+            result = self._shop.call(name, arguments)
+            self._consent = False  # one yes, one change: a refused call (ToolError above) leaves it for a retry
+            return result
 
         return call
 

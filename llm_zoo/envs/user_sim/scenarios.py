@@ -1,7 +1,10 @@
 """Scenario templates (shipped as data in ``scenarios.json``) and their instantiation in a world.
 
 A template names a persona, how the customer identifies (``email``, or ``name_zip`` for one who
-forgot the email) and one or more tasks. A task is a kind plus parameters:
+forgot the email) and one or more tasks. The template's persona decides how the customer takes a
+refusal (an ``insistent`` one pushes back once); the persona the customer speaks with (greeting,
+style, the words of its yes) is drawn from the seed, so that the customer's first message does not
+tell which template, and so which goal, the episode holds. A task is a kind plus parameters:
 
 ==================  =========================================================================================
 kind                parameters (first value is the default)
@@ -331,7 +334,12 @@ def instantiate(template: Template, shop: Shop, rng: random.Random) -> Scenario:
     assert row is not None
     email = row["email"] if template.identify == "email" else "you don't remember it"
     identity = (("name", f"{row['first_name']} {row['last_name']}"), ("email", email), ("zip", row["zip"]))
-    return Scenario(template.id, PERSONAS[template.persona], customer_id, identity, tuple(tasks), tuple(actions))
+    # The customer's voice is drawn from the seed, last (so the world is the same draw as before), not
+    # taken from the template: a template's persona would tell the assistant the goal before it looks
+    # (every "impatient" customer who wants a cancellation had a shipped order). The template's persona
+    # keeps deciding the behaviour (pushing back once when refused), which shows only after a refusal.
+    voice = rng.choice(sorted(PERSONAS))
+    return Scenario(template.id, PERSONAS[voice], customer_id, identity, tuple(tasks), tuple(actions))
 
 
 def goal_state(shop: Shop, scenario: Scenario) -> dict[str, dict[str, dict[str, Any]]]:

@@ -122,6 +122,23 @@ def user_prompt(scenario: Scenario) -> str:
     )
 
 
+_CONSENT = re.compile(r"^\W*(?:yes|yeah|yep|yup)\b|\b(?:go ahead|please do|do it|proceed|i confirm|confirmed)\b",
+                      re.IGNORECASE)
+_DISSENT = re.compile(r"^\W*no\b|\b(?:don't|do not|not yet|wait|hold on|stop)\b", re.IGNORECASE)
+
+
+def is_consent(message: str) -> bool:
+    """Tell whether a customer's message is an explicit yes to a proposed action.
+
+    It opens with "yes" (or "yeah", "yep", "yup"), or says "go ahead", "please do", "do it",
+    "proceed" or "I confirm"; and it holds no "no" at its start, "don't", "do not", "not yet",
+    "wait", "hold on" or "stop". An acknowledgement ("Sure.", "Okay, I understand.", "Of
+    course!") before an answer is not a yes: an assistant that asks a question must not be able
+    to take the answer's politeness for consent.
+    """
+    return bool(_CONSENT.search(message)) and not _DISSENT.search(message)
+
+
 def is_user_prompt(system: str) -> bool:
     """Tell whether a system prompt is the user's (else it is the assistant's)."""
     return system.startswith("You are ") and f", a customer of {world.SHOP_NAME}," in system.split("\n", 1)[0]

@@ -5,10 +5,13 @@ their variants, orders and their items) plus the session state of one support ch
 has been identified). Nothing is shared between two shops: each opens its own ``":memory:"``
 connection. :func:`generate` fills a shop from a ``random.Random``, so a seed fixes the world.
 
-The tools are the shop's public methods named in :data:`TOOL_SPECS`. Each takes JSON-typed
-arguments, enforces the shop's policies (:data:`POLICIES`) and returns a JSON-serialisable dict, or
-raises :class:`~llm_zoo.envs.core.ToolError` with a sentence that says what was wrong. They never
-raise anything else for a call the JSON schema admits.
+The tools are the shop's public methods named in :data:`TOOL_SPECS`, reached through one door,
+:meth:`Shop.call`. Each takes JSON-typed arguments, enforces the shop's policies (:data:`POLICIES`)
+and returns a JSON-serialisable dict, or raises :class:`~llm_zoo.envs.core.ToolError` with a
+sentence that says what was wrong. Through :meth:`Shop.call` they never raise anything else for a
+call the JSON schema admits: it refuses, before any tool runs, a string that is not Unicode text
+(a lone surrogate, which JSON's ``\\udXXX`` escapes can carry and which SQLite cannot store), so
+that no tool and no query ever sees one.
 
 :meth:`Shop.dump` reads the whole world as plain data and :func:`diff` compares two dumps field by
 field; the env's reward is read from that comparison. This module has no prompts and no env
@@ -193,6 +196,17 @@ class Shop:
     def close(self) -> None:
         """Close the database."""
         self.conn.close()
+
+    def call(self, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """Run the tool ``name`` with JSON-typed ``arguments``; raise ``ToolError`` for a call it refuses.
+
+        The arguments are checked first: every string in them, at any depth, must be encodable as
+        UTF-8 (no lone surrogates). The JSON schema of :data:`TOOL_SPECS` is the caller's to check.
+        """
+        if name not in TOOL_NAMES:
+            raise ToolError(f"unknown tool {name!r:.80}; the tools are {list(TOOL_NAMES)}")
+        _check_text(arguments, "arguments")
+        return getattr(self, name)(**arguments)
 
     # ---- reading ----------------------------------------------------------------------------
 
@@ -452,6 +466,23 @@ class Shop:
         for item in items:
             if item["status"] != "ordered":
                 raise ToolError(f"item line {item['line']} is already {item['status'].replace('_', ' ')}")
+
+
+def _check_text(value: Any, path: str) -> None:
+    """Raise ``ToolError`` if a string in ``value`` (a JSON value) holds a code point that is not text."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ToolError(f"{path} holds {value[exc.start]!r} at position {exc.start}, a lone surrogate, which is "
+                            "not text; send the characters themselves (valid UTF-8)") from None
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            _check_text(key, f"{path} (a key)")
+            _check_text(item, f"{path}.{key}")
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_text(item, f"{path}[{i}]")
 
 
 def _check_address(address: str) -> str:

@@ -103,24 +103,35 @@ def test_wrong_actions_score_zero_with_the_diff(scenario, change, expected):
 
 
 def test_an_extra_action_scores_zero_with_the_diff():
-    solver = sc.ScriptedAssistant()
+    """Even with the customer's yes (a user that agrees to anything extra), a change the goal lacks scores 0."""
+    solver, user = sc.ScriptedAssistant(), sc.scripted_user()
+    extra = "Shall I also update the address on your account? (yes/no)"
 
     def reply(obs):
         out = solver.reply(list(obs["messages"]))
         sent = " ".join(m["content"] for m in obs["messages"] if m["role"] == "assistant")
         if out.startswith("Done:") and "update_customer_address" not in sent:
+            if extra not in sent:
+                return extra
             customer = re.search(r'"customer_id": "(C\d+)"', " ".join(m["content"] for m in obs["messages"])).group(1)
             return sc._call(("update_customer_address", {"customer_id": customer, "address": "1 Extra Street, Salem, MA 01970"}))
         return out
 
-    info, returns, _ = play(FunctionPolicy(reply), "cancel_mistake")
+    def agreeable(obs):
+        return "Yes, go ahead." if obs["messages"][-1]["content"] == extra else user.act([obs])[0]
+
+    info, returns, _ = play(FunctionPolicy(reply), "cancel_mistake", user=agreeable)
     assert returns["assistant"] == 0.0
     assert any(line.startswith("customers[") and "got '1 Extra Street, Salem, MA 01970'" in line for line in info["diff"])
     assert not any(line.startswith("orders[") for line in info["diff"])  # the wanted cancellation itself is right
 
 
 def test_acting_where_the_goal_is_no_change_scores_zero():
-    """Out of stock, the customer keeps the item; an assistant that returns it anyway changed the world."""
+    """Out of stock, the customer keeps the item; an assistant that returns it anyway changed the world.
+
+    The action tools need the customer's yes, so this assistant gets one for the exchange (which
+    it cannot make) and returns the item instead.
+    """
     solver = sc.ScriptedAssistant()
 
     def reply(obs):
@@ -130,6 +141,9 @@ def test_acting_where_the_goal_is_no_change_scores_zero():
             order = json.loads(next(m["content"] for m in reversed(obs["messages"])
                                     if m["role"] == "tool" and '"items"' in m["content"]))
             assert order["order_id"] in messages
+            if not obs["messages"][-1]["content"].startswith("Yes"):
+                wanted = re.search(r"I'd like it in ([^.]+)\.", messages).group(1)
+                return f"I'll switch it to {wanted} for you. Shall I go ahead? (yes/no)"
             return sc._call(("return_items", {"order_id": order["order_id"], "item_lines": [1],
                                               "refund_payment_id": order["payment_id"]}))
         return out

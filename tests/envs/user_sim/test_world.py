@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from llm_zoo.envs.core import ToolError
 from llm_zoo.envs.user_sim import world
@@ -193,3 +196,65 @@ def test_diff_names_missing_unwanted_and_changed_rows():
         "orders[#W3] should not exist",
     ]
     assert world.diff(goal, goal) == []
+
+
+# ---- odd strings: only ToolError, whatever the schema admits ----------------------------------
+
+_ODD = st.one_of(st.text(st.characters(exclude_categories=()), max_size=12),  # surrogates, NUL, controls
+                 st.sampled_from(["\udc80", "a\ud800b", "\ud83d\ude00", "\x00", "' OR 1=1 --", "%", "_", "W", "",
+                                  "#W" + "9" * 7, " ", "\u202e#W1"]))
+
+
+def _value(schema, real):
+    """A strategy for values the JSON schema ``schema`` admits, mixing in the world's real ids."""
+    if "enum" in schema:
+        return st.sampled_from(schema["enum"])
+    if schema["type"] == "string":
+        return st.one_of(_ODD, st.sampled_from(real)).filter(lambda s: len(s) <= schema.get("maxLength", 10**9))
+    if schema["type"] == "integer":
+        return st.integers(schema.get("minimum", -(2**70)), schema.get("maximum", 2**70))
+    assert schema["type"] == "array", schema
+    return st.lists(_value(schema["items"], real), max_size=3)
+
+
+def _calls(real):
+    return st.one_of(*[st.tuples(st.just(name), st.fixed_dictionaries({k: _value(v, real) for k, v in
+                                                                        spec["properties"].items()}))
+                       for name, _, spec in world.TOOL_SPECS])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_call_the_schema_admits_returns_a_dict_or_raises_tool_error_only(shop, data):
+    dump = shop.dump()
+    real = [*shop.orders.values(), shop.cid, shop.email, *dump["variants"], *dump["payment_methods"],
+            *dump["products"], "no longer needed", "12 Oak Street, Salem, MA 01970"]
+    shop.identified = data.draw(st.sampled_from([None, shop.cid]))
+    for name, arguments in data.draw(st.lists(_calls(real), min_size=1, max_size=4)):
+        try:
+            result = shop.call(name, arguments)
+        except ToolError as exc:
+            str(exc).encode("utf-8")  # the message is text too
+        else:
+            json.dumps(result).encode("utf-8")
+    json.dumps(shop.dump()).encode("utf-8")  # nothing that is not text got into the world
+
+
+def test_a_lone_surrogate_in_any_string_argument_is_a_tool_error_before_the_tool_runs(shop):
+    shop.identified = shop.cid
+    before = shop.digest()
+    for name, _, spec in world.TOOL_SPECS:
+        for field, schema in spec["properties"].items():
+            if schema.get("type") not in ("string", "array") or "enum" in schema:
+                continue
+            arguments = {k: (["\udc80"] if v.get("type") == "array" and k == field else
+                             [1] if v.get("type") == "array" else
+                             v["enum"][0] if "enum" in v else "x\udc80" if k == field else shop.orders["pending"])
+                         for k, v in spec["properties"].items()}
+            if spec["properties"][field].get("items", {}).get("type") == "integer":
+                continue
+            with pytest.raises(ToolError, match=r"lone surrogate"):
+                shop.call(name, arguments)
+    assert shop.digest() == before
+    with pytest.raises(ToolError, match="unknown tool"):
+        shop.call("conn", {})  # only the declared tools: not the shop's other attributes
