@@ -48,7 +48,9 @@ build its parser; torch, transformers, Starlette and uvicorn load when the serve
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -99,7 +101,7 @@ def run(
 ) -> int:
     """Load the model, serve it until SIGINT or SIGTERM, and return the exit code (0).
 
-    Call it from the main thread: uvicorn installs the signal handlers (and restores them on return).
+    Call it from the main thread: it installs the signal handlers (and restores them on return).
 
     Args:
         model: Folder written by ``save_pretrained`` (a tokenizer with a chat template included).
@@ -113,20 +115,21 @@ def run(
 
     policy = TransformersPolicy.from_pretrained(model, max_new_tokens=max_new_tokens)
     name = name or Path(model).resolve().name
-    holder: list[ChatServer] = []
-    server = make_server(
-        policy,
-        host=host,
-        port=port,
-        name=name,
-        max_new_tokens=max_new_tokens,
-        ready=lambda: print(f"serving {name} at {holder[0].url}", flush=True),
-    )
-    holder.append(server)
+    server = make_server(policy, host=host, port=port, name=name, max_new_tokens=max_new_tokens)
+    # uvicorn serves from a thread (so it installs no signal handlers, and re-raises none on exit);
+    # this thread waits for the signal and stops it
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        server.serve_forever()
+        server.start()
+        print(f"serving {name} at {server.url}", flush=True)
+        while not stop.wait(0.5):
+            pass
     finally:
+        server.shutdown()
         server.server_close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     print(f"stopped serving {name}", file=sys.stderr, flush=True)
     return 0
 
@@ -152,8 +155,8 @@ def make_server(
         name: The model's id in requests and ``/v1/models``.
         max_new_tokens: Cap on a request's ``max_tokens``, and its default.
         **options: ``context_window`` (default: the model config's), ``seed`` (draws of unseeded
-            requests), ``stall_s`` (``/health``), ``max_queued``, ``max_batch``; ``head_timeout_s``,
-            ``body_timeout_s`` and ``ready`` go to the server.
+            requests), ``stall_s`` (``/health``), ``max_queued``, ``max_batch``; ``head_timeout_s``
+            and ``body_timeout_s`` go to the server.
 
     Raises:
         ValueError: The address cannot be bound (the port is taken, the host is not local).
@@ -161,7 +164,7 @@ def make_server(
     _check(port, max_new_tokens)
     from llm_zoo.serve.app import ChatServer, bind, make_engine
 
-    server_keys = ("head_timeout_s", "body_timeout_s", "ready")
+    server_keys = ("head_timeout_s", "body_timeout_s")
     server_options = {k: options.pop(k) for k in server_keys if k in options}
     sock = bind(host, port)
     try:

@@ -48,9 +48,8 @@ KEEP_ALIVE_S = 5.0
 class ChatServer:
     """``llm-zoo serve`` bound to a socket: an engine for the model and the app in front of it.
 
-    Use :meth:`serve_forever` (blocks; uvicorn stops on SIGINT/SIGTERM when run in the main thread)
-    with :meth:`shutdown` and :meth:`server_close`, or ``with server.start():`` to serve from a
-    background thread for the block's duration.
+    Use :meth:`serve_forever` (blocks) with :meth:`shutdown` and :meth:`server_close`, or
+    ``with server.start():`` to serve from a background thread for the block's duration.
 
     Args:
         sock: A bound socket (not yet listening).
@@ -58,7 +57,6 @@ class ChatServer:
         name: The served model's id.
         max_new_tokens: Cap on a choice's completion, and the default.
         head_timeout_s, body_timeout_s: Deadlines of a request's head and of its body.
-        ready: Called once the server accepts connections (the CLI prints its ready line).
     """
 
     def __init__(
@@ -70,7 +68,6 @@ class ChatServer:
         max_new_tokens: int,
         head_timeout_s: float = HEAD_TIMEOUT_S,
         body_timeout_s: float = BODY_TIMEOUT_S,
-        ready: Any = None,
     ) -> None:
         self.socket = sock
         self.engine = engine
@@ -84,14 +81,14 @@ class ChatServer:
             self.app,
             http=protocol_class,
             lifespan="off",
-            log_level="warning",
+            log_level="error",
             access_log=False,
             timeout_keep_alive=int(max(1, KEEP_ALIVE_S)),
             timeout_graceful_shutdown=5,
             limit_concurrency=4096,
             backlog=2048,
         )
-        self._server = _UvicornServer(config, ready)
+        self._server = uvicorn.Server(config)
         self._done = threading.Event()
         self._done.set()
         self._thread: threading.Thread | None = None
@@ -138,17 +135,6 @@ class ChatServer:
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
         self.server_close()
-
-
-class _UvicornServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, ready: Any) -> None:
-        super().__init__(config)
-        self._ready = ready
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        if self.started and self._ready is not None:
-            self._ready()
 
 
 def make_engine(policy: Any, *, max_new_tokens: int, **kwargs: Any) -> Engine:

@@ -313,20 +313,25 @@ def split_tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]]]:
                 "function": {"name": data["name"], "arguments": json.dumps(arguments, ensure_ascii=False)},
             }
         )
+    if not calls:
+        return text, []
     kept.append(text[end:])
-    content = "".join(kept).strip() if calls else text
-    return (content or None) if calls else content, calls
+    return "".join(kept).rstrip() or None, calls
 
 
 def tool_call_start(text: str) -> int:
-    """Return how much of ``text`` can be streamed as content before a tool call may begin."""
+    """Return how much of ``text`` can be streamed as content before a tool call may begin.
+
+    Trailing whitespace is held back too, since :func:`split_tool_calls` drops it before a call.
+    """
     at = text.find("<tool_call>")
-    if at >= 0:
-        return at
-    for k in range(min(len(text), len("<tool_call>") - 1), 0, -1):
-        if "<tool_call>".startswith(text[-k:]):
-            return len(text) - k
-    return len(text)
+    if at < 0:
+        at = len(text)
+        for k in range(min(len(text), len("<tool_call>") - 1), 0, -1):
+            if "<tool_call>".startswith(text[-k:]):
+                at = len(text) - k
+                break
+    return len(text[:at].rstrip())
 
 
 def completion_id() -> str:
