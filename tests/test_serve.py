@@ -58,15 +58,26 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(model_dir: Path) -> Iterator[Any]:
-    """An in-process server of the tiny model: context window CONTEXT, --max-new-tokens 320."""
+    """An in-process server of the tiny model: context window CONTEXT, --max-new-tokens 320.
+
+    On one torch thread for the module (restored after): on a loaded 2-core machine a second
+    intra-op thread makes a tiny model's decode steps several times slower, not faster.
+    """
+    import torch
+
     from llm_zoo.policies.transformers import TransformersPolicy
 
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     policy = TransformersPolicy.from_pretrained(model_dir)
     served = make_server(
         policy, name="tiny", max_new_tokens=320, context_window=CONTEXT, head_timeout_s=1.0, body_timeout_s=1.0
     )
-    with served.start():
-        yield served
+    try:
+        with served.start():
+            yield served
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture
@@ -373,6 +384,9 @@ BAD_REQUESTS: list[tuple[str, bytes, int, str | None, str]] = [
     ("a GET of the chat route", b"GET /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n", 405, None, "not allowed"),
     ("an unknown route", b"GET /v2/everything HTTP/1.1\r\nHost: x\r\n\r\n", 404, None, "no route"),
     ("a request line that is not HTTP", b"HELLO\r\n\r\n", 400, None, "not valid HTTP/1.1"),
+    ("a path that is not ASCII", b"GET /v1/models/\xff\xfe HTTP/1.1\r\nHost: x\r\n\r\n", 400, None, "HTTP/1.1"),
+    ("a control character in a header", b"GET /health HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n\r\n", 400, None,
+     "HTTP/1.1"),
     ("a partial request line and headers (slowloris)", b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Le",
      408, None, "did not arrive within"),
     ("a body that stops short", b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{",
@@ -476,7 +490,7 @@ def test_health_is_not_ok_while_the_worker_cannot_serve() -> None:
 
 
 def test_cli_ready_line_health_and_clean_shutdown_on_sigterm(model_dir: Path) -> None:
-    proc, url = start_cli(model_dir)
+    proc, url = start_cli(model_dir, "--threads", "1")
     try:
         assert url.startswith("http://127.0.0.1:") and url.endswith("/v1") and not url.endswith(":0/v1")
         assert httpx.get(url.removesuffix("/v1") + "/health").json()["status"] == "ok"
@@ -506,6 +520,7 @@ def test_cli_ready_line_health_and_clean_shutdown_on_sigterm(model_dir: Path) ->
 def test_cli_has_the_serve_subcommand() -> None:
     args = build_parser().parse_args(["serve", "--model", "m", "--port", "0", "--name", "x", "--max-new-tokens", "4"])
     assert (args.model, args.host, args.port, args.name, args.max_new_tokens) == ("m", "127.0.0.1", 0, "x", 4)
+    assert args.threads is None and build_parser().parse_args(["serve", "--model", "m", "--threads", "2"]).threads == 2
     code = "import sys, llm_zoo.cli; llm_zoo.cli.build_parser(); print('torch' in sys.modules, 'uvicorn' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
     assert out == "False False"

@@ -2,7 +2,7 @@
 
 ::
 
-    llm-zoo serve --model PATH [--host 127.0.0.1] [--port 8000] [--name NAME] [--max-new-tokens N]
+    llm-zoo serve --model PATH [--host 127.0.0.1] [--port 8000] [--name NAME] [--max-new-tokens N] [--threads N]
 
 When ready it prints one line, ``serving NAME at http://HOST:PORT/v1``, which is the URL to give
 :class:`~llm_zoo.policies.openai.OpenAIPolicy`, the official ``openai`` client
@@ -83,12 +83,25 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         default=256,
         help="cap on max_tokens; also the default when a request omits it (default: 256)",
     )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: torch's own); 1 is fastest for tiny models on a busy machine",
+    )
     parser.set_defaults(func=_serve_command)
     return parser
 
 
 def _serve_command(args: argparse.Namespace) -> int:
-    return run(args.model, host=args.host, port=args.port, name=args.name, max_new_tokens=args.max_new_tokens)
+    return run(
+        args.model,
+        host=args.host,
+        port=args.port,
+        name=args.name,
+        max_new_tokens=args.max_new_tokens,
+        threads=args.threads,
+    )
 
 
 def run(
@@ -98,6 +111,7 @@ def run(
     port: int = 8000,
     name: str | None = None,
     max_new_tokens: int = 256,
+    threads: int | None = None,
 ) -> int:
     """Load the model, serve it until SIGINT or SIGTERM, and return the exit code (0).
 
@@ -109,10 +123,17 @@ def run(
         port: Port to bind; 0 picks a free one.
         name: The model's name in requests and ``/v1/models``; defaults to the folder's name.
         max_new_tokens: Cap on a request's ``max_tokens``, and its default.
+        threads: ``torch.set_num_threads`` for the process; ``None`` keeps torch's default.
     """
     _check(port, max_new_tokens)
+    if threads is not None and threads < 1:
+        raise ValueError(f"serve: --threads must be >= 1, got {threads!r}.")
+    import torch
+
     from llm_zoo.policies.transformers import TransformersPolicy
 
+    if threads is not None:
+        torch.set_num_threads(threads)
     policy = TransformersPolicy.from_pretrained(model, max_new_tokens=max_new_tokens)
     name = name or Path(model).resolve().name
     server = make_server(policy, host=host, port=port, name=name, max_new_tokens=max_new_tokens)

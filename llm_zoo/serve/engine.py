@@ -532,9 +532,7 @@ class ModelEngine(Engine):
             pick = torch.searchsorted(cdf, target).clamp(max=cdf.shape[1] - 1)
             tokens[index] = order.gather(1, pick).squeeze(1)
         chosen = logprobs.gather(1, tokens[:, None]).squeeze(1).tolist()
-        want = max((r.job.top_logprobs or 0) for r in rows if r.job.top_logprobs is not None) if any(
-            r.job.top_logprobs is not None for r in rows
-        ) else None
+        want = max((r.job.top_logprobs or 0) for r in rows)
         tops = None
         if want:
             values, ids = logprobs.topk(want, dim=-1)
