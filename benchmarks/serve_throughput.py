@@ -66,7 +66,9 @@ def workload(count: int, low: int, high: int, seed: int) -> list[tuple[list[dict
     return out
 
 
-def drive(url: str, requests: Sequence[tuple[list[dict[str, str]], int]], concurrency: int) -> tuple[float, int]:
+def drive(
+    url: str, requests: Sequence[tuple[list[dict[str, str]], int]], concurrency: int
+) -> tuple[float, int]:
     """Send every request with ``concurrency`` in flight; return (seconds, completion tokens)."""
     import openai
 
@@ -129,12 +131,26 @@ class Servers:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the benchmark; print the table and the JSON line, and return the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="concurrency 8, 1 round of 16 requests of 2-8 tokens (the test's setting)")
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32], help="requests in flight (default: 1 8 32)")
-    parser.add_argument("--requests", type=int, default=64, help="requests per round and concurrency (default: 64)")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of legacy and new (default: 3)")
-    parser.add_argument("--min-tokens", type=int, default=4, help="least max_tokens of a request (default: 4)")
-    parser.add_argument("--max-tokens", type=int, default=64, help="most max_tokens of a request (default: 64)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="concurrency 8, 1 round of 16 requests of 2-8 tokens (the test's setting)",
+    )
+    parser.add_argument(
+        "--concurrency", type=int, nargs="+", default=[1, 8, 32], help="requests in flight (default: 1 8 32)"
+    )
+    parser.add_argument(
+        "--requests", type=int, default=64, help="requests per round and concurrency (default: 64)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="alternating rounds of legacy and new (default: 3)"
+    )
+    parser.add_argument(
+        "--min-tokens", type=int, default=4, help="least max_tokens of a request (default: 4)"
+    )
+    parser.add_argument(
+        "--max-tokens", type=int, default=64, help="most max_tokens of a request (default: 64)"
+    )
     parser.add_argument("--hidden-size", type=int, default=64, help="the tiny model's width (default: 64)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
     parser.add_argument("--seed", type=int, default=0, help="model init and workload seed (default: 0)")
@@ -161,10 +177,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             warm = workload(4, args.min_tokens, args.max_tokens, seed=-1)
             for url in servers.urls.values():
                 drive(url, warm, 4)
-            totals = {(c, s): [0.0, 0, 0] for c in args.concurrency for s in servers.urls}  # seconds, requests, tokens
+            totals = {
+                (c, s): [0.0, 0, 0] for c in args.concurrency for s in servers.urls
+            }  # seconds, requests, tokens
             for rnd in range(args.rounds):
                 for c in args.concurrency:
-                    requests = workload(args.requests, args.min_tokens, args.max_tokens, seed=args.seed * 1000 + rnd)
+                    requests = workload(
+                        args.requests, args.min_tokens, args.max_tokens, seed=args.seed * 1000 + rnd
+                    )
                     order = list(servers.urls.items())
                     if rnd % 2:
                         order.reverse()
@@ -178,8 +198,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             servers.close()
 
     by_concurrency: dict[str, dict[str, float]] = {}
-    print(f"serve throughput: tiny llama (hidden {args.hidden_size}), {args.rounds} round(s) of {args.requests} "
-          f"requests, max_tokens {args.min_tokens}-{args.max_tokens}, torch threads {args.threads}\n")
+    print(
+        f"serve throughput: tiny llama (hidden {args.hidden_size}), {args.rounds} round(s) of {args.requests} "
+        f"requests, max_tokens {args.min_tokens}-{args.max_tokens}, torch threads {args.threads}\n"
+    )
     print(f"{'in flight':>9}  {'system':<7} {'requests/s':>11} {'tokens/s':>10} {'ratio':>7}")
     for c in args.concurrency:
         row = {}
@@ -191,11 +213,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         by_concurrency[str(c)] = row
         for system in ("legacy", "new"):
             ratio = f"{row['ratio']:.2f}x" if system == "new" else ""
-            print(f"{c:>9}  {system:<7} {row[f'requests_per_s_{system}']:>11.2f} "
-                  f"{row[f'tokens_per_s_{system}']:>10.1f} {ratio:>7}")
+            print(
+                f"{c:>9}  {system:<7} {row[f'requests_per_s_{system}']:>11.2f} "
+                f"{row[f'tokens_per_s_{system}']:>10.1f} {ratio:>7}"
+            )
     top = by_concurrency[str(max(args.concurrency))]
-    figures = {**{k: round(v, 4) for k, v in top.items()}, "concurrency": max(args.concurrency),
-               "by_concurrency": {c: {k: round(v, 4) for k, v in row.items()} for c, row in by_concurrency.items()}}
+    figures = {
+        **{k: round(v, 4) for k, v in top.items()},
+        "concurrency": max(args.concurrency),
+        "by_concurrency": {c: {k: round(v, 4) for k, v in row.items()} for c, row in by_concurrency.items()},
+    }
     print()
     print(json.dumps(figures))
     return figures

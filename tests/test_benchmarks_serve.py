@@ -30,9 +30,13 @@ def test_quick_run_prints_the_table_and_ends_with_the_json_line(capsys):
     assert json.loads(out[-1]) == figures
     for key in ("requests_per_s_new", "requests_per_s_legacy", "tokens_per_s_new", "tokens_per_s_legacy"):
         assert figures[key] > 0
-    assert figures["ratio"] == pytest.approx(figures["requests_per_s_new"] / figures["requests_per_s_legacy"], rel=1e-2)
+    assert figures["ratio"] == pytest.approx(
+        figures["requests_per_s_new"] / figures["requests_per_s_legacy"], rel=1e-2
+    )
     assert figures["concurrency"] == 8 and list(figures["by_concurrency"]) == ["8"]
-    assert any(line.split()[:2] == ["8", "legacy"] for line in out) and any(line.split()[:2] == ["8", "new"] for line in out)
+    assert any(line.split()[:2] == ["8", "legacy"] for line in out) and any(
+        line.split()[:2] == ["8", "new"] for line in out
+    )
 
 
 def test_the_legacy_baseline_is_the_stdlib_server():

@@ -71,7 +71,12 @@ def server(model_dir: Path) -> Iterator[Any]:
     torch.set_num_threads(1)
     policy = TransformersPolicy.from_pretrained(model_dir)
     served = make_server(
-        policy, name="tiny", max_new_tokens=320, context_window=CONTEXT, head_timeout_s=1.0, body_timeout_s=1.0
+        policy,
+        name="tiny",
+        max_new_tokens=320,
+        context_window=CONTEXT,
+        head_timeout_s=1.0,
+        body_timeout_s=1.0,
     )
     try:
         with served.start():
@@ -99,7 +104,9 @@ def start_cli(model_dir: Path, *args: str) -> tuple[subprocess.Popen[str], str]:
         line = ""
     if not line.startswith("serving "):
         proc.kill()
-        raise AssertionError(f"no ready line from {cmd}; stdout {line!r}, stderr:\n{proc.stderr.read()[-2000:]}")
+        raise AssertionError(
+            f"no ready line from {cmd}; stdout {line!r}, stderr:\n{proc.stderr.read()[-2000:]}"
+        )
     return proc, line.split(" at ", 1)[1].strip()
 
 
@@ -186,7 +193,9 @@ def test_prompts_are_checked_against_the_context_window(client: Any) -> None:
     with pytest.raises(openai.BadRequestError, match=f"context window is {CONTEXT} tokens") as info:
         client.chat.completions.create(model="tiny", messages=long, max_tokens=1)
     assert info.value.body["code"] == "context_length_exceeded" and info.value.body["param"] == "messages"
-    with pytest.raises(openai.BadRequestError, match=r"'max_tokens' is 1000.*at most \d+ completion tokens fit"):
+    with pytest.raises(
+        openai.BadRequestError, match=r"'max_tokens' is 1000.*at most \d+ completion tokens fit"
+    ):
         client.chat.completions.create(model="tiny", messages=USER, max_tokens=1000)
     near = [{"role": "user", "content": "x" * (CONTEXT - 40)}]
     out = client.chat.completions.create(model="tiny", messages=near)  # no max_tokens: what fits
@@ -194,7 +203,10 @@ def test_prompts_are_checked_against_the_context_window(client: Any) -> None:
 
 
 def test_tools_reach_the_prompt(client: Any) -> None:
-    tool = {"type": "function", "function": {"name": "look", "parameters": {"type": "object", "properties": {}}}}
+    tool = {
+        "type": "function",
+        "function": {"name": "look", "parameters": {"type": "object", "properties": {}}},
+    }
     plain = client.chat.completions.create(model="tiny", messages=USER, max_tokens=1)
     with_tools = client.chat.completions.create(model="tiny", messages=USER, max_tokens=1, tools=[tool])
     assert with_tools.usage.prompt_tokens > plain.usage.prompt_tokens + len('"name": "look"')
@@ -275,24 +287,33 @@ def test_tool_calls_come_back_as_tool_calls_whole_and_streamed() -> None:
                 final = stream.get_final_completion()
             streamed = final.choices[0]
             assert streamed.finish_reason == "tool_calls" and streamed.message.content == "Let me look."
-            assert [(t.function.name, json.loads(t.function.arguments)) for t in streamed.message.tool_calls] == [
-                ("read", {"path": "a.txt"})
-            ]
+            assert [
+                (t.function.name, json.loads(t.function.arguments)) for t in streamed.message.tool_calls
+            ] == [("read", {"path": "a.txt"})]
             # without tools in the request the text is returned as written
             plain = c.chat.completions.create(model="scripted", messages=USER)
-            assert plain.choices[0].message.content == _tool_writer(None) and plain.choices[0].finish_reason == "stop"
+            assert (
+                plain.choices[0].message.content == _tool_writer(None)
+                and plain.choices[0].finish_reason == "stop"
+            )
             # an assistant turn with tool_calls and the tool's answer go back to the policy as text
             history = [
                 *USER,
                 {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
                 {"role": "tool", "tool_call_id": call.id, "content": "hello"},
             ]
-            assert c.chat.completions.create(model="scripted", messages=history, tools=TOOLS).choices[0].message.tool_calls
+            assert (
+                c.chat.completions.create(model="scripted", messages=history, tools=TOOLS)
+                .choices[0]
+                .message.tool_calls
+            )
 
 
 def test_split_tool_calls_and_the_streaming_hold_back() -> None:
     content, calls = split_tool_calls('a<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>b')
-    assert content == "ab" and [(c["function"]["name"], c["function"]["arguments"]) for c in calls] == [("f", '{"x": 1}')]
+    assert content == "ab" and [(c["function"]["name"], c["function"]["arguments"]) for c in calls] == [
+        ("f", '{"x": 1}')
+    ]
     bad = "<tool_call>{not json}</tool_call>"
     assert split_tool_calls(bad) == (bad, [])  # not a call: kept as content
     assert split_tool_calls('<tool_call>{"name": "f", "arguments": {}}</tool_call>')[0] is None
@@ -318,7 +339,9 @@ def _raw(port: int, data: bytes, *, wait_s: float = 10.0) -> tuple[int | None, d
                     break
                 out += part
                 head, sep, body = out.partition(b"\r\n\r\n")
-                lengths = [line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")]
+                lengths = [
+                    line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+                ]
                 if sep and lengths and len(body) >= int(lengths[0].split(b":")[1]):
                     break
         except TimeoutError:
@@ -346,25 +369,60 @@ def _with(**fields: Any) -> bytes:
 BAD_REQUESTS: list[tuple[str, bytes, int, str | None, str]] = [
     # (class, raw request, status, param, words of the message)
     ("deep nesting", _post(b"[" * 200_000 + b"]" * 200_000), 400, None, "nests too deeply"),
-    ("non-ASCII digits in Content-Length", b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-     + "Content-Length: ١٢\r\n\r\n".encode() + b"{}", 400, None, "not valid HTTP/1.1"),
-    ("a Content-Length of 5000 digits", b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
-     + b"9" * 5000 + b"\r\n\r\n{}", 400, None, "HTTP/1.1"),
-    ("a Content-Length of 40 digits", b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
-     + b"9" * 40 + b"\r\n\r\n{}", 400, None, "HTTP/1.1"),
-    ("a signed Content-Length", b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: +2\r\n\r\n{}",
-     400, None, "HTTP/1.1"),
-    ("a lone surrogate", _post(b'{"messages": [{"role": "user", "content": "a\\ud800b"}]}'), 400,
-     "messages[0].content", "lone surrogate"),
-    ("bytes that are not UTF-8", _post(b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}'), 400, None,
-     "not valid JSON"),
+    (
+        "non-ASCII digits in Content-Length",
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + "Content-Length: ١٢\r\n\r\n".encode() + b"{}",
+        400,
+        None,
+        "not valid HTTP/1.1",
+    ),
+    (
+        "a Content-Length of 5000 digits",
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n{}",
+        400,
+        None,
+        "HTTP/1.1",
+    ),
+    (
+        "a Content-Length of 40 digits",
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + b"9" * 40 + b"\r\n\r\n{}",
+        400,
+        None,
+        "HTTP/1.1",
+    ),
+    (
+        "a signed Content-Length",
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: +2\r\n\r\n{}",
+        400,
+        None,
+        "HTTP/1.1",
+    ),
+    (
+        "a lone surrogate",
+        _post(b'{"messages": [{"role": "user", "content": "a\\ud800b"}]}'),
+        400,
+        "messages[0].content",
+        "lone surrogate",
+    ),
+    (
+        "bytes that are not UTF-8",
+        _post(b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}'),
+        400,
+        None,
+        "not valid JSON",
+    ),
     ("not JSON", _post(b"{not json"), 400, None, "not valid JSON"),
     ("NaN", _post(b'{"messages": [{"role": "user", "content": "a"}], "temperature": NaN}'), 400, None, "NaN"),
     ("no body", _post(b""), 400, None, "no body"),
     ("a body that is a list", _post(b"[1, 2]"), 400, None, "must be a JSON object"),
     ("a wrong type", _post(_with(temperature="hot")), 400, "temperature", "must be a number >= 0"),
-    ("a wrong type in a message", _post(_with(messages=[{"role": "user", "content": 3}])), 400,
-     "messages[0].content", "must be a string"),
+    (
+        "a wrong type in a message",
+        _post(_with(messages=[{"role": "user", "content": 3}])),
+        400,
+        "messages[0].content",
+        "must be a string",
+    ),
     ("an unknown field", _post(_with(frobnicate=1)), 400, "frobnicate", "unknown field 'frobnicate'"),
     ("an unsupported field", _post(_with(stop=["x"])), 400, "stop", "not supported"),
     ("an out-of-range seed", _post(_with(seed=2**64)), 400, "seed", "must be an integer in"),
@@ -375,27 +433,73 @@ BAD_REQUESTS: list[tuple[str, bytes, int, str | None, str]] = [
     ("max_tokens too large", _post(_with(max_tokens=10**30)), 400, "max_tokens", "context window"),
     ("max_tokens of 0", _post(_with(max_tokens=0)), 400, "max_tokens", ">= 1"),
     ("empty messages", _post(_with(messages=[])), 400, "messages", "non-empty list"),
-    ("an unknown role", _post(_with(messages=[{"role": "narrator", "content": "x"}])), 400, "messages",
-     "chat template rejected"),
-    ("a prompt beyond the context window", _post(_with(messages=[{"role": "user", "content": "y" * 5000}])), 400,
-     "messages", f"context window is {CONTEXT} tokens"),
-    ("a body over the size limit", b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
-     + str(10**9).encode() + b"\r\n\r\n{", 413, None, "the limit is"),
-    ("a GET of the chat route", b"GET /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n", 405, None, "not allowed"),
+    (
+        "an unknown role",
+        _post(_with(messages=[{"role": "narrator", "content": "x"}])),
+        400,
+        "messages",
+        "chat template rejected",
+    ),
+    (
+        "a prompt beyond the context window",
+        _post(_with(messages=[{"role": "user", "content": "y" * 5000}])),
+        400,
+        "messages",
+        f"context window is {CONTEXT} tokens",
+    ),
+    (
+        "a body over the size limit",
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
+        + str(10**9).encode()
+        + b"\r\n\r\n{",
+        413,
+        None,
+        "the limit is",
+    ),
+    (
+        "a GET of the chat route",
+        b"GET /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n",
+        405,
+        None,
+        "not allowed",
+    ),
     ("an unknown route", b"GET /v2/everything HTTP/1.1\r\nHost: x\r\n\r\n", 404, None, "no route"),
     ("a request line that is not HTTP", b"HELLO\r\n\r\n", 400, None, "not valid HTTP/1.1"),
-    ("a path that is not ASCII", b"GET /v1/models/\xff\xfe HTTP/1.1\r\nHost: x\r\n\r\n", 400, None, "HTTP/1.1"),
-    ("a control character in a header", b"GET /health HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n\r\n", 400, None,
-     "HTTP/1.1"),
-    ("a partial request line and headers (slowloris)", b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Le",
-     408, None, "did not arrive within"),
-    ("a body that stops short", b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{",
-     408, None, "did not arrive within"),
+    (
+        "a path that is not ASCII",
+        b"GET /v1/models/\xff\xfe HTTP/1.1\r\nHost: x\r\n\r\n",
+        400,
+        None,
+        "HTTP/1.1",
+    ),
+    (
+        "a control character in a header",
+        b"GET /health HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n\r\n",
+        400,
+        None,
+        "HTTP/1.1",
+    ),
+    (
+        "a partial request line and headers (slowloris)",
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Le",
+        408,
+        None,
+        "did not arrive within",
+    ),
+    (
+        "a body that stops short",
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{",
+        408,
+        None,
+        "did not arrive within",
+    ),
     ("a connection that sends nothing", b"", 408, None, "did not arrive within"),
 ]
 
 
-@pytest.mark.parametrize(("kind", "data", "status", "param", "words"), BAD_REQUESTS, ids=[b[0] for b in BAD_REQUESTS])
+@pytest.mark.parametrize(
+    ("kind", "data", "status", "param", "words"), BAD_REQUESTS, ids=[b[0] for b in BAD_REQUESTS]
+)
 def test_every_bad_request_gets_a_4xx_error_object(
     server: Any, kind: str, data: bytes, status: int, param: str | None, words: str
 ) -> None:
@@ -464,7 +568,9 @@ def test_health_is_not_ok_while_the_worker_cannot_serve() -> None:
     health = served.url.removesuffix("/v1") + "/health"
     try:
         assert httpx.get(health).json()["status"] == "ok"
-        pending = threading.Thread(target=lambda: httpx.post(served.url + "/chat/completions", json={"messages": USER}, timeout=60))
+        pending = threading.Thread(
+            target=lambda: httpx.post(served.url + "/chat/completions", json={"messages": USER}, timeout=60)
+        )
         pending.start()
         deadline = time.monotonic() + 20
         while httpx.get(health).status_code == 200 and time.monotonic() < deadline:
@@ -510,7 +616,9 @@ def test_cli_ready_line_health_and_clean_shutdown_on_sigterm(model_dir: Path) ->
         assert finished == 3 and player.usage["requests"] >= 3 and player.usage["completion_tokens"] > 0
         cmd = [sys.executable, "-m", "llm_zoo.cli", "play", "kuhn_poker_v0", "--p0", url, "--p1", "nash",
                "--episodes", "2", "--seed", "0"]  # fmt: skip
-        summary = json.loads(subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120, check=True).stdout)
+        summary = json.loads(
+            subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120, check=True).stdout
+        )
         assert summary["episodes"] == 2 and summary["players"]["player_0"]["policy"] == url
     finally:
         code, err = stop_cli(proc)
@@ -518,9 +626,14 @@ def test_cli_ready_line_health_and_clean_shutdown_on_sigterm(model_dir: Path) ->
 
 
 def test_cli_has_the_serve_subcommand() -> None:
-    args = build_parser().parse_args(["serve", "--model", "m", "--port", "0", "--name", "x", "--max-new-tokens", "4"])
+    args = build_parser().parse_args(
+        ["serve", "--model", "m", "--port", "0", "--name", "x", "--max-new-tokens", "4"]
+    )
     assert (args.model, args.host, args.port, args.name, args.max_new_tokens) == ("m", "127.0.0.1", 0, "x", 4)
-    assert args.threads is None and build_parser().parse_args(["serve", "--model", "m", "--threads", "2"]).threads == 2
+    assert (
+        args.threads is None
+        and build_parser().parse_args(["serve", "--model", "m", "--threads", "2"]).threads == 2
+    )
     code = "import sys, llm_zoo.cli; llm_zoo.cli.build_parser(); print('torch' in sys.modules, 'uvicorn' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
     assert out == "False False"
@@ -540,7 +653,13 @@ def test_a_taken_port_is_a_value_error_naming_the_flag() -> None:
 
 def test_parse_request_fills_defaults_and_maps_messages() -> None:
     request = parse_request({"messages": USER, "max_completion_tokens": 9, "stream": False}, name="m")
-    assert (request.temperature, request.top_p, request.max_tokens, request.seed, request.n) == (1.0, 1.0, 9, None, 1)
+    assert (request.temperature, request.top_p, request.max_tokens, request.seed, request.n) == (
+        1.0,
+        1.0,
+        9,
+        None,
+        1,
+    )
     assert request.top_logprobs is None and request.tools is None and not request.stream
     messages = [
         {"role": "developer", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
@@ -557,4 +676,6 @@ def test_parse_request_fills_defaults_and_maps_messages() -> None:
         parse_request({"messages": USER, "tool_choice": "required"}, name="m")
     with pytest.raises(RequestError, match="reports no log-probs"):
         parse_request({"messages": USER, "logprobs": True}, name="m", logprobs_ok=False)
-    assert parse_request({"messages": USER, "user": "u", "metadata": {}}, name="m").messages == USER  # ignored fields
+    assert (
+        parse_request({"messages": USER, "user": "u", "metadata": {}}, name="m").messages == USER
+    )  # ignored fields

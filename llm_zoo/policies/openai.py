@@ -117,7 +117,9 @@ class _Client(openai.OpenAI):
 
     backoff_scale = 1.0
 
-    def _calculate_retry_timeout(self, remaining_retries: int, options: Any, response_headers: Any = None) -> float:
+    def _calculate_retry_timeout(
+        self, remaining_retries: int, options: Any, response_headers: Any = None
+    ) -> float:
         delay = super()._calculate_retry_timeout(remaining_retries, options, response_headers)
         headers = response_headers if response_headers is not None else {}
         asked = _retry_after(headers.get("retry-after")) is not None or headers.get("retry-after-ms")
@@ -206,7 +208,9 @@ class OpenAIPolicy(Policy):
         self.usage = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0}
         """Totals over every successful request: requests made and the token counts servers reported."""
         self._key = _api_key(api_key_env)
-        self._client = _client(self.base_url, self._key, timeout_s=self.timeout_s, max_retries=self.max_retries)
+        self._client = _client(
+            self.base_url, self._key, timeout_s=self.timeout_s, max_retries=self.max_retries
+        )
         self._client.backoff_scale = self.backoff_s / INITIAL_RETRY_DELAY
         self._slots = threading.BoundedSemaphore(self.max_concurrency)
         self._lock = threading.Lock()
@@ -336,7 +340,10 @@ class OpenAIPolicy(Policy):
         attempts = self.max_retries + 1
         try:
             raw = self._client.chat.completions.with_raw_response.create(
-                model=body["model"], messages=body["messages"], extra_body=fields, extra_headers=_auth(self._key)
+                model=body["model"],
+                messages=body["messages"],
+                extra_body=fields,
+                extra_headers=_auth(self._key),
             )
         except openai.APIStatusError as exc:
             response, status = exc.response, exc.status_code

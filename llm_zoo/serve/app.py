@@ -139,7 +139,9 @@ class ChatServer:
 
 def make_engine(policy: Any, *, max_new_tokens: int, **kwargs: Any) -> Engine:
     """Return a :class:`ModelEngine` for a transformers policy, else a :class:`PolicyEngine`."""
-    if all(hasattr(policy, a) for a in ("model", "tokenizer", "encode_prompts", "eos_token_ids", "pad_token_id")):
+    if all(
+        hasattr(policy, a) for a in ("model", "tokenizer", "encode_prompts", "eos_token_ids", "pad_token_id")
+    ):
         return ModelEngine(policy, max_new_tokens=max_new_tokens, **kwargs)
     kwargs.pop("context_window", None)
     kwargs.pop("seed", None)
@@ -220,14 +222,18 @@ async def _read_json(request: Request, timeout_s: float) -> Any:
     """Read the body (with a deadline and a size cap) and parse it as JSON; raise RequestError."""
     length = request.headers.get("content-length")
     if length is not None and int(length) > MAX_BODY_BYTES:  # h11 let only ASCII digits through
-        raise RequestError(f"the request body is {length:.30} bytes; the limit is {MAX_BODY_BYTES}.", status=413)
+        raise RequestError(
+            f"the request body is {length:.30} bytes; the limit is {MAX_BODY_BYTES}.", status=413
+        )
 
     async def read() -> bytes:
         parts, size = [], 0
         async for part in request.stream():
             size += len(part)
             if size > MAX_BODY_BYTES:
-                raise RequestError(f"the request body is over the limit of {MAX_BODY_BYTES} bytes.", status=413)
+                raise RequestError(
+                    f"the request body is over the limit of {MAX_BODY_BYTES} bytes.", status=413
+                )
             parts.append(part)
         return b"".join(parts)
 
@@ -244,7 +250,9 @@ async def _read_json(request: Request, timeout_s: float) -> Any:
     except RecursionError:
         raise RequestError("the request body nests too deeply to parse.") from None
     except (UnicodeDecodeError, ValueError) as exc:
-        raise RequestError(f"the request body is not valid JSON ({str(exc)[:200]}); got {raw[:100]!r}.") from None
+        raise RequestError(
+            f"the request body is not valid JSON ({str(exc)[:200]}); got {raw[:100]!r}."
+        ) from None
     where = protocol.find_lone_surrogate(body)
     if where is not None:
         raise RequestError(
@@ -321,7 +329,9 @@ async def _whole(
             completion_tokens += event[3]
         elif event[0] == "error":
             err = event[1]
-            return _error(err) if isinstance(err, RequestError) else JSONResponse(protocol.error_body(err), 500)
+            return (
+                _error(err) if isinstance(err, RequestError) else JSONResponse(protocol.error_body(err), 500)
+            )
     choices = []
     for i in range(request.n):
         content, calls = protocol.split_tool_calls(texts[i]) if request.tools else (texts[i], [])
@@ -332,7 +342,9 @@ async def _whole(
             {
                 "index": i,
                 "message": message,
-                "logprobs": {"content": logprobs[i], "refusal": None} if request.top_logprobs is not None else None,
+                "logprobs": {"content": logprobs[i], "refusal": None}
+                if request.top_logprobs is not None
+                else None,
                 "finish_reason": "tool_calls" if calls else finish[i],
             }
         )
@@ -367,7 +379,16 @@ async def _stream(
     completion_tokens = 0
     try:
         for i in range(request.n):
-            yield event([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}])
+            yield event(
+                [
+                    {
+                        "index": i,
+                        "delta": {"role": "assistant", "content": ""},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
+                ]
+            )
         while open_choices:
             item = await events.get()
             if item[0] == "delta":
@@ -376,8 +397,19 @@ async def _stream(
                 upto = protocol.tool_call_start(texts[i]) if request.tools else len(texts[i])
                 piece, sent[i] = texts[i][sent[i] : max(upto, sent[i])], max(upto, sent[i])
                 if piece or entries:
-                    logprobs = {"content": entries, "refusal": None} if request.top_logprobs is not None else None
-                    yield event([{"index": i, "delta": {"content": piece}, "logprobs": logprobs, "finish_reason": None}])
+                    logprobs = (
+                        {"content": entries, "refusal": None} if request.top_logprobs is not None else None
+                    )
+                    yield event(
+                        [
+                            {
+                                "index": i,
+                                "delta": {"content": piece},
+                                "logprobs": logprobs,
+                                "finish_reason": None,
+                            }
+                        ]
+                    )
             elif item[0] == "done":
                 _, i, finish, count = item
                 completion_tokens += count
@@ -385,12 +417,32 @@ async def _stream(
                 calls: list[dict[str, Any]] = []
                 if request.tools:
                     content, calls = protocol.split_tool_calls(texts[i])
-                    rest = (content or "")[sent[i] :] if (content or "").startswith(texts[i][: sent[i]]) else ""
+                    rest = (
+                        (content or "")[sent[i] :] if (content or "").startswith(texts[i][: sent[i]]) else ""
+                    )
                     if rest:
-                        yield event([{"index": i, "delta": {"content": rest}, "logprobs": None, "finish_reason": None}])
+                        yield event(
+                            [
+                                {
+                                    "index": i,
+                                    "delta": {"content": rest},
+                                    "logprobs": None,
+                                    "finish_reason": None,
+                                }
+                            ]
+                        )
                     if calls:
                         deltas = [{"index": k, **call} for k, call in enumerate(calls)]
-                        yield event([{"index": i, "delta": {"tool_calls": deltas}, "logprobs": None, "finish_reason": None}])
+                        yield event(
+                            [
+                                {
+                                    "index": i,
+                                    "delta": {"tool_calls": deltas},
+                                    "logprobs": None,
+                                    "finish_reason": None,
+                                }
+                            ]
+                        )
                 reason = "tool_calls" if calls else finish
                 yield event([{"index": i, "delta": {}, "logprobs": None, "finish_reason": reason}])
             elif item[0] == "error":
@@ -426,7 +478,9 @@ class _Protocol(H11Protocol):
         try:
             super().data_received(data)
         except Exception as exc:  # noqa: BLE001 - h11 raised something other than a protocol error
-            self._reject(400, f"the request could not be parsed as HTTP/1.1 ({type(exc).__name__}: {str(exc)[:200]}).")
+            self._reject(
+                400, f"the request could not be parsed as HTTP/1.1 ({type(exc).__name__}: {str(exc)[:200]})."
+            )
             return
         if self.conn.their_state is not h11.IDLE:
             self._disarm()
@@ -437,7 +491,9 @@ class _Protocol(H11Protocol):
             self._disarm()  # uvicorn's keep-alive timer takes over until the next byte
 
     def send_400_response(self, msg: str) -> None:
-        self._reject(400, f"the request is not valid HTTP/1.1 ({msg.rstrip('.')}); check the request line and headers.")
+        self._reject(
+            400, f"the request is not valid HTTP/1.1 ({msg.rstrip('.')}); check the request line and headers."
+        )
 
     def _arm(self) -> None:
         if self._head_timer is None:
@@ -451,7 +507,9 @@ class _Protocol(H11Protocol):
     def _head_timeout(self) -> None:
         self._head_timer = None
         if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
-            self._reject(408, f"the request line and headers did not arrive within {self.head_timeout_s:g} s.")
+            self._reject(
+                408, f"the request line and headers did not arrive within {self.head_timeout_s:g} s."
+            )
 
     def _reject(self, status: int, message: str) -> None:
         """Write an error response by hand (h11's state may be broken) and close the connection."""

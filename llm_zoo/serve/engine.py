@@ -110,7 +110,9 @@ class Engine:
     def submit(self, job: Job) -> None:
         """Queue ``job``; raise :class:`RequestError` (429) when the queue is full, (503) when stopped."""
         if self._stopping or not self._thread.is_alive():
-            raise RequestError("the server is shutting down or its worker stopped.", status=503, code="unavailable")
+            raise RequestError(
+                "the server is shutting down or its worker stopped.", status=503, code="unavailable"
+            )
         with self._lock:
             if self.queued + job.n > self.max_queued:
                 raise RequestError(
@@ -223,7 +225,11 @@ class PolicyEngine(Engine):
         first, policy = jobs[0], self.policy
         cap = min(first.max_tokens or self.max_new_tokens, self.max_new_tokens)
         try:
-            for attr, value in (("temperature", first.temperature), ("top_p", first.top_p), ("max_new_tokens", cap)):
+            for attr, value in (
+                ("temperature", first.temperature),
+                ("top_p", first.top_p),
+                ("max_new_tokens", cap),
+            ):
                 if hasattr(policy, attr):
                     setattr(policy, attr, value)
             if first.seed is not None:
@@ -329,7 +335,13 @@ class ModelEngine(Engine):
                 except Exception as exc:  # noqa: BLE001 - a failed step fails its rows, not the server
                     for job in {id(r.job): r.job for r in [*self.rows, *new]}.values():
                         _send(job, ("error", exc))
-                    self.rows, self.cache, self.mask, self.positions, self.pending = [], None, None, None, None
+                    self.rows, self.cache, self.mask, self.positions, self.pending = (
+                        [],
+                        None,
+                        None,
+                        None,
+                        None,
+                    )
                 self.steps += 1
                 self.active = len(self.rows)
                 self.last_progress = time.monotonic()
@@ -345,7 +357,15 @@ class ModelEngine(Engine):
                 _send(job, ("error", err))
                 continue
             except Exception as exc:  # noqa: BLE001 - the template raised: the messages are at fault
-                _send(job, ("error", RequestError(f"the model's chat template rejected 'messages': {exc}", param="messages")))
+                _send(
+                    job,
+                    (
+                        "error",
+                        RequestError(
+                            f"the model's chat template rejected 'messages': {exc}", param="messages"
+                        ),
+                    ),
+                )
                 continue
             _send(job, ("start", len(prompt)))
             for choice in range(job.n):
@@ -365,7 +385,7 @@ class ModelEngine(Engine):
         if self._template_has_tools:
             kwargs["tools"] = job.tools
         else:  # the env convention: tools shown in the system prompt, as OpenAI function schemas
-            listing = "You can call these tools, one per <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call> block:\n"
+            listing = 'You can call these tools, one per <tool_call>{"name": ..., "arguments": {...}}</tool_call> block:\n'
             listing += "\n".join(json.dumps(t, ensure_ascii=False) for t in job.tools)
             if messages and messages[0]["role"] == "system":
                 messages[0] = {**messages[0], "content": messages[0]["content"] + "\n\n" + listing}
@@ -438,7 +458,9 @@ class ModelEngine(Engine):
         """Run the new rows' prompts (each job's once) and merge their cache into the batch's."""
         torch = self.torch
         prompts: list[list[int]] = []
-        row_of: list[int] = []  # row -> its job's prompt; a job's rows are consecutive, its first holds the prompt
+        row_of: list[
+            int
+        ] = []  # row -> its job's prompt; a job's rows are consecutive, its first holds the prompt
         for row in new:
             if row.prompt is not None:
                 prompts.append(row.prompt)
@@ -521,13 +543,17 @@ class ModelEngine(Engine):
         if sampled:
             index = torch.tensor(sampled, device=logits.device)
             probs = logprobs[index].double().exp()
-            top_p = torch.tensor([rows[i].job.top_p for i in sampled], dtype=torch.float64, device=logits.device)
+            top_p = torch.tensor(
+                [rows[i].job.top_p for i in sampled], dtype=torch.float64, device=logits.device
+            )
             sorted_probs, order = probs.sort(dim=-1, descending=True)
             # drop a token when the tokens before it already hold top_p; the first always stays
             drop = (sorted_probs.cumsum(dim=-1) - sorted_probs) >= top_p[:, None]
             sorted_probs = sorted_probs.masked_fill(drop, 0.0)
             cdf = sorted_probs.cumsum(dim=-1)
-            uniform = torch.cat([torch.rand(1, generator=rows[i].generator, dtype=torch.float64) for i in sampled])
+            uniform = torch.cat(
+                [torch.rand(1, generator=rows[i].generator, dtype=torch.float64) for i in sampled]
+            )
             target = uniform.to(cdf.device)[:, None] * cdf[:, -1:]
             pick = torch.searchsorted(cdf, target).clamp(max=cdf.shape[1] - 1)
             tokens[index] = order.gather(1, pick).squeeze(1)
@@ -546,9 +572,11 @@ class ModelEngine(Engine):
             entries = []
             if row.job.top_logprobs is not None and not stop:
                 k = row.job.top_logprobs
-                top = [] if not k or tops is None else [
-                    self._entry(t, v) for v, t in zip(tops[0][i][:k], tops[1][i][:k], strict=True)
-                ]
+                top = (
+                    []
+                    if not k or tops is None
+                    else [self._entry(t, v) for v, t in zip(tops[0][i][:k], tops[1][i][:k], strict=True)]
+                )
                 entries.append({**self._entry(token, chosen[i]), "top_logprobs": top})
             finish = "stop" if stop else ("length" if len(row.ids) >= row.limit else None)
             text = self._text(row, final=finish is not None)

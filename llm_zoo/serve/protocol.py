@@ -24,7 +24,15 @@ SEED_RANGE = (-(2**63), 2**64 - 1)
 """Seeds a request may send (what ``torch.Generator.manual_seed`` takes)."""
 
 IGNORED_FIELDS = frozenset(
-    {"user", "metadata", "store", "service_tier", "parallel_tool_calls", "prompt_cache_key", "safety_identifier"}
+    {
+        "user",
+        "metadata",
+        "store",
+        "service_tier",
+        "parallel_tool_calls",
+        "prompt_cache_key",
+        "safety_identifier",
+    }
 )
 """Fields accepted and ignored: they change nothing in what the model writes."""
 _DEFAULT_ONLY = {  # fields this server cannot honour: accepted only at their no-op value
@@ -76,7 +84,8 @@ def parse_request(body: Any, *, name: str, logprobs_ok: bool = True) -> ChatRequ
     unknown = sorted(set(body) - _FIELDS)
     if unknown:
         raise RequestError(
-            f"unknown field {unknown[0]!r:.80}; this server understands {sorted(_FIELDS)}.", param=unknown[0][:80]
+            f"unknown field {unknown[0]!r:.80}; this server understands {sorted(_FIELDS)}.",
+            param=unknown[0][:80],
         )
     for key, allowed in _DEFAULT_ONLY.items():
         if key in body and body[key] not in allowed:
@@ -107,7 +116,8 @@ def parse_request(body: Any, *, name: str, logprobs_ok: bool = True) -> ChatRequ
     request.min_tokens = _integer(body, "min_tokens", 0, lambda v: v >= 0, ">= 0")
     if request.max_tokens is not None and request.min_tokens > request.max_tokens:
         raise RequestError(
-            f"'min_tokens' ({request.min_tokens}) must not exceed {key!r} ({request.max_tokens}).", param="min_tokens"
+            f"'min_tokens' ({request.min_tokens}) must not exceed {key!r} ({request.max_tokens}).",
+            param="min_tokens",
         )
     low, high = SEED_RANGE
     request.seed = _integer(body, "seed", None, lambda v: low <= v <= high, f"in [{low}, {high}]")
@@ -117,14 +127,17 @@ def parse_request(body: Any, *, name: str, logprobs_ok: bool = True) -> ChatRequ
     if options is not None:
         if not isinstance(options, dict) or set(options) - {"include_usage"}:
             raise RequestError(
-                f"'stream_options' must be {{'include_usage': bool}}, got {_short(options)}.", param="stream_options"
+                f"'stream_options' must be {{'include_usage': bool}}, got {_short(options)}.",
+                param="stream_options",
             )
         if not request.stream:
             raise RequestError("'stream_options' needs stream=true.", param="stream_options")
         request.include_usage = _boolean(options, "include_usage", "stream_options.include_usage")
     if _boolean(body, "logprobs"):
         if not logprobs_ok:
-            raise RequestError("this server's backend reports no log-probs; send logprobs=false.", param="logprobs")
+            raise RequestError(
+                "this server's backend reports no log-probs; send logprobs=false.", param="logprobs"
+            )
         request.top_logprobs = _integer(
             body, "top_logprobs", 0, lambda v: 0 <= v <= MAX_TOP_LOGPROBS, f"in [0, {MAX_TOP_LOGPROBS}]"
         )
@@ -138,17 +151,25 @@ def _message(message: Any, index: int) -> dict[str, str]:
     """Map an API message to the envs' ``{role, content}`` form (tool calls as ``<tool_call>`` text)."""
     param = f"messages[{index}]"
     if not isinstance(message, dict):
-        raise RequestError(f"{param} must be an object with 'role' and 'content', got {_short(message)}.", param=param)
+        raise RequestError(
+            f"{param} must be an object with 'role' and 'content', got {_short(message)}.", param=param
+        )
     role = message.get("role")
     if not isinstance(role, str) or not role:
-        raise RequestError(f"{param}.role must be a non-empty string, got {_short(role)}.", param=f"{param}.role")
+        raise RequestError(
+            f"{param}.role must be a non-empty string, got {_short(role)}.", param=f"{param}.role"
+        )
     if role == "developer":  # OpenAI's newer name for the system role
         role = "system"
     content = message.get("content")
     if isinstance(content, list):  # content parts: only text is understood
         texts = []
         for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+            if (
+                not isinstance(part, dict)
+                or part.get("type") != "text"
+                or not isinstance(part.get("text"), str)
+            ):
                 raise RequestError(
                     f"{param}.content parts must be {{'type': 'text', 'text': str}}, got {_short(part)}.",
                     param=f"{param}.content",
@@ -158,7 +179,9 @@ def _message(message: Any, index: int) -> dict[str, str]:
     elif content is None:
         content = ""
     elif not isinstance(content, str):
-        raise RequestError(f"{param}.content must be a string, got {_short(content)}.", param=f"{param}.content")
+        raise RequestError(
+            f"{param}.content must be a string, got {_short(content)}.", param=f"{param}.content"
+        )
     calls = message.get("tool_calls")
     if calls is not None:
         if role != "assistant" or not isinstance(calls, list):
@@ -181,7 +204,9 @@ def _message(message: Any, index: int) -> dict[str, str]:
                 parsed = json.loads(arguments) if arguments.strip() else {}
             except (ValueError, RecursionError):
                 parsed = arguments
-            lines.append(f"<tool_call>{json.dumps({'name': name, 'arguments': parsed}, ensure_ascii=False)}</tool_call>")
+            lines.append(
+                f"<tool_call>{json.dumps({'name': name, 'arguments': parsed}, ensure_ascii=False)}</tool_call>"
+            )
         content = "\n".join(lines)
     return {"role": role, "content": content}
 
@@ -217,7 +242,12 @@ def _number(body: Mapping[str, Any], key: str, default: Any, ok: Any, expected: 
     value = body.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not ok(value):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not ok(value)
+    ):
         raise RequestError(f"{key!r} must be a number {expected}, got {_short(value)}.", param=key)
     return value
 
@@ -241,7 +271,11 @@ def _boolean(body: Mapping[str, Any], key: str, param: str | None = None) -> boo
 
 
 def _short(value: Any) -> str:
-    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else f"an integer of {len(str(abs(value)))} digits"
+    text = (
+        repr(value)
+        if not isinstance(value, int) or abs(value) < 10**30
+        else f"an integer of {len(str(abs(value)))} digits"
+    )
     return text if len(text) <= 120 else text[:117] + "..."
 
 
@@ -284,7 +318,9 @@ def error_body(err: RequestError | Exception) -> dict[str, Any]:
         kind = "invalid_request_error" if err.status < 500 else "server_error"
         return {"error": {"message": str(err), "type": kind, "param": err.param, "code": err.code}}
     message = f"generation failed: {type(err).__name__}: {err}"
-    return {"error": {"message": message[:2000], "type": "server_error", "param": None, "code": "internal_error"}}
+    return {
+        "error": {"message": message[:2000], "type": "server_error", "param": None, "code": "internal_error"}
+    }
 
 
 def split_tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]]]:
@@ -302,7 +338,11 @@ def split_tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]]]:
         except (ValueError, RecursionError):
             data = None
         arguments = data.get("arguments", {}) if isinstance(data, dict) else None
-        if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not isinstance(arguments, dict):
+        if (
+            not isinstance(data, dict)
+            or not isinstance(data.get("name"), str)
+            or not isinstance(arguments, dict)
+        ):
             continue
         kept.append(text[end : match.start()])
         end = match.end()

@@ -376,11 +376,11 @@ def test_served_tool_calls_come_back_as_tool_call_text(no_api_key: None) -> None
 
 def test_against_a_served_tiny_model(no_api_key: None, tmp_path: Any) -> None:
     pytest.importorskip("torch")
+    import torch
+
     from llm_zoo.models import make_tiny_model
     from llm_zoo.policies.transformers import TransformersPolicy
     from llm_zoo.serve import make_server
-
-    import torch
 
     model = TransformersPolicy.from_pretrained(make_tiny_model(tmp_path / "tiny", hidden_size=32))
     observations = [{"messages": ({"role": "user", "content": f"say {i}"},)} for i in range(5)]
