@@ -264,6 +264,69 @@ def test_a_request_joins_a_batch_that_is_running(client: Any) -> None:
     assert long_done.is_set() and pieces
 
 
+def test_a_joining_row_decodes_as_it_would_alone(server: Any, client: Any) -> None:
+    """Greedy tokens and log-probs of a request do not depend on the rows it shares steps with.
+
+    The reference is TransformersPolicy's own sampler on the same model. The request runs once
+    alone and once in a changing batch: behind a longer prompt (its cache is left-padded to that
+    width), while short requests join and leave (rows dropped, all-padding columns trimmed).
+    """
+    from llm_zoo.policies.transformers import TransformersPolicy
+
+    messages = [{"role": "user", "content": "Tell me about cats."}]
+    body = {"model": "tiny", "messages": messages, "max_tokens": 24, "temperature": 0, "logprobs": True}
+    greedy = TransformersPolicy(
+        server.engine.model, server.engine.tokenizer, temperature=0, max_new_tokens=24
+    )
+    reference = greedy({"messages": messages})
+
+    def figures(out: Any) -> tuple[str, list[float]]:
+        return out.choices[0].message.content, [e.logprob for e in out.choices[0].logprobs.content]
+
+    alone = figures(client.chat.completions.create(**body))
+    results: dict[str, Any] = {}
+    long_prompt = [{"role": "user", "content": "A much longer prompt that starts first. " * 4}]
+
+    def run(key: str, **fields: Any) -> None:
+        results[key] = client.chat.completions.create(model="tiny", **fields)
+
+    ahead = threading.Thread(target=run, args=("ahead",), kwargs={"messages": long_prompt, "max_tokens": 12})
+    ahead.start()
+    time.sleep(0.05)
+    joined = threading.Thread(
+        target=run, args=("joined",), kwargs={k: v for k, v in body.items() if k != "model"}
+    )
+    joined.start()
+    shorts = [
+        threading.Thread(target=run, args=(f"short{i}",), kwargs={"messages": USER, "max_tokens": 1 + i})
+        for i in range(6)
+    ]
+    for t in shorts:
+        t.start()
+        time.sleep(0.01)
+    for t in [ahead, joined, *shorts]:
+        t.join(60)
+    together = figures(results["joined"])
+    assert alone[0] == together[0] == reference.text
+    assert together[1] == pytest.approx(alone[1], abs=1e-4)
+    assert alone[1] == pytest.approx(reference.logprobs[: len(alone[1])], abs=1e-4)
+
+
+def test_a_client_that_leaves_a_stream_frees_its_rows(server: Any, client: Any) -> None:
+    stream = client.chat.completions.create(
+        model="tiny", messages=USER, max_tokens=300, extra_body={"min_tokens": 300}, stream=True
+    )
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            break
+    assert server.engine.active >= 1, "the stream's row is not in the batch"
+    stream.close()
+    deadline = time.monotonic() + 30
+    while server.engine.active and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.engine.active == 0, f"{server.engine.active} row(s) still decoding 30 s after the client left"
+
+
 # ---- tool calls (a scripted policy writes them) ---------------------------------------------
 
 
@@ -529,6 +592,55 @@ def test_after_every_bad_request_the_server_still_answers(server: Any, client: A
     assert out.choices[0].finish_reason in ("stop", "length") and out.usage.completion_tokens >= 1
     again = client.chat.completions.create(model="tiny", messages=USER, max_tokens=4, top_p=1e-300, seed=2)
     assert again.choices[0].message.content == out.choices[0].message.content  # a vanishing top_p is greedy
+
+
+FIELDS = [
+    "model", "messages", "temperature", "top_p", "max_tokens", "max_completion_tokens", "min_tokens", "seed",
+    "n", "stream", "stream_options", "logprobs", "top_logprobs", "tools", "tool_choice", "stop", "user", "x",
+]  # fmt: skip
+
+
+def test_fuzzed_bodies_never_get_a_5xx(model_dir: Path) -> None:
+    """Random values in every field (and random fields): the answer is a 2xx or a 4xx error object."""
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+    import torch
+
+    from llm_zoo.policies.transformers import TransformersPolicy
+
+    scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20)
+    values = st.recursive(
+        scalars,
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+        max_leaves=8,
+    )
+    message = st.fixed_dictionaries(
+        {"role": st.sampled_from(["user", "system", "assistant", "tool", "x"]), "content": values}
+    )
+    bodies = st.dictionaries(st.sampled_from(FIELDS), values, max_size=6).flatmap(
+        lambda body: st.just(body) | st.lists(message, max_size=3).map(lambda m: {**body, "messages": m})
+    )
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    served = make_server(
+        TransformersPolicy.from_pretrained(model_dir), name="tiny", max_new_tokens=3, context_window=CONTEXT
+    )
+    try:
+        with served.start(), httpx.Client(timeout=60) as http:
+
+            @hypothesis.settings(max_examples=50, deadline=None, database=None)
+            @hypothesis.given(bodies)
+            def check(body: dict[str, Any]) -> None:
+                response = http.post(served.url + "/chat/completions", json=body)
+                assert response.status_code < 500, (body, response.text)
+                if response.status_code >= 400:
+                    assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+
+            check()
+            ok = http.post(served.url + "/chat/completions", json={"messages": USER})
+            assert ok.status_code == 200 and ok.json()["choices"][0]["finish_reason"] in ("stop", "length")
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_the_slowloris_client_is_cut_off(server: Any) -> None:

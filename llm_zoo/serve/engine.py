@@ -447,6 +447,7 @@ class ModelEngine(Engine):
         if new:
             logits.append(self._prefill(new))
         self.rows = self.rows + new
+        self.active = len(self.rows)  # before any event of this step goes out
         self.max_batch_seen = max(self.max_batch_seen, len(self.rows))
         tokens = self._sample(torch.cat(logits, dim=0))
         self.pending = tokens
