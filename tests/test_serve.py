@@ -324,7 +324,9 @@ def test_a_client_that_leaves_a_stream_frees_its_rows(server: Any, client: Any) 
     deadline = time.monotonic() + 30
     while server.engine.active and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert server.engine.active == 0, f"{server.engine.active} row(s) still decoding 30 s after the client left"
+    assert server.engine.active == 0, (
+        f"{server.engine.active} row(s) still decoding 30 s after the client left"
+    )
 
 
 # ---- tool calls (a scripted policy writes them) ---------------------------------------------
@@ -608,7 +610,13 @@ def test_fuzzed_bodies_never_get_a_5xx(model_dir: Path) -> None:
 
     from llm_zoo.policies.transformers import TransformersPolicy
 
-    scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20)
+    scalars = (
+        st.none()
+        | st.booleans()
+        | st.integers()
+        | st.floats(allow_nan=False, allow_infinity=False)
+        | st.text(max_size=20)
+    )
     values = st.recursive(
         scalars,
         lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
@@ -787,7 +795,9 @@ def test_parse_request_fills_defaults_and_maps_messages() -> None:
     with pytest.raises(RequestError, match="'tool_choice' must be 'auto' or 'none'"):
         parse_request({"messages": USER, "tool_choice": "required"}, name="m")
     with pytest.raises(RequestError, match="reports no log-probs"):
-        parse_request({"messages": USER, "logprobs": True}, name="m", logprobs_ok=False)
+        parse_request({"messages": USER, "logprobs": True}, name="m", token_level=False)
+    with pytest.raises(RequestError, match="leave out min_tokens"):
+        parse_request({"messages": USER, "min_tokens": 2}, name="m", token_level=False)
     assert (
         parse_request({"messages": USER, "user": "u", "metadata": {}}, name="m").messages == USER
     )  # ignored fields

@@ -9,9 +9,10 @@ When ready it prints one line, ``serving NAME at http://HOST:PORT/v1``, which is
 (``OpenAI(base_url=URL, api_key="none")``) or ``llm-zoo play --p0 URL``. ``--port 0`` picks a
 free port. SIGINT or SIGTERM stops it cleanly.
 
-It runs on Starlette under uvicorn (:mod:`llm_zoo.serve.app` says why Starlette and what is added
-to uvicorn), with one worker thread that owns the model and batches continuously: requests that
-arrive while others are decoding join the batch at the next decode step (:mod:`llm_zoo.serve.engine`).
+It runs on Starlette under uvicorn: Starlette rather than FastAPI because the checks and error
+objects must be OpenAI's, not FastAPI's 422 (:mod:`llm_zoo.serve.app` has the rest, and what is
+added to uvicorn). One worker thread owns the model and batches continuously: requests that arrive
+while others are decoding join the batch at the next decode step (:mod:`llm_zoo.serve.engine`).
 
 Routes
 ------

@@ -158,7 +158,7 @@ def build_app(server: ChatServer) -> Starlette:
         try:
             body = await _read_json(request, server.body_timeout_s)
             chat_request = protocol.parse_request(
-                body, name=server.name, logprobs_ok=isinstance(server.engine, ModelEngine)
+                body, name=server.name, token_level=isinstance(server.engine, ModelEngine)
             )
         except RequestError as err:
             return _error(err)

@@ -71,13 +71,14 @@ class ChatRequest:
     include_usage: bool = False
 
 
-def parse_request(body: Any, *, name: str, logprobs_ok: bool = True) -> ChatRequest:
+def parse_request(body: Any, *, name: str, token_level: bool = True) -> ChatRequest:
     """Check a chat completions body; raise :class:`RequestError` naming the bad field.
 
     Args:
         body: The parsed JSON body.
         name: The served model's id; a request for another model gets 404.
-        logprobs_ok: Whether the engine reports log-probs; when not, asking for them is a 400.
+        token_level: Whether the engine generates token by token (a model, not a scripted
+            policy); when not, asking for log-probs or ``min_tokens`` is a 400.
     """
     if not isinstance(body, dict):
         raise RequestError(f"the request body must be a JSON object, got {type(body).__name__}.")
@@ -119,6 +120,11 @@ def parse_request(body: Any, *, name: str, logprobs_ok: bool = True) -> ChatRequ
             f"'min_tokens' ({request.min_tokens}) must not exceed {key!r} ({request.max_tokens}).",
             param="min_tokens",
         )
+    if request.min_tokens and not token_level:
+        raise RequestError(
+            "this server's backend cannot hold off the end of a reply; leave out min_tokens.",
+            param="min_tokens",
+        )
     low, high = SEED_RANGE
     request.seed = _integer(body, "seed", None, lambda v: low <= v <= high, f"in [{low}, {high}]")
     request.n = _integer(body, "n", 1, lambda v: 1 <= v <= MAX_N, f"in [1, {MAX_N}]")
@@ -134,7 +140,7 @@ def parse_request(body: Any, *, name: str, logprobs_ok: bool = True) -> ChatRequ
             raise RequestError("'stream_options' needs stream=true.", param="stream_options")
         request.include_usage = _boolean(options, "include_usage", "stream_options.include_usage")
     if _boolean(body, "logprobs"):
-        if not logprobs_ok:
+        if not token_level:
             raise RequestError(
                 "this server's backend reports no log-probs; send logprobs=false.", param="logprobs"
             )
