@@ -513,6 +513,13 @@ BAD_REQUESTS: list[tuple[str, bytes, int, str | None, str]] = [
         f"context window is {CONTEXT} tokens",
     ),
     (
+        "a prompt of 8 MB",
+        _post(_with(messages=[{"role": "user", "content": "z" * 8_000_000}])),
+        400,
+        "messages",
+        "cannot fit",
+    ),
+    (
         "a body over the size limit",
         b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
         + str(10**9).encode()

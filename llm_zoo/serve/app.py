@@ -288,6 +288,11 @@ async def _answer(server: ChatServer, request: protocol.ChatRequest) -> Response
         tools=request.tools,
     )
     try:
+        server.engine.check_running()
+        try:
+            await loop.run_in_executor(server.engine.pool, server.engine.prepare, job)
+        except RuntimeError:  # the pool shut down between the check and the call: stopping
+            raise RequestError("the server is shutting down.", status=503, code="unavailable") from None
         server.engine.submit(job)
         first = await events.get()
     except RequestError as err:

@@ -15,8 +15,9 @@ Why a loop of our own and not transformers' ``ContinuousBatchingManager``: that 
 attention, experimental in transformers 5) reports only the sampled token's log-prob, has no
 per-request seed, and sets top-p per manager rather than per request, and the API needs all three.
 
-Everything that touches the model or the tokenizer (chat template, decoding) runs on the worker
-thread, so nothing here needs the tokenizer to be thread-safe. Results go back through the
+The model runs on the worker thread only, and so does decoding. Prompts are encoded before a job
+is queued, on a second thread with a copy of the tokenizer (:meth:`ModelEngine.prepare`), so a long
+prompt never holds up the decode steps, and no tokenizer is used from two threads at once. Results go back through the
 ``sink`` callable of each :class:`Job` as events (plain tuples), called from the worker thread:
 
 - ``("start", prompt_tokens)``: the prompt was accepted; generation begins.
@@ -28,6 +29,7 @@ thread, so nothing here needs the tokenizer to be thread-safe. Results go back t
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import math
@@ -36,6 +38,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +83,10 @@ class Job:
     top_logprobs: int | None = None
     """``None``: no log-probs; ``k``: the sampled token's log-prob and the ``k`` most likely."""
     tools: list[dict[str, Any]] | None = None
+    prompt: list[int] | None = None
+    """Token ids of the prompt, set by :meth:`Engine.prepare` (model engines only)."""
+    limit: int = 0
+    """Most completion tokens of each choice, set by :meth:`Engine.prepare` (model engines only)."""
     cancelled: bool = False
     """Set by the HTTP side when the client went away; its rows are dropped at the next step."""
 
@@ -106,13 +113,22 @@ class Engine:
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="llm-zoo-serve-engine", daemon=True)
         self._thread.start()
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llm-zoo-serve-prepare")
+        """The one thread that runs :meth:`prepare`, beside the worker."""
 
-    def submit(self, job: Job) -> None:
-        """Queue ``job``; raise :class:`RequestError` (429) when the queue is full, (503) when stopped."""
+    def check_running(self) -> None:
+        """Raise :class:`RequestError` (503) when the worker is stopping or stopped."""
         if self._stopping or not self._thread.is_alive():
             raise RequestError(
                 "the server is shutting down or its worker stopped.", status=503, code="unavailable"
             )
+
+    def prepare(self, job: Job) -> None:
+        """Check ``job`` before it is queued (off the worker thread, in :attr:`pool`); raise RequestError."""
+
+    def submit(self, job: Job) -> None:
+        """Queue ``job``; raise :class:`RequestError` (429) when the queue is full, (503) when stopped."""
+        self.check_running()
         with self._lock:
             if self.queued + job.n > self.max_queued:
                 raise RequestError(
@@ -138,6 +154,7 @@ class Engine:
         self._stopping = True
         self._queue.put(None)
         self._thread.join(timeout=30)
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
     def _run(self) -> None:
         try:
@@ -309,6 +326,12 @@ class ModelEngine(Engine):
         params = inspect.signature(self.model.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"  # renamed in transformers 5.2x
         self._template_has_tools = "tools" in str(getattr(self.tokenizer, "chat_template", "") or "")
+        # prompts are encoded on the prepare thread with a tokenizer of their own: a fast tokenizer
+        # used from two threads at once can fail ("Already borrowed"), and the worker decodes
+        self._encoder = copy.deepcopy(self.tokenizer)
+        longest = max((len(t) for t in self.tokenizer.get_vocab()), default=1)
+        self.max_prompt_chars = self.context_window * max(1, longest)
+        """More characters of messages than this cannot fit the context window (no token is longer)."""
         # the batch: rows, their KV cache, attention mask [rows, width], next position and pending token
         self.rows: list[_Row] = []
         self.cache: Any = None
@@ -346,26 +369,33 @@ class ModelEngine(Engine):
                 self.active = len(self.rows)
                 self.last_progress = time.monotonic()
 
+    def prepare(self, job: Job) -> None:
+        """Encode the job's prompt and check it against the context window, before it is queued."""
+        chars = sum(len(m["content"]) for m in job.messages) + len(json.dumps(job.tools or []))
+        if chars > self.max_prompt_chars:
+            raise RequestError(
+                f"the messages hold {chars} characters; this model's context window is {self.context_window} "
+                f"tokens, and no token is longer than {self.max_prompt_chars // self.context_window} characters, "
+                "so they cannot fit. Shorten 'messages'.",
+                param="messages",
+                code="context_length_exceeded",
+            )
+        try:
+            prompt = self._encode(job)
+        except Exception as exc:  # noqa: BLE001 - the template raised: the messages are at fault
+            raise RequestError(
+                f"the model's chat template rejected 'messages': {exc}", param="messages"
+            ) from None
+        job.limit = self._limit(job, len(prompt))
+        job.prompt = prompt
+
     def _admit(self, jobs: Sequence[Job]) -> list[_Row]:
-        """Encode each job's prompt and check it against the context window; return its new rows."""
+        """Start each prepared job: report its prompt's length and return its new rows."""
         rows = []
         for job in jobs:
-            try:
-                prompt = self._encode(job)
-                limit = self._limit(job, len(prompt))
-            except RequestError as err:
-                _send(job, ("error", err))
-                continue
-            except Exception as exc:  # noqa: BLE001 - the template raised: the messages are at fault
-                _send(
-                    job,
-                    (
-                        "error",
-                        RequestError(
-                            f"the model's chat template rejected 'messages': {exc}", param="messages"
-                        ),
-                    ),
-                )
+            prompt = job.prompt
+            if prompt is None:
+                _send(job, ("error", RuntimeError("a job reached the model without prepare()")))
                 continue
             _send(job, ("start", len(prompt)))
             for choice in range(job.n):
@@ -374,25 +404,27 @@ class ModelEngine(Engine):
                     generator.manual_seed(self._rng.getrandbits(63))
                 else:  # choice c of a seeded job draws from its own stream, repeatably
                     generator.manual_seed((job.seed + choice * 0x9E3779B97F4A7C15) % 2**64)
-                rows.append(_Row(job, choice, generator, len(prompt), limit, prompt if choice == 0 else None))
+                rows.append(
+                    _Row(job, choice, generator, len(prompt), job.limit, prompt if choice == 0 else None)
+                )
         return rows
 
     def _encode(self, job: Job) -> list[int]:
-        if not job.tools:
-            return self.policy.encode_prompts([{"messages": job.messages}])[0]
         messages = [dict(m) for m in job.messages]
         kwargs: dict[str, Any] = {}
-        if self._template_has_tools:
+        if job.tools and self._template_has_tools:
             kwargs["tools"] = job.tools
-        else:  # the env convention: tools shown in the system prompt, as OpenAI function schemas
+        elif job.tools:  # the env convention: tools shown in the system prompt, as OpenAI function schemas
             listing = 'You can call these tools, one per <tool_call>{"name": ..., "arguments": {...}}</tool_call> block:\n'
             listing += "\n".join(json.dumps(t, ensure_ascii=False) for t in job.tools)
             if messages and messages[0]["role"] == "system":
                 messages[0] = {**messages[0], "content": messages[0]["content"] + "\n\n" + listing}
             else:
                 messages.insert(0, {"role": "system", "content": listing})
-        return list(
-            self.tokenizer.apply_chat_template(
+        # as TransformersPolicy.encode_prompts: control tokens typed inside a message stay text
+        return [
+            int(t)
+            for t in self._encoder.apply_chat_template(
                 messages,
                 add_generation_prompt=True,
                 tokenize=True,
@@ -400,7 +432,7 @@ class ModelEngine(Engine):
                 sanitize_control_tokens=True,
                 **kwargs,
             )
-        )
+        ]
 
     def _limit(self, job: Job, prompt_len: int) -> int:
         room = self.context_window - prompt_len
