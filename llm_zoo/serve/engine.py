@@ -353,6 +353,7 @@ class ModelEngine(Engine):
                 self._drop_cancelled()
                 if not self.rows and not new:
                     continue
+                self.active = len(self.rows) + len(new)  # counted as work while the step runs (/health)
                 try:
                     self._step(new)
                 except Exception as exc:  # noqa: BLE001 - a failed step fails its rows, not the server
