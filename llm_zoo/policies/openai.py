@@ -56,11 +56,14 @@ from typing import Any
 
 try:
     import openai
-    from openai._constants import INITIAL_RETRY_DELAY
 except ImportError as err:  # pragma: no cover - openai comes with the `llm` extra
     raise ImportError(
         f"llm_zoo.policies.openai needs the openai client ({err}); install it with `pip install 'llm_zoo[llm]'`."
     ) from err
+try:
+    from openai._constants import INITIAL_RETRY_DELAY  # the client's first backoff delay
+except ImportError:  # pragma: no cover - moved in some release: its long-standing value
+    INITIAL_RETRY_DELAY = 0.5
 
 from llm_zoo.policies.base import Observation, Policy, Reply
 
