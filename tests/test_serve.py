@@ -513,6 +513,13 @@ BAD_REQUESTS: list[tuple[str, bytes, int, str | None, str]] = [
         f"context window is {CONTEXT} tokens",
     ),
     (
+        "5000 empty messages",
+        _post(_with(messages=[{"role": "user", "content": ""}] * 5000)),
+        400,
+        "messages",
+        "which cannot hold them",
+    ),
+    (
         "a prompt of 8 MB",
         _post(_with(messages=[{"role": "user", "content": "z" * 8_000_000}])),
         400,

@@ -372,6 +372,13 @@ class ModelEngine(Engine):
 
     def prepare(self, job: Job) -> None:
         """Encode the job's prompt and check it against the context window, before it is queued."""
+        if len(job.messages) > self.context_window:  # a template spends a token or more on each
+            raise RequestError(
+                f"'messages' holds {len(job.messages)} messages; this model's context window is "
+                f"{self.context_window} tokens, which cannot hold them. Send fewer messages.",
+                param="messages",
+                code="context_length_exceeded",
+            )
         chars = sum(len(m["content"]) for m in job.messages) + len(json.dumps(job.tools or []))
         if chars > self.max_prompt_chars:
             raise RequestError(
