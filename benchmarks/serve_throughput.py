@@ -25,7 +25,8 @@ ratio (new / legacy) is the figure to read.
 
 The last line printed is a JSON object: ``requests_per_s_new``, ``requests_per_s_legacy``,
 ``tokens_per_s_new``, ``tokens_per_s_legacy`` and ``ratio`` (requests/s, new / legacy) at the
-highest concurrency, then ``by_concurrency`` with the same figures for each level.
+highest concurrency, then ``by_concurrency`` with the same figures for each level, and ``seconds``
+(the whole run).
 """
 
 from __future__ import annotations
@@ -155,6 +156,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
     parser.add_argument("--seed", type=int, default=0, help="model init and workload seed (default: 0)")
     args = parser.parse_args(argv)
+    began = time.perf_counter()
     if args.quick:
         args.concurrency, args.requests, args.rounds, args.min_tokens, args.max_tokens = [8], 16, 1, 2, 8
         args.hidden_size = 32
@@ -223,6 +225,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "concurrency": max(args.concurrency),
         "by_concurrency": {c: {k: round(v, 4) for k, v in row.items()} for c, row in by_concurrency.items()},
     }
+    figures["seconds"] = round(time.perf_counter() - began, 1)
     print()
     print(json.dumps(figures))
     return figures

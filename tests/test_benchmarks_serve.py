@@ -33,7 +33,7 @@ def test_quick_run_prints_the_table_and_ends_with_the_json_line(capsys):
     assert figures["ratio"] == pytest.approx(
         figures["requests_per_s_new"] / figures["requests_per_s_legacy"], rel=1e-2
     )
-    assert figures["concurrency"] == 8 and list(figures["by_concurrency"]) == ["8"]
+    assert figures["concurrency"] == 8 and list(figures["by_concurrency"]) == ["8"] and figures["seconds"] > 0
     assert any(line.split()[:2] == ["8", "legacy"] for line in out) and any(
         line.split()[:2] == ["8", "new"] for line in out
     )
