@@ -171,6 +171,10 @@ def test_logprobs_with_top_logprobs(client: Any) -> None:
         assert len(tops) == 3 and tops == sorted(tops, reverse=True) and all(t <= 0 for t in tops)
         assert entry.logprob == pytest.approx(tops[0])  # greedy: the sampled token is the most likely
         assert entry.token == entry.top_logprobs[0].token and isinstance(entry.bytes, list)
+    # the bytes tokenizer: each token is one byte, which "bytes" holds even where the text is U+FFFD
+    assert all(len(e.bytes) == 1 for e in entries)
+    text = b"".join(bytes(e.bytes) for e in entries).decode("utf-8", "replace")
+    assert text == out.choices[0].message.content
     sampled = client.chat.completions.create(model="tiny", messages=USER, max_tokens=4, logprobs=True, seed=1)
     assert all(e.top_logprobs == [] and e.logprob <= 0 for e in sampled.choices[0].logprobs.content)
     with pytest.raises(openai.BadRequestError, match="top_logprobs"):

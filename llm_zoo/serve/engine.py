@@ -322,7 +322,9 @@ class ModelEngine(Engine):
         self.eos = list(policy.eos_token_ids)
         self.pad = int(policy.pad_token_id)
         self._rng = random.Random(seed)
-        self._token_text: dict[int, str] = {}
+        self._token_text: dict[int, tuple[str, list[int]]] = {}
+        decoder = getattr(getattr(self.tokenizer, "backend_tokenizer", None), "decoder", None)
+        self._byte_level = type(decoder).__name__ == "ByteLevel"
         params = inspect.signature(self.model.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"  # renamed in transformers 5.2x
         self._template_has_tools = "tools" in str(getattr(self.tokenizer, "chat_template", "") or "")
@@ -639,14 +641,47 @@ class ModelEngine(Engine):
         return delta
 
     def _entry(self, token: int, logprob: float) -> dict[str, Any]:
-        text = self._token_text.get(token)
-        if text is None:
-            text = self._token_text[token] = self.tokenizer.decode([token])
-        return {
-            "token": text,
-            "logprob": logprob if math.isfinite(logprob) else -9999.0,
-            "bytes": list(text.encode("utf-8", "replace")),
-        }
+        known = self._token_text.get(token)
+        if known is None:
+            known = self._token_text[token] = (self.tokenizer.decode([token]), self._token_bytes(token))
+        text, raw = known
+        return {"token": text, "logprob": logprob if math.isfinite(logprob) else -9999.0, "bytes": raw}
+
+    def _token_bytes(self, token: int) -> list[int]:
+        """Return the token's own bytes: a piece of a character decodes to U+FFFD, but its bytes are exact.
+
+        Byte-level vocabularies (GPT-2's table, as Qwen's and Llama 3's) spell each byte as a
+        character; SentencePiece's byte fallback writes ``<0xNN>``; anything else is its text's UTF-8.
+        """
+        piece = self.tokenizer.convert_ids_to_tokens(token)
+        if isinstance(piece, str):
+            if self._byte_level and all(c in _UNICODE_TO_BYTE for c in piece):
+                return [_UNICODE_TO_BYTE[c] for c in piece]
+            if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+                try:
+                    return [int(piece[3:5], 16)]
+                except ValueError:
+                    pass
+        return list(self.tokenizer.decode([token]).encode("utf-8", "replace"))
+
+
+def _byte_table() -> dict[str, int]:
+    """Return GPT-2's byte-level alphabet read backwards: the character that spells each byte -> the byte.
+
+    Printable Latin-1 bytes spell themselves; the other 68 take the characters from U+0100 on, in order.
+    """
+    printable = {*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)}
+    table, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            table[chr(byte)] = byte
+        else:
+            table[chr(0x100 + extra)] = byte
+            extra += 1
+    return table
+
+
+_UNICODE_TO_BYTE = _byte_table()
 
 
 def context_window_of(model: Any) -> int:
