@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -376,6 +377,49 @@ def test_tool_calls_come_back_as_tool_calls_whole_and_streamed() -> None:
                 .choices[0]
                 .message.tool_calls
             )
+
+
+def test_messages_a_scripted_policy_rejects_are_the_client_s_400_and_only_theirs() -> None:
+    """A batch holding a job the policy rejects (400) and one that breaks it (500) still answers the rest."""
+    gate = threading.Event()
+
+    def picky(obs: Any) -> str:
+        content = obs["messages"][-1]["content"]
+        if content == "wait":
+            gate.wait(30)
+        if content == "bad":
+            raise ValueError("expected a move, got 'bad'")
+        if content == "boom":
+            raise RuntimeError("the policy broke")
+        return content
+
+    with make_server(FunctionPolicy(picky), name="picky").start() as served:
+        url, engine = served.url + "/chat/completions", served.engine
+
+        def ask(text: str) -> httpx.Response:
+            return httpx.post(url, json={"messages": [{"role": "user", "content": text}]}, timeout=60)
+
+        def until(condition: Any) -> None:
+            deadline = time.monotonic() + 30
+            while not condition() and time.monotonic() < deadline:
+                time.sleep(0.02)
+
+        with ThreadPoolExecutor(5) as pool:
+            first = pool.submit(ask, "wait")
+            until(lambda: engine.active == 1)  # the worker is held in act
+            later = [pool.submit(ask, t) for t in ("boom", "fine", "bad", "also fine")]
+            until(lambda: engine.queued == 4)  # all four wait for the next act call: one batch
+            gate.set()
+            boom, good, bad, good2 = (f.result() for f in later)
+            assert first.result().status_code == 200
+    assert engine.max_batch_seen >= 4
+    assert (
+        good.status_code == good2.status_code == 200
+        and good.json()["choices"][0]["message"]["content"] == "fine"
+    )
+    assert bad.status_code == 400 and "expected a move" in bad.json()["error"]["message"]
+    assert bad.json()["error"]["param"] == "messages"
+    assert boom.status_code == 500 and boom.json()["error"]["type"] == "server_error"
 
 
 def test_split_tool_calls_and_the_streaming_hold_back() -> None:

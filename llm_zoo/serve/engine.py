@@ -253,9 +253,15 @@ class PolicyEngine(Engine):
                 policy.seed(first.seed)
             observations = [{"messages": j.messages} for j in jobs for _ in range(j.n)]
             replies = policy.act(observations)
-        except Exception as exc:  # noqa: BLE001 - the clients get a 500 naming it; the server keeps serving
-            for j in jobs:
-                _send(j, ("error", exc))
+        except Exception as exc:  # noqa: BLE001 - answered per job below; the server keeps serving
+            if len(jobs) > 1:  # one job's messages must not fail the others: each job alone
+                for j in jobs:
+                    self._generate([j])
+                return
+            if isinstance(exc, (TypeError, ValueError)):  # the policy contract: malformed observations
+                message = f"the policy rejected 'messages': {type(exc).__name__}: {str(exc)[:500]}"
+                exc = RequestError(message, param="messages")
+            _send(jobs[0], ("error", exc))  # anything else is the server's failure: a 500 naming it
             return
         eos = set(getattr(policy, "eos_token_ids", ()))
         it = iter(replies)
