@@ -30,6 +30,14 @@ A reply is the message's ``content``; each structured tool call the server retur
 :class:`~llm_zoo.policies.base.Reply` here has no token ids and so no log-probs (the API returns
 neither in a form the trainer can use); HTTP policies play frozen roles. Token counts the server
 reports add up in :attr:`OpenAIPolicy.usage`.
+
+Transport
+---------
+Requests go through the official ``openai`` client (``openai.OpenAI``): its connection pool,
+timeouts, and retries with exponential backoff and jitter that honour ``Retry-After``. The policy
+reads each raw response itself (``with_raw_response``), so a server that answers something other
+than a chat completion gets an :class:`EndpointError` that names the URL, the status and the body
+rather than a half-filled object.
 """
 
 from __future__ import annotations
@@ -47,11 +55,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 try:
-    import httpx
-except ImportError as err:  # pragma: no cover - httpx comes with the `llm` extra
+    import openai
+except ImportError as err:  # pragma: no cover - openai comes with the `llm` extra
     raise ImportError(
-        f"llm_zoo.policies.openai needs httpx ({err}); install it with `pip install 'llm_zoo[llm]'`."
+        f"llm_zoo.policies.openai needs the openai client ({err}); install it with `pip install 'llm_zoo[llm]'`."
     ) from err
+try:
+    from openai._constants import INITIAL_RETRY_DELAY  # the client's first backoff delay
+except ImportError:  # pragma: no cover - moved in some release: its long-standing value
+    INITIAL_RETRY_DELAY = 0.5
 
 from llm_zoo.policies.base import Observation, Policy, Reply
 
@@ -61,7 +73,7 @@ else:
     from typing_extensions import override
 
 RETRY_STATUSES = frozenset({408, 409, 429})
-"""4xx statuses worth retrying (timeout, conflict, rate limit); every 5xx is retried too."""
+"""4xx statuses worth retrying (timeout, conflict, rate limit); every 5xx is retried too (the client's rule)."""
 MAX_WAIT_S = 60.0
 """Longest single wait between attempts, whatever ``Retry-After`` or the backoff asks for."""
 _BODY_CHARS = 500
@@ -78,6 +90,8 @@ _SPEC_FIELDS: dict[str, type] = {
     "backoff_s": float,
     "seed": int,
 }
+_NO_KEY = "unused"
+"""The key given to the client when none is set; its Authorization header is then left out."""
 
 
 class EndpointError(RuntimeError):
@@ -96,15 +110,35 @@ class EndpointError(RuntimeError):
         self.body = body
 
 
+class _Client(openai.OpenAI):
+    """The official client, with its first backoff delay set by the policy's ``backoff_s``.
+
+    ``openai`` starts its backoff at a fixed 0.5 s (doubling, at most 8 s, minus up to 25% jitter);
+    this scales those delays by ``backoff_s / 0.5``. Waits that the server asked for with
+    ``Retry-After`` are kept as they are; every wait is capped at :data:`MAX_WAIT_S`.
+    """
+
+    backoff_scale = 1.0
+
+    def _calculate_retry_timeout(
+        self, remaining_retries: int, options: Any, response_headers: Any = None
+    ) -> float:
+        delay = super()._calculate_retry_timeout(remaining_retries, options, response_headers)
+        headers = response_headers if response_headers is not None else {}
+        asked = _retry_after(headers.get("retry-after")) is not None or headers.get("retry-after-ms")
+        return min(MAX_WAIT_S, delay if asked else delay * self.backoff_scale)
+
+
 class OpenAIPolicy(Policy):
     """Replies through an OpenAI-compatible chat completions endpoint, one request per observation.
 
     :meth:`act` sends the requests of a batch at once, at most ``max_concurrency`` in flight (a
-    limit shared by every thread using this policy). A request that gets 408, 409, 429 or a 5xx, a
-    connection error or a timeout is retried up to ``max_retries`` times; before each retry it
-    waits ``Retry-After`` when the server sends it, else ``backoff_s * 2**attempt`` times a random
-    factor in [0.5, 1.5), and never longer than :data:`MAX_WAIT_S`. Any other 4xx fails at once.
-    Failures raise :class:`EndpointError` naming the URL, the status and the body.
+    limit shared by every thread using this policy). The official ``openai`` client sends them: a
+    request that gets 408, 409, 429 or a 5xx, a connection error or a timeout is retried up to
+    ``max_retries`` times; before each retry it waits ``Retry-After`` when the server sends it,
+    else an exponential backoff from ``backoff_s`` with jitter (:class:`_Client`), never longer
+    than :data:`MAX_WAIT_S`. Any other 4xx fails at once. Failures raise :class:`EndpointError`
+    naming the URL, the status and the body.
 
     Args:
         base_url: The API root, e.g. ``"http://127.0.0.1:8000/v1"``; requests go to
@@ -176,16 +210,13 @@ class OpenAIPolicy(Policy):
         self.api_key_env = api_key_env
         self.usage = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0}
         """Totals over every successful request: requests made and the token counts servers reported."""
-        self._headers = _auth_headers(api_key_env)
-        self._client = httpx.Client(
-            timeout=self.timeout_s,
-            limits=httpx.Limits(
-                max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency
-            ),
+        self._key = _api_key(api_key_env)
+        self._client = _client(
+            self.base_url, self._key, timeout_s=self.timeout_s, max_retries=self.max_retries
         )
+        self._client.backoff_scale = self.backoff_s / INITIAL_RETRY_DELAY
         self._slots = threading.BoundedSemaphore(self.max_concurrency)
         self._lock = threading.Lock()
-        self._jitter = random.Random()
         self._seeds = random.Random(seed)
         self._send_seed = seed is not None
 
@@ -280,7 +311,7 @@ class OpenAIPolicy(Policy):
     # ---- HTTP -----------------------------------------------------------------------------
 
     def _complete(self, body: dict[str, Any]) -> Reply:
-        """POST one request (with retries) and turn the completion into a reply."""
+        """POST one request (the client retries) and turn the completion into a reply."""
         with self._slots:
             response = self._post(body)
         data = _json_body(response, self.url)
@@ -306,35 +337,20 @@ class OpenAIPolicy(Policy):
                     self.usage[key] += usage[key]
         return Reply(text, policy=self.name)
 
-    def _post(self, body: dict[str, Any]) -> httpx.Response:
-        """POST ``body``, retrying per the class docstring; return the 2xx response."""
+    def _post(self, body: dict[str, Any]) -> Any:
+        """Send ``body`` through the client; return the raw 2xx response, or raise EndpointError."""
+        fields = {k: v for k, v in body.items() if k not in ("model", "messages")}
         attempts = self.max_retries + 1
-        for attempt in range(attempts):
-            last = attempt == attempts - 1
-            try:
-                response = self._client.post(self.url, json=body, headers=self._headers)
-            except httpx.TransportError as exc:  # connection refused or reset, timeouts
-                if last:
-                    raise EndpointError(
-                        f"POST {self.url} got no response after {attempts} attempt(s): {exc!r} "
-                        f"(timeout_s={self.timeout_s}); check that the server is up at {self.base_url}, "
-                        "or raise timeout_s / max_retries.",
-                        url=self.url,
-                    ) from exc
-                time.sleep(self._backoff(attempt))
-                continue
-            status = response.status_code
-            if status < 400:
-                return response
-            retryable = status in RETRY_STATUSES or status >= 500
-            if not retryable:
-                raise EndpointError(
-                    f"POST {self.url} failed with HTTP {status}: {_body(response)}. {_hint(status, self)}",
-                    url=self.url,
-                    status=status,
-                    body=_clip(response.text),
-                )
-            if last:
+        try:
+            raw = self._client.chat.completions.with_raw_response.create(
+                model=body["model"],
+                messages=body["messages"],
+                extra_body=fields,
+                extra_headers=_auth(self._key),
+            )
+        except openai.APIStatusError as exc:
+            response, status = exc.response, exc.status_code
+            if status in RETRY_STATUSES or status >= 500:
                 raise EndpointError(
                     f"POST {self.url} failed with HTTP {status} after {attempts} attempt(s): "
                     f"{_body(response)}. The server is overloaded or failing; lower "
@@ -342,16 +358,22 @@ class OpenAIPolicy(Policy):
                     url=self.url,
                     status=status,
                     body=_clip(response.text),
-                )
-            wait = _retry_after(response.headers.get("retry-after"))
-            time.sleep(min(MAX_WAIT_S, wait if wait is not None else self._backoff(attempt)))
-        raise AssertionError("unreachable: the last attempt returns or raises")
-
-    def _backoff(self, attempt: int) -> float:
-        """Exponential backoff with jitter for retry number ``attempt`` (0-based)."""
-        with self._lock:
-            factor = 0.5 + self._jitter.random()
-        return min(MAX_WAIT_S, self.backoff_s * 2**attempt * factor)
+                ) from None
+            raise EndpointError(
+                f"POST {self.url} failed with HTTP {status}: {_body(response)}. {_hint(status, self)}",
+                url=self.url,
+                status=status,
+                body=_clip(response.text),
+            ) from None
+        except openai.APIConnectionError as exc:  # connection refused or reset, timeouts
+            cause = exc.__cause__ if exc.__cause__ is not None else exc
+            raise EndpointError(
+                f"POST {self.url} got no response after {attempts} attempt(s): {cause!r} "
+                f"(timeout_s={self.timeout_s}); check that the server is up at {self.base_url}, "
+                "or raise timeout_s / max_retries.",
+                url=self.url,
+            ) from exc
+        return raw.http_response
 
 
 # ---- helpers --------------------------------------------------------------------------------
@@ -434,23 +456,28 @@ def normalize_base_url(base_url: str) -> str:
 
 def default_model(base_url: str, *, api_key_env: str = "OPENAI_API_KEY", timeout_s: float = 60.0) -> str:
     """Return the id of the only (or first) model that ``GET {base_url}/models`` lists."""
-    url = normalize_base_url(base_url) + "/models"
-    try:
-        response = httpx.get(url, headers=_auth_headers(api_key_env), timeout=timeout_s)
-    except httpx.TransportError as exc:
-        raise EndpointError(
-            f"GET {url} got no response: {exc!r}; check that the server is up, or name the model in "
-            "the spec (?model=NAME).",
-            url=url,
-        ) from exc
-    if response.status_code >= 400:
-        raise EndpointError(
-            f"GET {url} failed with HTTP {response.status_code}: {_body(response)}; "
-            "name the model in the spec instead (?model=NAME).",
-            url=url,
-            status=response.status_code,
-            body=_clip(response.text),
-        )
+    base_url = normalize_base_url(base_url)
+    url = base_url + "/models"
+    key = _api_key(api_key_env)
+    with _client(base_url, key, timeout_s=timeout_s, max_retries=2) as client:
+        try:
+            response = client.models.with_raw_response.list(extra_headers=_auth(key)).http_response
+        except openai.APIStatusError as exc:
+            response = exc.response
+            raise EndpointError(
+                f"GET {url} failed with HTTP {response.status_code}: {_body(response)}; "
+                "name the model in the spec instead (?model=NAME).",
+                url=url,
+                status=response.status_code,
+                body=_clip(response.text),
+            ) from None
+        except openai.APIConnectionError as exc:
+            cause = exc.__cause__ if exc.__cause__ is not None else exc
+            raise EndpointError(
+                f"GET {url} got no response: {cause!r}; check that the server is up, or name the model in "
+                "the spec (?model=NAME).",
+                url=url,
+            ) from exc
     data = _json_body(response, url)
     models = data.get("data") if isinstance(data, Mapping) else None
     ids = [m["id"] for m in models or () if isinstance(m, Mapping) and isinstance(m.get("id"), str)]
@@ -464,12 +491,28 @@ def default_model(base_url: str, *, api_key_env: str = "OPENAI_API_KEY", timeout
     return ids[0]
 
 
-def _auth_headers(api_key_env: str) -> dict[str, str]:
-    key = os.environ.get(api_key_env, "") if api_key_env else ""
-    return {"Authorization": f"Bearer {key}"} if key else {}
+def _api_key(api_key_env: str) -> str:
+    """Return the key held in ``$api_key_env``, or ``""`` when it is unset or empty."""
+    return os.environ.get(api_key_env, "") if api_key_env else ""
 
 
-def _json_body(response: httpx.Response, url: str) -> Any:
+def _client(base_url: str, key: str, *, timeout_s: float, max_retries: int) -> _Client:
+    """Return an ``openai`` client for ``base_url``; with no key it sends no Authorization header."""
+    client = _Client(
+        base_url=base_url,
+        api_key=key or _NO_KEY,
+        timeout=timeout_s,
+        max_retries=max_retries,
+    )
+    return client
+
+
+def _auth(key: str) -> dict[str, Any]:
+    """Return the per-request headers: none with a key, else the Authorization header left out."""
+    return {} if key else {"Authorization": openai.Omit()}
+
+
+def _json_body(response: Any, url: str) -> Any:
     try:
         return response.json()
     except ValueError:
@@ -499,7 +542,7 @@ def _retry_after(value: str | None) -> float | None:
 
 def _hint(status: int, policy: OpenAIPolicy) -> str:
     if status in (401, 403):
-        where = f"${policy.api_key_env} is {'set' if policy._headers else 'unset'}"
+        where = f"${policy.api_key_env} is {'set' if policy._key else 'unset'}"
         return (
             f"The server refused the credentials ({where}); set api_key_env to the variable holding the key."
         )
@@ -511,7 +554,7 @@ def _hint(status: int, policy: OpenAIPolicy) -> str:
     return "The server rejected the request; check the sampling fields and extra_body. It is not retried."
 
 
-def _body(response: httpx.Response) -> str:
+def _body(response: Any) -> str:
     """Quote a response body for an error message: one line, truncated.
 
     Not ``!r``: bodies are mostly JSON, whose quotes ``repr`` would escape into noise.

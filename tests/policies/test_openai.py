@@ -1,8 +1,8 @@
 """Tests for llm_zoo.policies.openai: requests, retries, errors and concurrency against loopback servers.
 
-A stdlib fake endpoint on 127.0.0.1 plays the scripted server; one test talks to llm_zoo's own
-server (:mod:`llm_zoo.serve`) with a model-free policy behind it. The tests against a served
-transformers model are in tests/test_serve.py.
+A stdlib fake endpoint on 127.0.0.1 plays the scripted server; the last tests talk to llm_zoo's
+own server (:mod:`llm_zoo.serve`), with a scripted policy and with a tiny transformers model
+behind it. The policy sends through the official ``openai`` client, which the headers show.
 """
 
 from __future__ import annotations
@@ -145,6 +145,7 @@ def test_request_body_headers_and_reply(no_api_key: None) -> None:
     assert (body["temperature"], body["top_p"], body["max_tokens"], body["top_k"]) == (0.5, 1.0, 7, 3)
     assert "seed" not in body
     assert "authorization" not in fake.headers[0]  # no key: fine for local servers
+    assert fake.headers[0]["x-stainless-lang"] == "python"  # sent by the official openai client
     assert policy.usage == {"requests": 1, "prompt_tokens": 5, "completion_tokens": 2}
 
 
@@ -240,6 +241,18 @@ def test_retries_429_with_retry_after_and_503_then_succeeds(no_api_key: None) ->
         elapsed = time.monotonic() - start
     assert reply == "echo: Hi" and len(fake.bodies) == 3
     assert elapsed >= 1.0  # Retry-After wins over the 0.01 s backoff
+
+
+def test_backoff_s_sets_the_wait_between_retries(no_api_key: None) -> None:
+    script = [(503, {}, "overloaded"), (503, {}, "overloaded")]
+    with FakeEndpoint(script) as fake, policy_for(fake, backoff_s=0.4, max_retries=2) as policy:
+        start = time.monotonic()
+        assert policy(OBS) == "echo: Hi"
+        elapsed = time.monotonic() - start
+    # waits of 0.4 s and 0.8 s, each less at most 25% jitter: at least 0.9 s in all
+    assert len(fake.bodies) == 3 and elapsed >= 0.9
+    with FakeEndpoint(list(script)) as fake, policy_for(fake, backoff_s=0.0, max_retries=2) as policy:
+        assert policy(OBS) == "echo: Hi" and len(fake.bodies) == 3
 
 
 def test_no_retry_on_400_and_the_error_names_url_status_body(no_api_key: None) -> None:
@@ -338,6 +351,48 @@ def test_round_trip_through_llm_zoo_serve(no_api_key: None) -> None:
             bad = OpenAIPolicy(server.url, "other-model")
             with pytest.raises(EndpointError, match="HTTP 404.*'other-model' is not served here"):
                 bad(OBS)
+            rejected = OpenAIPolicy(server.url, "shouter", extra_body={"top_k": 3})
+            with pytest.raises(EndpointError, match=r"HTTP 400: .*unknown field 'top_k'.*It is not retried"):
+                rejected(OBS)
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_served_tool_calls_come_back_as_tool_call_text(no_api_key: None) -> None:
+    from llm_zoo.serve import make_server
+
+    def caller(obs: Any) -> str:
+        return 'Reading.\n<tool_call>{"name": "read", "arguments": {"path": "b.txt"}}</tool_call>'
+
+    tools = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
+    with make_server(FunctionPolicy(caller), name="caller").start() as server:
+        with OpenAIPolicy(server.url, "caller", extra_body={"tools": tools}) as policy:
+            reply = policy(OBS)
+    # the server split the call out into message.tool_calls; the policy writes it back as text
+    assert reply == 'Reading.\n<tool_call>{"name": "read", "arguments": {"path": "b.txt"}}</tool_call>'
+    assert [(c.name, c.arguments) for c in parse_tool_calls(reply)] == [("read", {"path": "b.txt"})]
+
+
+def test_against_a_served_tiny_model(no_api_key: None, tmp_path: Any) -> None:
+    pytest.importorskip("torch")
+    import torch
+
+    from llm_zoo.models import make_tiny_model
+    from llm_zoo.policies.transformers import TransformersPolicy
+    from llm_zoo.serve import make_server
+
+    model = TransformersPolicy.from_pretrained(make_tiny_model(tmp_path / "tiny", hidden_size=32))
+    observations = [{"messages": ({"role": "user", "content": f"say {i}"},)} for i in range(5)]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model's decode steps are slower, not faster, on two threads
+    try:
+        with make_server(model, name="tiny", max_new_tokens=6).start() as server:
+            with OpenAIPolicy.from_spec(server.url + "?max_tokens=6&seed=3&max_concurrency=5") as policy:
+                first = policy.act(observations)
+                policy.seed(3)
+                again = policy.act(observations)
+    finally:
+        torch.set_num_threads(threads)
+    assert first == again and all(isinstance(r, Reply) and r.policy == "tiny" for r in first)
+    assert policy.usage["requests"] == 10 and 10 <= policy.usage["completion_tokens"] <= 60

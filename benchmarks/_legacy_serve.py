@@ -1,3 +1,6 @@
+# The baseline of benchmarks/serve_throughput.py, and nothing else: llm_zoo/serve.py as of commit a093de3
+# (the stdlib server with its own batcher), copied verbatim below this comment. Not part of the package;
+# `llm-zoo bench` skips files whose names start with an underscore.
 """Serve a local transformers model as an OpenAI-compatible endpoint: ``llm-zoo serve``.
 
 ::

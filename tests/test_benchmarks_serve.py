@@ -1,0 +1,49 @@
+"""Smoke test of benchmarks/serve_throughput.py at its smallest setting: both servers answer and it ends with its JSON line."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("openai")
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "serve_throughput.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("serve_throughput", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_quick_run_prints_the_table_and_ends_with_the_json_line(capsys):
+    figures = _load().main(["--quick"])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(out[-1]) == figures
+    for key in ("requests_per_s_new", "requests_per_s_legacy", "tokens_per_s_new", "tokens_per_s_legacy"):
+        assert figures[key] > 0
+    assert figures["ratio"] == pytest.approx(
+        figures["requests_per_s_new"] / figures["requests_per_s_legacy"], rel=1e-2
+    )
+    assert figures["concurrency"] == 8 and list(figures["by_concurrency"]) == ["8"] and figures["seconds"] > 0
+    assert any(line.split()[:2] == ["8", "legacy"] for line in out) and any(
+        line.split()[:2] == ["8", "new"] for line in out
+    )
+
+
+def test_the_legacy_baseline_is_the_stdlib_server():
+    legacy = _load().load_legacy()
+    assert legacy.ChatServer.__mro__[1].__name__ == "ThreadingHTTPServer" and legacy.BATCH_WAIT_S == 0.005
+
+
+def test_bad_setting_is_refused():
+    with pytest.raises(SystemExit):
+        _load().main(["--requests", "0"])
