@@ -220,13 +220,13 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
 
     def _pose(self, proposal: Proposal) -> None:
         try:
-            outputs = verify.validate(proposal, self.settings, self.allowed_imports)
+            outputs, conditions = verify.validate(proposal, self.settings, self.allowed_imports)
         except TaskInvalid as exc:
             self._reject(exc.code, exc.detail)
             return
         n = len(proposal.inputs)
         held_out = tuple(sorted(self.rng.sample(range(n), held_out_count(n)))) if proposal.mode is Mode.INDUCTION else ()
-        self._task = task = Task(proposal, outputs, held_out)
+        self._task = task = Task(proposal, outputs, held_out, conditions)
         problem_id = task.problem_id(self.episode_seed)
         self.infos[PROPOSER]["task"] = task.to_info()
         view = text.problem_view(task)
