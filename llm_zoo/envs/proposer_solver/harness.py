@@ -54,6 +54,9 @@ _KEEP = {
              "_override_frozen_modules_for_tests", "_override_multi_interp_extensions_check",
              "_frozen_module_names", "find_frozen"},
 }
+_CODECS = ("encodings.ascii", "encodings.latin_1", "encodings.utf_16", "encodings.utf_32", "encodings.cp1252",
+           "encodings.unicode_escape", "encodings.raw_unicode_escape", "encodings.utf_8_sig")
+"""Codecs loaded for every program: str.encode and bytes.decode import theirs when first used."""
 _LAZY_IMPORTS = {"datetime": ("_strptime",)}
 """Modules an allowed module imports only when first used; loaded with it."""
 
@@ -95,7 +98,7 @@ def _runner() -> None:
     sys.modules["_datetime"] = None  # the pure-Python datetime reads time.time(), which is fake
 
     # ---- the modules the program imports, loaded now, while imports are still open
-    for name in job["preload"]:
+    for name in (*job["preload"], *_CODECS):
         for module in (name, *_LAZY_IMPORTS.get(name, ())):
             try:
                 __import__(module)
@@ -314,7 +317,7 @@ def _run_batch(job: dict, batch: list) -> list[dict]:
         # the runner's time starts when it says it is ready (its key alone on fd 3), just before the
         # program runs, so a slow interpreter start on a busy machine does not eat the program's time
         children.append({"pid": pid, "key": key, "stdin": stdin_w, "out": out_r, "res": res_r, "input": payload,
-                         "sent": 0, "printed": 0,
+                         "sent": 0, "printed": 0, "max_text": int(job["max_text"]),
                          "result": bytearray(), "stopped": None, "status": None, "open": 2, "started": False,
                          "deadline": time.monotonic() + startup_s})
     with selectors.DefaultSelector() as selector:
@@ -398,8 +401,9 @@ def _read_run(child: dict, marshal, os, signal) -> dict:
         return {"reason": child["stopped"], "detail": f"the program {what}", **none}
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
+        name = signal.Signals(sig).name if sig in signal.valid_signals() else "?"
         return {"reason": _CRASH_SIGNALS.get(sig, "killed"),
-                "detail": f"the program was killed by signal {sig} ({signal.Signals(sig).name})", **none}
+                "detail": f"the program was killed by signal {sig} ({name})", **none}
     data, key = bytes(child["result"]), child["key"]
     if len(data) <= 32:
         return {"reason": "error", "detail": f"the program ended (exit status {os.WEXITSTATUS(status)}) before "
@@ -408,14 +412,14 @@ def _read_run(child: dict, marshal, os, signal) -> dict:
         return {"reason": "error", "detail": "the program wrote to the harness's result channel", **none}
     try:
         results, refused = marshal.loads(data[72:])
-        calls = [_call(marshal, status_, value) for status_, value in results]
+        calls = [_call(marshal, status_, value, child["max_text"]) for status_, value in results]
         refused = [str(r) for r in refused]
     except Exception:  # noqa: BLE001 - damaged data is a failed run, whatever broke
         return {"reason": "error", "detail": "the runner's results are damaged", **none}
     return {"reason": None, "detail": "", "calls": calls, "refused": refused}
 
 
-def _call(marshal, status: str, value) -> list[str]:
+def _call(marshal, status: str, value, max_text: int) -> list[str]:
     """Turn one call's result into [status, text]: canonical JSON for "ok", else what went wrong."""
     import json
 
@@ -428,9 +432,10 @@ def _call(marshal, status: str, value) -> list[str]:
     if problem is not None:
         return ["not_json", problem]
     try:
-        return ["ok", json.dumps(data, sort_keys=True, allow_nan=False)]
+        text = json.dumps(data, sort_keys=True, allow_nan=False)
     except (ValueError, TypeError, RecursionError) as exc:
         return ["not_json", f"{type(exc).__name__}: {str(exc)[:100]}"]
+    return ["ok", text] if len(text) <= max_text else ["too_long", f"{len(text)} characters as JSON"]
 
 
 def _not_json(value, depth: int) -> str | None:

@@ -311,7 +311,7 @@ def harness_job(runs: Sequence[tuple[str, Sequence[str], Conditions]], *, nonce:
     """Return the job for harness.py: per run, the program, its calls (argument sources) and its conditions."""
     return {
         "nonce": nonce, "timeout_s": timeout_s, "startup_s": STARTUP_S, "max_output": max_output,
-        "max_value": MAX_VALUE_BYTES,
+        "max_value": MAX_VALUE_BYTES, "max_text": 5 * MAX_OUTPUT_CHARS,
         "max_result": 4 * MAX_VALUE_BYTES * max((len(calls) for _, calls, _ in runs), default=1) + (1 << 16),
         "allowed": sorted(allowed_imports),
         "runs": [{"program": program, "calls": marshal.dumps([call_values(a) for a in calls]).hex(),

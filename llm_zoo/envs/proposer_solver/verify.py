@@ -42,8 +42,9 @@ HARNESS = (resources.files(__package__) / "harness.py").read_text()
 """The sandboxed harness's source, run as the sandbox's main program."""
 LIMITS = Limits(processes=8, file_mb=1, open_files=64, output_bytes=64 * 1024, tmp_mb=1)
 """Everything but time and memory: the supervisor and its runners need few processes and no files."""
-RUNS = 3
-"""Runs of a proposal, each under other conditions; a program whose results differ is invalid."""
+RUNS = 5
+"""Runs of a proposal, each under other conditions; a program whose results differ is invalid. A program
+that reads one bit of its hash seed, clock or heap layout passes all five with probability 1/16."""
 SUPERVISOR_S = STARTUP_S + 2.0
 """Seconds the sandbox gives the supervisor beyond the runners' timeout, to start them and report."""
 
