@@ -36,7 +36,8 @@ import sys
 
 # Audit events a program's plain computation raises (dataclasses, typing, copy, time.sleep, ...).
 _FREE_EVENTS = frozenset({"compile", "exec", "builtins.id", "object.__setattr__", "object.__delattr__",
-                          "marshal.dumps", "time.sleep", "sys._getframemodulename"})
+                          "marshal.dumps", "time.sleep", "sys._getframemodulename", "sys.excepthook",
+                          "sys.unraisablehook"})
 # Attributes whose read raises object.__getattr__ and which hand out no frame.
 _SAFE_ATTRS = frozenset({"__code__", "__defaults__", "__kwdefaults__", "gi_code", "cr_code", "ag_code"})
 # Functions of these modules that may stay; every other callable of them is removed.
@@ -115,14 +116,22 @@ def _runner() -> None:
         if hasattr(time, name):
             replace.setdefault(id(getattr(time, name)), (getattr(time, name), None))
     holders = [m.__dict__ for m in list(sys.modules.values()) if m is not None]
-    holders += [r for r in gc.get_referrers(*[old for old, _ in replace.values()]) if type_(r) is dict]
+    holders += gc.get_referrers(*[old for old, _ in replace.values()])
     for holder in holders:
-        for name, value in list(holder.items()):
-            if id(value) in replace:
-                if replace[id(value)][1] is None:
-                    del holder[name]
-                else:
-                    holder[name] = replace[id(value)][1]
+        kind = type_(holder)
+        if kind is dict:
+            for name, value in list(holder.items()):
+                if id(value) in replace:
+                    if replace[id(value)][1] is None:
+                        del holder[name]
+                    else:
+                        holder[name] = replace[id(value)][1]
+        elif kind is set:  # os.supports_fd and its kin hold functions
+            for value in list(holder):
+                if id(value) in replace:
+                    holder.discard(value)
+        elif kind is list:
+            holder[:] = [v if id(v) not in replace else replace[id(v)][1] for v in holder]
     del replace, holders
 
     # ---- the import guard and the audit hook. Neither shares a closure cell or a global with
