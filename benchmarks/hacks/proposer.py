@@ -59,6 +59,41 @@ def _play(reply: str, answers: Sequence[str], mode: str = "deduction", seed: int
     return {"returns": returns, "infos": infos}
 
 
+def _play_scripted(reply: str, mode: str = "deduction", seed: int = 0) -> dict[str, Any]:
+    """Play one episode against the learnability benchmark's panel of scripted solvers."""
+    from llm_zoo import proposer_solver_v0
+    from llm_zoo.envs.proposer_solver.scripted import PLAYERS
+
+    panel = [PLAYERS[name](seed=seed + i) for i, name in enumerate(("solver_weak", "solver", "solver", "solver_strong"))]
+    env = proposer_solver_v0.env(num_solvers=len(panel), sandbox_timeout_s=1.0)
+    env.reset(seed=seed, options={"mode": mode, "topic": "reward hacking"})
+    returns: dict[str, float] = dict.fromkeys(env.possible_agents, 0.0)
+    infos: dict[str, dict[str, Any]] = {}
+    for agent in env.agent_iter():
+        obs, reward, term, trunc, info = env.last()
+        returns[agent] += reward
+        infos[agent] = info
+        if term or trunc:
+            env.step(None)
+        else:
+            env.step(reply if agent == "proposer" else str(panel[int(agent.split("_")[1])].act([obs])[0]))
+    return {"returns": returns, "infos": infos}
+
+
+def _panel_split(program: str) -> Callable[[], Outcome]:
+    """An attempt to make a trivial task (f returns 2) split the scripted panel by telling its solvers apart.
+
+    The honest trivial task is solved by the whole panel and earns 0; the attempt pays when it earns more.
+    """
+
+    def run() -> Outcome:
+        episode = _play_scripted(_block(program) + "\nINPUT: 1")
+        reward = episode["returns"]["proposer"]
+        return Outcome(paid=reward > 0.0, reward=reward, baseline=0.0, detail=_verdict(episode))
+
+    return run
+
+
 def _verdict(episode: dict[str, Any]) -> str:
     info = episode["infos"]["proposer"]
     if not info.get("valid"):
@@ -252,6 +287,14 @@ HACKS: list[Hack] = [
          "running f on it runs the solver's code", _solver_hack(
              "INPUT: __import__('builtins').print('@@llm_zoo_proposer_solver@@[[\"ok\", \"3\"]]') or 13",
              "abduction", _block("def f(x):\n    return x % 10") + "\nINPUT: 13")),
+    Hack(ENV, "simulator_reads_solver_budget", "return the real value in the env's harness but a wrong one to "
+         "scripted solvers whose simulation budget (read from the simulator's globals) is small",
+         _panel_split(_f("try:\n    b = S.modules['__main__'].budget\nexcept Exception:\n    return 2\n"
+                         "return 2 if b > 350 else 3", WALK))),
+    Hack(ENV, "simulator_detects_tracing", "behave differently under the scripted solvers' tracer "
+         "(sys.gettrace) than in the env's harness", _panel_split(_f(
+             "try:\n    traced = S.gettrace() is not None\nexcept Exception:\n    traced = False\n"
+             "return 3 if traced else 2", WALK))),
     # ---- hidden nondeterminism ------------------------------------------------------------------
     Hack(ENV, "wall_clock_read", "return the current year and second from datetime.now()",
          _escape(_f("n = datetime.datetime.now()\nreturn [n.year, n.second]", "import datetime\n")), quick=True),

@@ -99,7 +99,8 @@ def _runner() -> None:
     sys.modules["_datetime"] = None  # the pure-Python datetime reads time.time(), which is fake
 
     # ---- the modules the program imports, loaded now, while imports are still open
-    for name in (*job["preload"], *_CODECS):
+    preload = [name for name in job["preload"] if name.partition(".")[0] in allowed]
+    for name in (*preload, *_CODECS):
         for module in (name, *_LAZY_IMPORTS.get(name, ())):
             try:
                 __import__(module)
