@@ -5,21 +5,23 @@ the sandbox as the program to run (``/sandbox/main.py``) and a job on stdin. It 
 each in a process of its own:
 
 - the **supervisor** (``main.py``) reads the job (JSON), starts one **runner** per run, feeds each
-  its part of the job on a pipe, captures the runner's stdout and stderr (bounded, then dropped),
-  waits for it under the job's deadline, and writes one JSON report on its own stdout, which no
-  runner holds. No untrusted code ever runs in the supervisor.
+  its part of the job on a pipe, counts the runner's stdout and stderr (never reads them; too
+  much stops the runner), waits for it under the job's deadline, turns its results into canonical
+  JSON, and writes one JSON report on its own stdout, which no runner holds. The first run goes
+  alone and, if it fails, the others are not started. No untrusted code runs in the supervisor.
 - a **runner** (``main.py --child``) is a fresh interpreter started with a hash seed of the job's
   choosing. It reads its job to the end of stdin (a random per-run key, the program, the calls, a
-  fake clock), disarms what the program must not reach, installs an audit hook, runs the program
-  and calls ``f``, freezes each value with ``marshal`` the moment ``f`` returns, and writes
-  ``key + length + payload`` on fd 3, its result channel. The program's own writes go to the
-  captured stdout; anything on fd 3 that does not carry the key is no result at all.
+  fake clock), disarms what the program must not reach, installs an audit hook, writes the key on
+  fd 3 (ready: the program's time starts), runs the program and calls ``f``, freezes each value
+  with ``marshal`` the moment ``f`` returns, and writes ``key + length + payload`` on fd 3. The
+  program has nothing that writes to fd 3 (``posix.write`` is gone, opening a file descriptor is
+  refused), and anything there that is not exactly that is no result at all.
 
 What holds while the program runs (the audit hook cannot be removed from Python):
 
 | Class | How |
 |---|---|
-| forged results | a result counts only if it carries the runner's key, which lives in the runner's frame; frames (``sys._getframe``, ``tb_frame``, ``gi_frame``, tracing) and ``gc`` introspection are refused |
+| forged results | the program's output goes to a pipe the supervisor only counts; a result counts only if it carries the runner's key, which lives in the runner's frame; frames (``sys._getframe``, ``tb_frame``, ``gi_frame``, tracing) and ``gc`` introspection are refused; the harness uses only references it took before the program ran |
 | the system | every ``open``, ``os.*``, ``subprocess``, ``socket``, ``ctypes``, ``mmap`` event and any other unknown audit event is refused and recorded; the process, signal and raw-fd functions of ``posix``, ``_thread``, ``_signal`` and ``_imp`` are removed from every module that holds them |
 | imports | ``__import__`` refuses top-level names outside the allowlist, and the hook refuses loading any module not loaded before the program started (the modules the program's source imports are loaded first) |
 | clocks | every function of ``time`` reads a fake clock chosen per run; ``datetime`` is the pure-Python one, on that clock; the file-status, load and ``times`` functions are gone |
