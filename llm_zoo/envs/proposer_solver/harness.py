@@ -42,7 +42,7 @@ _FREE_EVENTS = frozenset({"compile", "exec", "builtins.id", "object.__setattr__"
                           "sys.unraisablehook"})
 # Attributes whose read raises object.__getattr__ and which hand out no frame.
 _SAFE_ATTRS = frozenset({"__code__", "__defaults__", "__kwdefaults__", "gi_code", "cr_code", "ag_code"})
-# Functions of these modules that may stay; every other callable of them is removed.
+# Functions of these modules that may stay; every other function of them is removed.
 _KEEP = {
     "posix": {"fspath", "strerror", "getcwd", "get_terminal_size", "device_encoding", "cpu_count", "getpid",
               "WIFEXITED", "WEXITSTATUS", "WIFSIGNALED", "WTERMSIG", "WIFSTOPPED", "WSTOPSIG", "WCOREDUMP",
@@ -110,10 +110,12 @@ def _runner() -> None:
                 continue
 
     # ---- remove the process, signal, raw-fd and status functions from every holder
+    builtin_function = type_(len)
     for module_name, keep in _KEEP.items():
         module = sys.modules.get(module_name)
         for name, value in list(vars(module).items()) if module is not None else ():
-            if callable(value) and name not in keep and not name.startswith("__"):
+            # functions only: posix.error is OSError itself, and classes hand out nothing
+            if type_(value) is builtin_function and name not in keep:
                 replace.setdefault(id(value), (value, None))
     for name in ("clock_settime", "clock_settime_ns", "pthread_getcpuclockid"):
         if hasattr(time, name):

@@ -241,6 +241,10 @@ LEGIT = [
                              "[1, 2, 3])), functools.reduce(operator.add, [1, 2]), calendar.isleap(2024), g(x), "
                              "Counter('aab').most_common(1)[0][0], 'é'.encode('utf-16').decode('utf-16')]",
      '[["12", "3"], "abc", [1, 4], 1, [1, 3, 6], 3, true, 2, "a", "\\u00e9"]'),
+    ("exceptions by name", "def f(x):\n    out = []\n    for exc in (OSError, RuntimeError, ValueError, KeyError):\n"
+                           "        try:\n            raise exc('boom')\n        except (OSError, RuntimeError, "
+                           "LookupError, ValueError) as e:\n            out.append(str(e) + str(isinstance(e, OSError)))\n    return out",
+     '["boomTrue", "boomFalse", "boomFalse", "\'boom\'False"]'),
 ]
 
 
