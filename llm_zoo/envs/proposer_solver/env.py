@@ -39,8 +39,14 @@ literals (`INPUT: [3, 1, 2], 2`); induction 4 to 8 different `INPUT:` lines and 
 `MESSAGE:` hint; integer one `PROBLEM:` (it may run over several lines). A valid task's program has
 at most 2000 characters, defines `f` at the top level, imports only from `rules.ALLOWED_IMPORTS`
 (`allowed_imports=`), names no `eval`/`exec`/`open`/`getattr`/… and reads no dunder
-(`x.__class__`), and, run twice in the sandbox (`sandbox_timeout_s`, `sandbox_memory_mb`), returns the same JSON data (at most 200
-characters as JSON; an int in integer mode) on every input. A solver's reply ends with its `ANSWER:`
+(`x.__class__`), and, run five times in the sandbox (`sandbox_timeout_s`, `sandbox_memory_mb`), each
+time under its own hash seed, fake clock and heap layout, returns the same JSON data (at most 200
+characters as JSON; an int in integer mode) on every input. The source checks are a first filter;
+what holds is checked when the program runs (`verify.py`, `harness.py`): it runs in a harness
+process of its own, which refuses every import outside the allowlist, file, process and system
+access, frame and `gc` introspection, whatever path the program takes to them, and sends its
+results on a channel the program cannot write, so nothing it prints becomes the recorded output.
+Answers are checked under the conditions (hash seed, clock) of the run that recorded the outputs. A solver's reply ends with its `ANSWER:`
 or `INPUT:` line (the last counts), or holds one python block (induction).
 
 ## Rewards
@@ -69,7 +75,9 @@ ends the episode with no retry.
 `reset(options={"mode": "abduction", "topic": "recursion"})` fixes the episode's mode and topic.
 
 ## Version History
-* v0: initial release.
+* v0: initial release. Since then, without a change of name (valid deterministic tasks score as
+  before): programs run in the sandboxed harness with run-time import and system refusals, and
+  validation runs a program five times under different hash seeds, fake clocks and heap layouts.
 """
 
 from __future__ import annotations
@@ -220,13 +228,13 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
 
     def _pose(self, proposal: Proposal) -> None:
         try:
-            outputs = verify.validate(proposal, self.settings, self.allowed_imports)
+            outputs, conditions = verify.validate(proposal, self.settings, self.allowed_imports)
         except TaskInvalid as exc:
             self._reject(exc.code, exc.detail)
             return
         n = len(proposal.inputs)
         held_out = tuple(sorted(self.rng.sample(range(n), held_out_count(n)))) if proposal.mode is Mode.INDUCTION else ()
-        self._task = task = Task(proposal, outputs, held_out)
+        self._task = task = Task(proposal, outputs, held_out, conditions)
         problem_id = task.problem_id(self.episode_seed)
         self.infos[PROPOSER]["task"] = task.to_info()
         view = text.problem_view(task)

@@ -3,8 +3,8 @@
 A task is a short Python program defining ``f`` plus inputs (or, in ``integer`` mode, a word problem
 plus a program ``f()`` computing its answer). Nothing here runs untrusted code: this module checks a
 program's text (:func:`check_program`), reads argument lists (:func:`read_arguments`), builds the
-harness that runs ``f`` inside the sandbox (:func:`harness`) and reads what it printed
-(:func:`read_harness`). :mod:`llm_zoo.envs.proposer_solver.verify` does the sandbox runs.
+job for the sandboxed harness (:func:`harness_job`, harness.py) and reads its report
+(:func:`read_report`). :mod:`llm_zoo.envs.proposer_solver.verify` does the sandbox runs.
 
 Values crossing the sandbox are *canonical JSON*: ``json.dumps(value, sort_keys=True,
 allow_nan=False)`` of a value that survives the round trip unchanged (None, bool, int, float, str,
@@ -18,6 +18,7 @@ import ast
 import enum
 import hashlib
 import json
+import marshal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -64,8 +65,8 @@ INVALID_REASONS: dict[str, str] = {
     "too_long": "the program or an input is longer than allowed",
     "syntax": "the program is not valid Python",
     "no_f": "the program does not define a top-level function f",
-    "import": "the program imports a module outside the allowlist",
-    "forbidden": "the program names a forbidden builtin or a dunder name",
+    "import": "the program imports a module outside the allowlist (in its source or when it runs)",
+    "forbidden": "the program names a forbidden builtin or a dunder name, or tried a forbidden operation when it ran",
     "error": "the program or f raised an exception",
     "timeout": "the program ran past the time limit",
     "memory": "the program ran past the memory limit",
@@ -129,6 +130,8 @@ class Task:
     proposal: Proposal
     outputs: tuple[str, ...]  # canonical JSON, one per input (integer mode: one, of f())
     held_out: tuple[int, ...] = ()  # induction: indices of inputs the solvers do not see
+    conditions: Conditions | None = None  # the hash seed and clock of the run that recorded the outputs;
+    # answers are checked under the same ones, so a check never differs from the record by the clock
 
     @property
     def mode(self) -> Mode:
@@ -252,63 +255,108 @@ def show(canonical_json: str) -> str:
 
 
 # ---- the sandbox harness ----------------------------------------------------------------------
+#
+# harness.py runs in the sandbox: a supervisor process starts one runner process per run, each a
+# fresh interpreter that runs the program under an audit hook and sends its results to the
+# supervisor on a channel of its own, keyed with a secret the program cannot read. The supervisor
+# writes one JSON report. These functions build its job and read its report; both are plain data.
 
-RESULT_MARK = "\n@@llm_zoo_proposer_solver@@"
-"""Printed before the harness's JSON result line; the last mark in stdout counts."""
-
-_HARNESS = '''
-
-def _llm_zoo_main(calls):
-    import builtins as b
-    import json
-    results = []
-    for args in calls:
-        try:
-            value = f(*args)
-        except b.BaseException as exc:
-            results.append(["error", b.type(exc).__name__ + ": " + b.str(exc)[:200]])
-            continue
-        try:
-            text = json.dumps(value, sort_keys=True, allow_nan=False)
-            exact = json.loads(text) == value and b.type(json.loads(text)) is b.type(value)
-        except b.BaseException as exc:
-            results.append(["not_json", b.type(exc).__name__ + ": " + b.str(exc)[:200]])
-            continue
-        results.append(["ok", text] if exact else ["not_json", b.type(value).__name__])
-    b.print({mark!r} + json.dumps(results), flush=True)
+MAX_VALUE_BYTES = 4096
+"""Largest marshalled value a runner sends back per call; more is reported as too long."""
+STARTUP_S = 5.0
+"""Seconds a runner may take to start before its program's time (``timeout_s``) begins."""
 
 
-_llm_zoo_main([{calls}])
-'''
+@dataclass(frozen=True)
+class Conditions:
+    """What a run of a program may observe of its process: its hash seed and its (fake) clock."""
+
+    hash_seed: int
+    clock: float  # seconds since the epoch: every clock the program can read shows this instant
+    pad: int = 0  # objects allocated before the program runs, so object ids differ between runs
 
 
-def harness(program: str, arguments: Sequence[str]) -> str:
-    """Return a program that runs ``program``, calls ``f`` on each argument list, and prints the results.
+@dataclass(frozen=True)
+class Run:
+    """One runner's outcome: ``reason`` None when it finished, else a key of :data:`INVALID_REASONS`."""
 
-    ``arguments`` are canonical sources from :func:`read_arguments` (literals only, so nothing but
-    ``program`` itself runs code). The printed line is read back by :func:`read_harness`.
-    """
-    calls = ", ".join(f"({a},)" if a else "()" for a in arguments)
-    return program + _HARNESS.replace("{mark!r}", repr(RESULT_MARK.strip("\n"))).replace("{calls}", calls)
+    reason: str | None
+    detail: str
+    calls: tuple[tuple[str, str], ...] = ()  # (status, text) per call: "ok" with canonical JSON, else why not
+    refused: tuple[str, ...] = ()  # what the program tried that the runner refused, in order
 
 
-def read_harness(stdout: str, expected: int) -> list[tuple[str, str]]:
-    """Return the ``(status, text)`` of each call from a harness's stdout; ``ValueError`` if there are none.
+def call_values(arguments: str) -> tuple[Any, ...]:
+    """Return the argument tuple of a canonical argument source from :func:`read_arguments`."""
+    return ast.literal_eval(f"({arguments},)") if arguments else ()
 
-    ``status`` is ``"ok"`` (``text`` is canonical JSON), ``"error"`` or ``"not_json"`` (``text`` says why).
-    """
-    mark = RESULT_MARK.strip("\n")
-    _, found, tail = stdout.rpartition(mark)
-    if not found:
-        raise ValueError("the program printed no result")
+
+def imported_modules(source: str) -> list[str]:
+    """Return the modules a program's source imports (``from a import b`` names ``a`` and ``a.b``)."""
     try:
-        results = json.loads(tail.splitlines()[0] if tail else "")
-    except (ValueError, IndexError):
-        raise ValueError("the program's result line is damaged") from None
-    if (not isinstance(results, list) or len(results) != expected
-            or not all(isinstance(r, list) and len(r) == 2 and all(isinstance(x, str) for x in r) for r in results)):
-        raise ValueError("the program's result line is damaged")
-    return [(status, text) for status, text in results]
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names += [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+    return list(dict.fromkeys(names))
+
+
+def harness_job(runs: Sequence[tuple[str, Sequence[str], Conditions]], *, nonce: str, timeout_s: float,
+                allowed_imports: Sequence[str], max_output: int) -> dict[str, Any]:
+    """Return the job for harness.py: per run, the program, its calls (argument sources) and its conditions."""
+    return {
+        "nonce": nonce, "timeout_s": timeout_s, "startup_s": STARTUP_S, "max_output": max_output,
+        "max_value": MAX_VALUE_BYTES, "max_text": 5 * MAX_OUTPUT_CHARS,
+        "max_result": 4 * MAX_VALUE_BYTES * max((len(calls) for _, calls, _ in runs), default=1) + (1 << 16),
+        "allowed": sorted(allowed_imports),
+        "runs": [{"program": program, "calls": marshal.dumps([call_values(a) for a in calls]).hex(),
+                  "preload": imported_modules(program), "hash_seed": c.hash_seed, "clock": c.clock, "pad": c.pad}
+                 for program, calls, c in runs],
+    }
+
+
+def read_report(stdout: str, nonce: str, runs: int) -> list[Run]:
+    """Read harness.py's report (its whole stdout); ``ValueError`` if it is not one well-formed report.
+
+    The report holds ``runs`` runs, or only the first when that one failed (the harness then stops).
+    """
+    try:
+        report = json.loads(stdout)
+    except (ValueError, RecursionError):
+        raise ValueError("the harness's report is not one JSON object") from None
+    if not isinstance(report, dict) or report.get("nonce") != nonce or not isinstance(report.get("runs"), list) \
+            or not 1 <= len(report["runs"]) <= runs:
+        raise ValueError("the harness's report is damaged")
+    out = []
+    for run in report["runs"]:
+        reason, detail = run.get("reason"), run.get("detail")
+        calls, refused = run.get("calls", []), run.get("refused", [])
+        if (reason is not None and reason not in INVALID_REASONS) or not isinstance(detail, str) \
+                or not all(isinstance(c, list) and len(c) == 2 and all(isinstance(x, str) for x in c) for c in calls) \
+                or not all(isinstance(r, str) for r in refused):
+            raise ValueError("the harness's report is damaged")
+        out.append(Run(reason, detail, tuple((s, t) for s, t in calls), tuple(refused)))
+    if len(out) < runs and not (out[0].reason or out[0].refused or any(s != "ok" for s, _ in out[0].calls)):
+        raise ValueError("the harness's report is damaged")  # only a failed first run stops the others
+    return out
+
+
+def check_run(run: Run, expected: int) -> tuple[tuple[str, str], ...]:
+    """Return a finished run's calls, or raise :class:`TaskInvalid` for why it gave none or what it tried."""
+    if run.reason is not None:
+        raise TaskInvalid(run.reason, run.detail)
+    if run.refused:
+        first = run.refused[0]
+        code = "import" if first.startswith("import of") else "forbidden"
+        raise TaskInvalid(code, f"when it ran, the program tried {first}"
+                                + (f" (and {len(run.refused) - 1} more)" if len(run.refused) > 1 else ""))
+    assert len(run.calls) == expected, (len(run.calls), expected)
+    return run.calls
 
 
 def check_outputs(results: Sequence[tuple[str, str]], mode: Mode) -> tuple[str, ...]:
@@ -318,6 +366,9 @@ def check_outputs(results: Sequence[tuple[str, str]], mode: Mode) -> tuple[str, 
         where = "f()" if mode is Mode.INTEGER else f"input {i + 1}"
         if status == "error":
             raise TaskInvalid("memory" if text.startswith("MemoryError") else "error", f"{where}: f raised {text}")
+        if status == "too_long":
+            raise TaskInvalid("output_too_long", f"{where}: the output has {text}; at most {MAX_OUTPUT_CHARS} "
+                                                 "characters as JSON")
         if status == "not_json":
             raise TaskInvalid("not_json", f"{where}: f returned {text}; return None, bool, int, float, str, "
                                           "or lists and dicts (str keys) of them")

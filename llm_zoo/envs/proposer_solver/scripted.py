@@ -333,6 +333,9 @@ def _mode_of(obs: Observation) -> Mode:
 
 # Runs in the sandbox: simulates under a budget of traced lines (sys.settrace) and prints
 # {"result": ..., "used": steps}; result is None when the budget ran out or nothing was found.
+# The budget in the job is always MAX_BUDGET: each solver compares the steps used with its own
+# budget outside the sandbox, so the program it simulates cannot read that budget and treat
+# solvers of different skill differently (it could tell them apart by nothing else either).
 # {job!r} is replaced by the job, as JSON text.
 _SIMULATOR = r'''
 import ast, itertools, json, sys
@@ -461,9 +464,9 @@ class ScriptedSolver(SeededPolicy):
         self.check_batch(observations, key="messages")
         views = [text.read_view(_problem_message(obs)) for obs in observations]
         budgets = [self._budget() for _ in views]
-        jobs = {i: job for i, (view, budget) in enumerate(zip(views, budgets)) if (job := _job(view, budget))}
+        jobs = {i: job for i, view in enumerate(views) if (job := _job(view))}
         found = dict(zip(jobs, _simulate(list(jobs.values()))))
-        return [Reply(_reply(view, budget, jobs.get(i), found.get(i)), policy=self.name)
+        return [Reply(_reply(view, budget, jobs.get(i), *found.get(i, (None, 0))), policy=self.name)
                 for i, (view, budget) in enumerate(zip(views, budgets))]
 
     def _budget(self) -> int:
@@ -489,7 +492,7 @@ def _kinds(program: str) -> list[str]:
     return []
 
 
-def _job(view: dict, budget: int) -> dict | None:
+def _job(view: dict, budget: int = MAX_BUDGET) -> dict | None:
     """Return the sandbox job that answers a view, or None when the solver needs no run (or has no idea)."""
     mode = view["mode"]
     if mode is Mode.DEDUCTION:
@@ -510,23 +513,32 @@ def _job(view: dict, budget: int) -> dict | None:
     return None
 
 
-def _simulate(jobs: Sequence[dict]) -> list[object]:
-    """Run each job's simulation in the sandbox, all at once; return each result (None: nothing found)."""
-    if not jobs:
-        return []
-    codes = [_SIMULATOR.replace("{job!r}", repr(json.dumps(job))) for job in jobs]
-    out: list[object] = []
-    for run in run_many(codes, return_exceptions=True, **_SANDBOX):
-        try:
-            out.append(json.loads(run.stdout.strip().splitlines()[-1])["result"])  # type: ignore[union-attr]
-        except (AttributeError, ValueError, IndexError, KeyError, TypeError):
-            out.append(None)
-    return out
+_SIMULATED: dict[str, tuple[object, int]] = {}
+"""Job (as JSON) -> (result, steps used): solvers seeing the same problem share one simulation."""
 
 
-def _reply(view: dict, budget: int, job: dict | None, result: object) -> str:
+def _simulate(jobs: Sequence[dict]) -> list[tuple[object, int]]:
+    """Run each job's simulation in the sandbox, all at once; return each (result, steps used)."""
+    keys = [json.dumps(job, sort_keys=True) for job in jobs]
+    todo = list(dict.fromkeys(k for k in keys if k not in _SIMULATED))
+    if todo:
+        if len(_SIMULATED) > 4096:
+            _SIMULATED.clear()
+        codes = [_SIMULATOR.replace("{job!r}", repr(key)) for key in todo]
+        for key, run in zip(todo, run_many(codes, return_exceptions=True, **_SANDBOX)):
+            try:
+                record = json.loads(run.stdout.strip().splitlines()[-1])  # type: ignore[union-attr]
+                _SIMULATED[key] = (record["result"], int(record["used"]))
+            except (AttributeError, ValueError, IndexError, KeyError, TypeError):
+                _SIMULATED[key] = (None, MAX_BUDGET + 1)
+    return [_SIMULATED.get(key, (None, MAX_BUDGET + 1)) for key in keys]
+
+
+def _reply(view: dict, budget: int, job: dict | None, result: object, used: int = 0) -> str:
     """Write the answer: the simulation's result when it found one within budget, else a guess."""
     mode = view["mode"]
+    if used > budget:
+        result = None  # past this solver's budget: it never got there
     if mode is Mode.DEDUCTION:
         return f"ANSWER: {json.loads(result)!r}" if isinstance(result, str) else "ANSWER: 0"
     if mode is Mode.ABDUCTION:

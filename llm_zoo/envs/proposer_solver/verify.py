@@ -1,32 +1,54 @@
 """Running tasks and answers in the sandbox: validating a proposal, grading the solvers.
 
-Every program runs in :mod:`llm_zoo.sandbox` under :data:`LIMITS`, a wall-clock timeout and a memory
-cap (the env's ``sandbox_timeout_s`` and ``sandbox_memory_mb``). A proposal runs twice at once and
-must print the same outputs both times; the solvers' checks run side by side in one batch.
+Every program runs in :mod:`llm_zoo.sandbox` under :data:`LIMITS`, a memory cap and a wall-clock
+timeout (the env's ``sandbox_memory_mb`` and ``sandbox_timeout_s``), inside the harness of
+``harness.py``: a supervisor process that runs the program in runner processes of its own and
+reports their results as one JSON object, on a channel no runner holds. Only argument values enter
+a runner; expected outputs never do, and results are compared here.
+
+A proposal runs :data:`RUNS` times at once, each run under its own hash seed, fake clock and heap
+layout (:class:`rules.Conditions`, drawn from the operating system's entropy, never from the
+episode's seed), and must give the same results every time. Answers are checked under the
+conditions of the run whose outputs were recorded, so a check never differs from the record by
+the clock or the hash seed. The solvers' checks run side by side.
 """
 
 from __future__ import annotations
 
+import json
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from importlib import resources
 
 from llm_zoo.envs.proposer_solver.rules import (
     ALLOWED_IMPORTS,
+    STARTUP_S,
+    Conditions,
     Mode,
     Proposal,
+    Run,
     Task,
     TaskInvalid,
     check_outputs,
     check_program,
-    harness,
-    read_harness,
+    check_run,
+    harness_job,
+    read_report,
 )
-from llm_zoo.sandbox import Limits, SandboxResult, run_many
+from llm_zoo.sandbox import Limits, SandboxPool, SandboxResult
 
+HARNESS = (resources.files(__package__) / "harness.py").read_text()
+"""The sandboxed harness's source, run as the sandbox's main program."""
 LIMITS = Limits(processes=8, file_mb=1, open_files=64, output_bytes=64 * 1024, tmp_mb=1)
-"""Everything but time and memory: a task needs no processes, files or output to speak of."""
+"""Everything but time and memory: the supervisor and its runners need few processes and no files."""
+RUNS = 5
+"""Runs of a proposal, each under other conditions; a program whose results differ is invalid. A program
+that reads one bit of its hash seed, clock or heap layout passes all five with probability 1/16."""
+SUPERVISOR_S = STARTUP_S + 2.0
+"""Seconds the sandbox gives the supervisor beyond the runners' timeout, to start them and report."""
 
-# the sandbox's reason for stopping a run -> the invalid-task code
+# the sandbox's reason for stopping the supervisor -> the invalid-task code
 _SANDBOX_REASONS = {"timeout": "timeout", "cpu": "timeout", "memory": "memory", "output": "output",
                     "processes": "processes", "file_size": "file_size", "disk_full": "disk_full",
                     "crashed": "crashed", "killed": "killed"}
@@ -46,26 +68,43 @@ class SandboxSettings:
             raise ValueError(f"sandbox_memory_mb must be an integer in [32, 4096]; got {self.memory_mb!r}")
 
 
-def _run(codes: Sequence[str], settings: SandboxSettings) -> list[SandboxResult]:
-    return run_many(codes, max_workers=len(codes), timeout_s=settings.timeout_s, memory_mb=settings.memory_mb,
-                    limits=LIMITS)
+def draw_conditions() -> Conditions:
+    """Draw a run's conditions from the operating system's entropy: a hash seed, an instant in 2001-2100, a pad."""
+    return Conditions(hash_seed=1 + secrets.randbelow(2**32 - 1),
+                      clock=978307200 + secrets.randbelow(3155760000) + secrets.randbelow(10**6) / 10**6,
+                      pad=secrets.randbelow(4096))
 
 
-def _results(run: SandboxResult, expected: int) -> list[tuple[str, str]]:
-    """Read a run's per-call results, or raise :class:`TaskInvalid` naming why there are none."""
-    if run.reason in _SANDBOX_REASONS:
-        raise TaskInvalid(_SANDBOX_REASONS[run.reason], f"the sandbox stopped the program ({run.reason})")
+def run_programs(jobs: Sequence[Sequence[tuple[str, Sequence[str], Conditions]]], settings: SandboxSettings,
+                 allowed_imports: Sequence[str] = ALLOWED_IMPORTS) -> list[list[Run] | TaskInvalid]:
+    """Run each job (one sandbox each, all at once; a job is runs of (program, argument sources, conditions)).
+
+    Returns per job its runs, or the :class:`TaskInvalid` that stopped the whole sandbox. Raises
+    ``SandboxUnavailable`` when bubblewrap is missing (a setup problem, not the proposer's).
+    """
+    nonces = [secrets.token_hex(16) for _ in jobs]
+    stdins = [json.dumps(harness_job(runs, nonce=nonce, timeout_s=settings.timeout_s, allowed_imports=allowed_imports,
+                                     max_output=LIMITS.output_bytes)) for runs, nonce in zip(jobs, nonces)]
+    with SandboxPool(max_workers=len(stdins)) as pool:
+        futures = [pool.submit(HARNESS, stdin=stdin, timeout_s=settings.timeout_s + SUPERVISOR_S,
+                               memory_mb=settings.memory_mb, limits=LIMITS) for stdin in stdins]
+        return [_read(future.result(), nonce, len(runs)) for future, nonce, runs in zip(futures, nonces, jobs)]
+
+
+def _read(result: SandboxResult, nonce: str, runs: int) -> list[Run] | TaskInvalid:
+    if result.reason in _SANDBOX_REASONS:
+        return TaskInvalid(_SANDBOX_REASONS[result.reason], f"the sandbox stopped the harness ({result.reason})")
     try:
-        return read_harness(run.stdout, expected)
-    except ValueError:
-        lines = run.stderr.strip().splitlines()
-        raise TaskInvalid("error", lines[-1][:200] if lines else
-                          f"the program ended (exit status {run.returncode}) before f's results were printed") from None
+        return read_report(result.stdout, nonce, runs)
+    except ValueError as exc:
+        lines = result.stderr.strip().splitlines()
+        return TaskInvalid("error", f"{exc} ({lines[-1][:200] if lines else f'exit status {result.returncode}'})")
 
 
 def validate(proposal: Proposal, settings: SandboxSettings, allowed_imports: Sequence[str] = ALLOWED_IMPORTS
-             ) -> tuple[str, ...]:
-    """Check a proposal and run it twice; return its canonical outputs, one per input (integer: one).
+             ) -> tuple[tuple[str, ...], Conditions]:
+    """Check a proposal and run it :data:`RUNS` times; return its canonical outputs (one per input) and
+    the conditions of the run that recorded them.
 
     Raises:
         TaskInvalid: the first rule the proposal breaks, with its code.
@@ -75,13 +114,27 @@ def validate(proposal: Proposal, settings: SandboxSettings, allowed_imports: Seq
     if len(set(proposal.inputs)) != len(proposal.inputs):
         raise TaskInvalid("duplicate_inputs", "give each INPUT only once")
     calls = [""] if proposal.mode is Mode.INTEGER else list(proposal.inputs)
-    code = harness(proposal.program, calls)
-    first, second = (_results(run, len(calls)) for run in _run([code, code], settings))
+    conditions = [draw_conditions() for _ in range(RUNS)]
+    (runs,) = run_programs([[(proposal.program, calls, c) for c in conditions]], settings, allowed_imports)
+    if isinstance(runs, TaskInvalid):
+        raise runs
+    first = check_run(runs[0], len(calls))
     outputs = check_outputs(first, proposal.mode)
-    if first != second:
-        raise TaskInvalid("nondeterministic", "f gave different results in two runs; avoid randomness, time, "
-                                              "set order and object ids")
-    return outputs
+    assert len(runs) == RUNS, "the harness stops after the first run only when that run failed"
+    checked = [first, *(check_run(run, len(calls)) for run in runs[1:])]
+    for other in checked[1:]:
+        for i, (first, second) in enumerate(zip(checked[0], other)):
+            if first != second:
+                where = "f()" if proposal.mode is Mode.INTEGER else f"input {i + 1}"
+                raise TaskInvalid("nondeterministic", f"{where} gave {_shown(first)} in one run and {_shown(second)} "
+                                                      "in another; avoid randomness, time, set order, hash() and "
+                                                      "object ids")
+    return outputs, conditions[0]
+
+
+def _shown(call: tuple[str, str]) -> str:
+    status, text = call
+    return text[:60] if status == "ok" else f"{status} ({text[:60]})"
 
 
 def grade(task: Task, answers: Mapping[str, str | None], settings: SandboxSettings,
@@ -89,31 +142,36 @@ def grade(task: Task, answers: Mapping[str, str | None], settings: SandboxSettin
     """Return solver -> whether its answer is right; ``answers`` come from ``text.parse_answer`` (None: none).
 
     Deduction and integer answers are compared exactly with the task's output. Abduction runs f on
-    the solver's input; induction runs the solver's f on every input, held-out ones included. The
-    sandboxed checks of all solvers run at once.
+    the solver's input; induction runs the solver's f on every input, held-out ones included. Both
+    run under the conditions that recorded the task's outputs, in a sandbox per solver, all at once.
     """
     mode, p = task.mode, task.proposal
+    conditions = task.conditions or draw_conditions()
     correct = dict.fromkeys(answers, False)
-    jobs: dict[str, str] = {}
+    jobs: dict[str, tuple[str, list[str]]] = {}
     for solver, answer in answers.items():
         if answer is None:
             continue
         if mode in (Mode.DEDUCTION, Mode.INTEGER):
             correct[solver] = answer == task.outputs[0]
         elif mode is Mode.ABDUCTION:
-            jobs[solver] = harness(p.program, [answer])
+            jobs[solver] = (p.program, [answer])
         else:
             try:
                 check_program(answer, allowed_imports)
             except TaskInvalid:
                 continue
-            jobs[solver] = harness(answer, list(p.inputs))
+            jobs[solver] = (answer, list(p.inputs))
     if jobs:
-        for solver, run in zip(jobs, _run(list(jobs.values()), settings)):
+        wanted = task.outputs[:1] if mode is Mode.ABDUCTION else task.outputs
+        done = run_programs([[(program, calls, conditions)] for program, calls in jobs.values()], settings,
+                            allowed_imports)
+        for solver, runs in zip(jobs, done):
+            if isinstance(runs, TaskInvalid):
+                continue
             try:
-                results = _results(run, 1 if mode is Mode.ABDUCTION else len(p.inputs))
+                results = check_run(runs[0], len(wanted))
             except TaskInvalid:
                 continue
-            wanted = task.outputs[:1] if mode is Mode.ABDUCTION else task.outputs
-            correct[solver] = results == [("ok", out) for out in wanted]
+            correct[solver] = list(results) == [("ok", out) for out in wanted]
     return correct

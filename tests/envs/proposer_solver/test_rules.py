@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
+import json
+import marshal
+
 import pytest
 
 from llm_zoo.envs.proposer_solver.rules import (
     INVALID_REASONS,
+    Conditions,
     Mode,
     Proposal,
+    Run,
     Task,
     TaskInvalid,
     azr_reward,
+    call_values,
     canonical,
     check_outputs,
     check_program,
-    harness,
+    check_run,
+    harness_job,
     held_out_count,
+    imported_modules,
     learnability,
     read_arguments,
-    read_harness,
+    read_report,
     read_value,
 )
 
@@ -94,14 +102,40 @@ def test_read_value_takes_python_or_json_and_canonical_rejects_non_json():
     assert canonical({1, 2}) is None and canonical(float("nan")) is None
 
 
-def test_harness_output_is_read_back_and_damage_is_detected():
-    code = harness("def f(x):\n    return x", ["1", "'a'"])
-    assert code.startswith("def f(x):") and "(1,), ('a',)" in code
-    stdout = 'noise\n@@llm_zoo_proposer_solver@@[["ok", "1"], ["error", "ValueError: x"]]\n'
-    assert read_harness(stdout, 2) == [("ok", "1"), ("error", "ValueError: x")]
-    for bad in ["", "@@llm_zoo_proposer_solver@@[1, 2", '@@llm_zoo_proposer_solver@@[["ok", "1"]]']:
+def test_the_harness_job_is_plain_data_with_argument_values_and_the_modules_to_load():
+    job = harness_job([("import math\nfrom collections import abc\ndef f(x, s):\n    return x", ["[1, (2,)], {3}", ""],
+                        Conditions(7, 1e9, 5))], nonce="n0", timeout_s=1.0, allowed_imports=["math"], max_output=100)
+    run = job["runs"][0]
+    assert json.loads(json.dumps(job)) == job and job["nonce"] == "n0" and job["allowed"] == ["math"]
+    assert marshal.loads(bytes.fromhex(run["calls"])) == [([1, (2,)], {3}), ()]
+    assert run["preload"] == ["math", "collections", "collections.abc"] and (run["hash_seed"], run["pad"]) == (7, 5)
+    assert call_values("1, 'a'") == (1, "a") and imported_modules("def f(:") == []
+
+
+def test_the_harness_report_is_read_strictly():
+    good = {"nonce": "n", "runs": [{"reason": None, "detail": "", "calls": [["ok", "1"]], "refused": []},
+                                   {"reason": "timeout", "detail": "stopped"}]}
+    runs = read_report(json.dumps(good), "n", 2)
+    assert runs == [Run(None, "", (("ok", "1"),)), Run("timeout", "stopped")]
+    assert check_run(runs[0], 1) == (("ok", "1"),)
+    with pytest.raises(TaskInvalid, match="stopped") as info:
+        check_run(runs[1], 1)
+    assert info.value.code == "timeout"
+    refused = Run(None, "", (("ok", "1"),), ("open('/etc/passwd')", "os.system('id')"))
+    with pytest.raises(TaskInvalid, match=r"tried open\('/etc/passwd'\) \(and 1 more\)") as info:
+        check_run(refused, 1)
+    assert info.value.code == "forbidden"
+    with pytest.raises(TaskInvalid) as info:
+        check_run(Run(None, "", (("ok", "1"),), ("import of 'os' at run time",)), 1)
+    assert info.value.code == "import"
+    damaged = [json.dumps({**good, "nonce": "other"}), json.dumps(good)[:-1], json.dumps({**good, "runs": good["runs"][:1]}),
+               json.dumps({**good, "runs": []}),
+               json.dumps({"nonce": "n", "runs": [{"reason": "hacked", "detail": ""}] * 2}),
+               json.dumps({"nonce": "n", "runs": [{"reason": None, "detail": "", "calls": [["ok", 1]]}] * 2}),
+               'noise\n' + json.dumps(good)]
+    for bad in damaged:
         with pytest.raises(ValueError):
-            read_harness(bad, 2)
+            read_report(bad, "n", 2)
 
 
 @pytest.mark.parametrize(
@@ -110,6 +144,7 @@ def test_harness_output_is_read_back_and_damage_is_detected():
      ([("error", "MemoryError: ")], Mode.DEDUCTION, "memory"),
      ([("not_json", "tuple")], Mode.DEDUCTION, "not_json"),
      ([("ok", '"' + "y" * 300 + '"')], Mode.DEDUCTION, "output_too_long"),
+     ([("too_long", "5000 bytes as marshal data")], Mode.DEDUCTION, "output_too_long"),
      ([("ok", "true")], Mode.INTEGER, "not_integer"),
      ([("ok", "1.5")], Mode.INTEGER, "not_integer"),
      ([("ok", str(10**16))], Mode.INTEGER, "not_integer")],

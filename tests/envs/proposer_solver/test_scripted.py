@@ -36,7 +36,7 @@ def test_every_family_gives_valid_tasks_in_every_program_mode(family):
         proposer = ScriptedProposer(difficulty, family, seed=difficulty)
         for mode in (Mode.DEDUCTION, Mode.ABDUCTION, Mode.INDUCTION):
             proposal = text.parse_proposal(proposal_of(proposer, mode), mode)
-            outputs = verify.validate(proposal, verify.SandboxSettings())  # raises TaskInvalid if invalid
+            outputs, _ = verify.validate(proposal, verify.SandboxSettings())  # raises TaskInvalid if invalid
             assert len(outputs) == len(proposal.inputs)
 
 

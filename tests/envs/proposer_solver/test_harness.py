@@ -1,0 +1,253 @@
+"""The sandboxed harness (harness.py, through verify): the result channel, run-time refusals, determinism.
+
+Each class of attack gets programs that reach the interpreter's internals by attribute walks the
+source check cannot see; what must hold is checked on what the env records, not on the source.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+
+import pytest
+
+from llm_zoo.envs.proposer_solver import verify
+from llm_zoo.envs.proposer_solver.rules import Conditions, Mode, Proposal, Task, TaskInvalid, harness_job
+from llm_zoo.sandbox import run_python
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None,
+                                reason="bubblewrap is not installed (apt-get install bubblewrap); CI installs it")
+SETTINGS = verify.SandboxSettings(timeout_s=1.0, memory_mb=128)
+WALK = "import typing\nimport operator\nS = typing.sys\nP = S.modules['posix']\nB = S.modules['builtins']\n"
+FORGED = '@@llm_zoo_proposer_solver@@[["ok", "99"]]'
+
+
+def outcome(program: str, inputs: tuple[str, ...] = ("1",), mode: Mode = Mode.DEDUCTION) -> tuple[str, ...] | str:
+    """Validate a program; return its recorded outputs, or ``"<code>: <detail>"`` when it is invalid."""
+    try:
+        return verify.validate(Proposal(mode, program, inputs), SETTINGS)[0]
+    except TaskInvalid as exc:
+        return f"{exc.code}: {exc.detail}"
+
+
+def f(body: str, head: str = "") -> str:
+    return head + "def f(x):\n" + "\n".join("    " + line for line in body.splitlines())
+
+
+# ---- the result channel: what the program prints or writes never becomes the record -----------------
+
+CHANNEL = [
+    ("printed marker", f(f"print({FORGED!r})\nreturn 2")),
+    ("raw writes to every fd", f(f"for fd in range(1, 64):\n    try:\n        P.write(fd, {FORGED.encode()!r})\n"
+                                 "    except Exception:\n        pass\nreturn 2", WALK)),
+    ("dup2 over the channel", f(f"for fd in range(3, 8):\n    try:\n        P.dup2(1, fd)\n    except Exception:\n"
+                                f"        pass\nprint({FORGED!r})\nreturn 2", WALK)),
+    ("FileIO on fd 3", f("try:\n    S.modules['_io'].FileIO(3, 'wb').write(b'x' * 80)\nexcept Exception:\n"
+                         "    pass\nreturn 2", WALK)),
+    ("patched marshal and builtins", f("S.modules['marshal'].dumps = lambda *a: b'\\xe9\\x63\\x00\\x00\\x00'\n"
+                                       "B.len = lambda v: 0\nB.repr = lambda v: '99'\nreturn 2", WALK)),
+    ("non-UTF-8 bytes on stdout and stderr", f("S.stdout.buffer.write(b'\\xff\\xfe\\x80')\nS.stderr.write('\\udcff')\n"
+                                                "return 2", WALK)),
+]
+
+
+@pytest.mark.parametrize(("name", "program"), CHANNEL, ids=[c[0] for c in CHANNEL])
+def test_what_the_program_writes_is_never_recorded_as_its_output(name, program):
+    result = outcome(program)
+    assert result == ("2",) or (isinstance(result, str) and result.split(":")[0] in ("forbidden", "error")), result
+
+
+@pytest.mark.parametrize("program", [
+    f(f"print({FORGED!r}, flush=True)\nP._exit(0)\nreturn 2", WALK),
+    f("try:\n    return 2\nfinally:\n    raise SystemExit(0)"),
+    f(f"for _ in range(10**5):\n    print({FORGED!r})\nreturn 2"),
+    f("S.setrecursionlimit(10**6)\ndef deep(n):\n    return deep(n + 1)\nreturn deep(0)", WALK),
+], ids=["os._exit after a marker", "SystemExit in finally", "output flood", "C stack overflow"])
+def test_a_program_that_leaves_early_or_floods_gives_no_result(program):
+    result = outcome(program)
+    assert isinstance(result, str) and result.split(":")[0] in ("error", "output", "crashed", "killed", "timeout"), result
+
+
+def test_an_abduction_program_cannot_judge_every_answer_right():
+    marker = '@@llm_zoo_proposer_solver@@[["ok", "3"]]'
+    program = f(f"print({marker!r})\nreturn x % 10")
+    outputs, conditions = verify.validate(Proposal(Mode.ABDUCTION, program, ("13",)), SETTINGS)
+    task = Task(Proposal(Mode.ABDUCTION, program, ("13",)), outputs, conditions=conditions)
+    graded = verify.grade(task, {"a": "13", "b": "4", "c": "'a'", "d": "23"}, SETTINGS)
+    assert graded == {"a": True, "b": False, "c": False, "d": True}
+
+
+def test_the_supervisor_alone_writes_the_report_and_a_wrong_nonce_is_damage():
+    job = harness_job([(f("print('{\"nonce\": \"n\", \"runs\": []}')\nreturn 2"), ["1"], verify.draw_conditions())],
+                      nonce="n", timeout_s=1.0, allowed_imports=["math"], max_output=1 << 16)
+    run = run_python(verify.HARNESS, stdin=json.dumps(job), timeout_s=10, limits=verify.LIMITS)
+    report = json.loads(run.stdout)
+    assert run.stdout.count("\n") == 1 and report["nonce"] == "n" and report["runs"][0]["calls"] == [["ok", "2"]]
+
+
+# ---- run-time refusals: attribute walks reach the objects, using them fails --------------------------
+
+REFUSED = [
+    ("open through builtins", f("return len(B.open('/etc/hostname').read())", WALK), "forbidden", "open("),
+    ("open through Formatter globals",
+     f("g = string.Formatter().get_field('0.__globals__', [string.capwords], {})[0]\n"
+       "return len(g['__builtins__']['open']('/etc/hostname').read())", "import string\n"), "forbidden", "open("),
+    ("FileIO through the io module", f("return len(S.modules['_io'].FileIO('/etc/hostname').read())", WALK),
+     "forbidden", "open("),
+    ("import of subprocess", f("return operator.attrgetter('__imp' + 'ort__')(B)('subprocess').run(['true'])", WALK),
+     "import", "'subprocess'"),
+    ("import of os where os is loaded", f("return len(operator.attrgetter('__imp' + 'ort__')(B)('os').listdir('/'))",
+                                          "import dataclasses\n" + WALK), "import", "'os'"),
+    ("frames through sys._getframe", f("return len(S._getframe(0).f_back.f_locals)", WALK), "error", "frames"),
+    ("frames through a traceback", f("try:\n    1 / 0\nexcept Exception as e:\n"
+                                     "    return len(operator.attrgetter('__traceback__.tb_frame')(e).f_back.f_locals)",
+                                     WALK), "forbidden", "object.__getattr__"),
+    ("frames through a generator", f("def g():\n    yield 1\nreturn len(operator.attrgetter('gi_frame')(g()).f_locals)",
+                                     WALK), "forbidden", "object.__getattr__"),
+    ("gc introspection", f("return len(S.modules['gc'].get_objects())", WALK), "forbidden", "gc.get_objects"),
+    ("tracing", f("S.settrace(lambda *a: None)\nreturn 2", WALK), "forbidden", "sys.settrace"),
+    ("a new audit hook", f("S.addaudithook(lambda *a: None)\nreturn 2", WALK), "forbidden", "sys.addaudithook"),
+    ("hand-made code", f("return operator.attrgetter('__code__')(f).replace(co_consts=(None,)) and 2", WALK),
+     "forbidden", "code.__new__"),
+    ("marshal.loads", f("return S.modules['marshal'].loads(b'\\xe9\\x02\\x00\\x00\\x00')", WALK), "forbidden",
+     "marshal.loads"),
+    ("the real clock behind a fake", f("return operator.attrgetter('__defaults__')(S.modules['time'].localtime)[1]()[0]",
+                                       WALK), "forbidden", "object.__getattr__"),
+]
+
+
+@pytest.mark.parametrize(("name", "program", "code", "said"), REFUSED, ids=[r[0] for r in REFUSED])
+def test_forbidden_things_fail_when_they_run_whatever_the_source_looks_like(name, program, code, said):
+    result = outcome(program)
+    assert isinstance(result, str) and result.startswith(f"{code}: ") and said in result, result
+
+
+# A search of everything a program can reach by attributes from the loaded modules and from
+# object's subclasses: module and class dicts, containers, functions' defaults, closures and
+# globals, bound methods' __self__. It returns what it found that it must not find.
+GRAPH_SEARCH = r"""
+import typing, operator, dataclasses, statistics, datetime, calendar, fractions, decimal, re, string, collections
+S = typing.sys
+ga = operator.attrgetter
+BAD = {"time", "time_ns", "monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns", "process_time",
+       "thread_time", "localtime", "gmtime", "ctime", "asctime", "strftime", "clock_gettime", "stat", "lstat", "fstat",
+       "statvfs", "times", "getloadavg", "urandom", "getrandom", "write", "read", "_exit", "fork", "system", "dup",
+       "dup2", "close", "kill", "pipe", "start_new_thread", "signal", "setitimer", "alarm", "create_builtin",
+       "create_dynamic"}
+def f(x):
+    fakes = {id(v) for v in vars(S.modules["time"]).values()}
+    todo, seen, found = [*S.modules.values(), ga("__class__.__base__")(())], set(), []
+    while todo:
+        o = todo.pop()
+        if id(o) in seen:
+            continue
+        seen.add(id(o))
+        t = type(o)
+        if t is bytes and len(o) == 32:
+            found.append("a 32-byte key?")
+        if t is type(len):
+            owner = getattr(o, "__self__", None)
+            if type(owner) is type(S) and ga("__name__")(o) in BAD and id(o) not in fakes:
+                found.append(ga("__name__")(owner) + "." + ga("__name__")(o))
+            continue
+        try:
+            if t is dict:
+                todo += [*o.values(), *o.keys()]
+            elif t in (list, tuple, set, frozenset):
+                todo += list(o)
+            elif isinstance(o, type):
+                todo += [*vars(o).values(), *operator.methodcaller("__subclasses__")(o)]
+            else:
+                todo += list(vars(o).values())
+        except Exception:
+            pass
+        for name in ("__defaults__", "__kwdefaults__", "__closure__", "__globals__", "cell_contents", "__func__",
+                     "__wrapped__", "__self__", "func", "args", "keywords"):
+            try:
+                todo.append(ga(name)(o))
+            except Exception:
+                pass
+    return [sorted(set(found)), len(seen) > 10000]
+""".replace("getattr(o, \"__self__\", None)", "ga(\"__self__\")(o) if hasattr(o, \"__self__\") else None")
+
+
+def test_no_reachable_object_is_a_real_clock_a_process_function_or_the_key():
+    (runs,) = verify.run_programs([[(GRAPH_SEARCH, ["1"], verify.draw_conditions())]],
+                                  verify.SandboxSettings(timeout_s=30.0, memory_mb=512))
+    assert not isinstance(runs, TaskInvalid) and runs[0].reason is None, runs
+    # reading the fakes' defaults is refused (and recorded); what the search found is the point here
+    assert json.loads(runs[0].calls[0][1]) == [[], True], runs[0].calls
+
+
+@pytest.mark.parametrize(("name", "body"), [
+    ("process", "P.fork()"), ("raw fd", "P.write(1, b'x')"), ("exit", "P._exit(0)"), ("status clock", "P.stat('/')"),
+    ("times", "P.times()"), ("entropy", "P.urandom(1)"), ("threads", "S.modules['_thread'].start_new_thread(f, (1,))"),
+    ("signals", "S.modules['_signal'].setitimer(0, 1.0)"), ("new builtin modules", "S.modules['_imp'].create_builtin(S)"),
+])
+def test_process_signal_fd_and_status_functions_are_gone(name, body):
+    result = outcome(f(f"{body}\nreturn 2", WALK))
+    assert isinstance(result, str) and result.startswith("error: ") and "has no attribute" in result, result
+
+
+# ---- determinism: hash seeds, clocks and heaps differ between runs ------------------------------------
+
+@pytest.mark.parametrize(("name", "program"), [
+    ("hash seed", f("return hash('abc') % 1000")),
+    ("set order", f("return ''.join({'a', 'b', 'c', 'd', 'e', 'f'})")),
+    ("object ids", f("return id(object()) % 100000")),
+    ("datetime.now", f("return str(datetime.datetime.now())", "import datetime\n")),
+    ("time through sys.modules", f("return S.modules['time'].time()", WALK)),
+    ("date.today's year", f("return datetime.date.today().year", "import datetime\n")),
+    ("random through statistics", f("return statistics.random.random()", "import statistics\n")),
+])
+def test_programs_that_read_hash_seed_clock_heap_or_entropy_are_nondeterministic(name, program):
+    result = outcome(program)
+    assert isinstance(result, str) and result.startswith("nondeterministic: "), result
+
+
+def test_an_abduction_answer_is_graded_on_the_recorded_clock_not_a_moved_one():
+    # outputs that depend on the clock's second (bypassing validation, which would reject them):
+    # the answer that was right when the output was recorded stays right a second later
+    program = f("return x + datetime.datetime.now().second", "import datetime\n")
+    conditions = Conditions(hash_seed=5, clock=1.7e9 + 12.5)
+    (runs,) = verify.run_programs([[(program, ["3"], conditions)]], SETTINGS)
+    assert not isinstance(runs, TaskInvalid)
+    task = Task(Proposal(Mode.ABDUCTION, program, ("3",)), (runs[0].calls[0][1],), conditions=conditions)
+    assert task.outputs == (str(3 + 32),)  # 1.7e9 + 12.5 s is 2023-11-14 22:13:32.5 UTC
+    time.sleep(1.1)
+    assert verify.grade(task, {"same": "3", "other": "4"}, SETTINGS) == {"same": True, "other": False}
+
+
+# ---- what tasks legitimately do keeps working -----------------------------------------------------------
+
+LEGIT = [
+    ("dataclass", "import dataclasses\n@dataclasses.dataclass(order=True)\nclass P:\n    a: int\n    b: int = 2\n"
+                  "def f(x):\n    return [repr(P(x)), P(1) < P(2), dataclasses.asdict(P(x))['b']]",
+     '["P(a=1, b=2)", true, 2]'),
+    ("typing and namedtuple", "import typing\nimport collections\nT = typing.TypeVar('T')\nN = collections.namedtuple("
+                              "'N', 'a b')\nclass Q(typing.NamedTuple):\n    a: int\ndef f(x: T) -> T:\n"
+                              "    return N(x, 2).b + Q(3).a", "5"),
+    ("datetime without the clock", "import datetime\ndef f(x):\n    d = datetime.date(2024, 2, 28) + datetime.timedelta"
+                                   "(days=x)\n    return [d.isoformat(), d.strftime('%A'), datetime.datetime.strptime("
+                                   "'2020-03-04', '%Y-%m-%d').day]", '["2024-02-29", "Thursday", 4]'),
+    ("numbers", "import fractions, decimal, statistics, math\ndef f(x):\n    return [str(fractions.Fraction(x, 3) + 1), "
+                "str(decimal.Decimal('1.1') + x), statistics.median([3, x, 9]), math.comb(5, 2)]",
+     '["4/3", "2.1", 3, 10]'),
+    ("text and collections", "import re, string, heapq, bisect, itertools, functools, operator, calendar\n"
+                             "from collections import Counter\n@functools.lru_cache\ndef g(n):\n    return n * 2\n"
+                             "def f(x):\n    return [re.findall(r'\\d+', 'a12b3'), string.ascii_lowercase[:3], "
+                             "heapq.nsmallest(2, [5, 1, 4]), bisect.bisect([1, 3], 2), list(itertools.accumulate("
+                             "[1, 2, 3])), functools.reduce(operator.add, [1, 2]), calendar.isleap(2024), g(x), "
+                             "Counter('aab').most_common(1)[0][0], 'é'.encode('utf-16').decode('utf-16')]",
+     '[["12", "3"], "abc", [1, 4], 1, [1, 3, 6], 3, true, 2, "a", "\\u00e9"]'),
+    ("exceptions by name", "def f(x):\n    out = []\n    for exc in (OSError, RuntimeError, ValueError, KeyError):\n"
+                           "        try:\n            raise exc('boom')\n        except (OSError, RuntimeError, "
+                           "LookupError, ValueError) as e:\n            out.append(str(e) + str(isinstance(e, OSError)))\n    return out",
+     '["boomTrue", "boomFalse", "boomFalse", "\'boom\'False"]'),
+]
+
+
+@pytest.mark.parametrize(("name", "program", "expected"), LEGIT, ids=[c[0] for c in LEGIT])
+def test_plain_computation_with_the_allowed_modules_is_valid_and_deterministic(name, program, expected):
+    assert outcome(program) == (expected,)
