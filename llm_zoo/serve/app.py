@@ -286,6 +286,7 @@ async def _answer(server: ChatServer, request: protocol.ChatRequest) -> Response
         seed=request.seed,
         top_logprobs=request.top_logprobs,
         tools=request.tools,
+        stop=request.stop,
     )
     try:
         server.engine.check_running()
