@@ -739,6 +739,20 @@ def test_fuzzed_bodies_never_get_a_5xx(model_dir: Path) -> None:
         torch.set_num_threads(threads)
 
 
+@pytest.mark.parametrize("depth", [50, 240, 480, 2000])
+def test_deeply_nested_tool_schemas_are_answered_without_a_5xx(server: Any, client: Any, depth: int) -> None:
+    # written out by hand: json.dumps itself cannot nest this deep
+    schema = '{"type": "object", "properties": {"x": ' * depth + '{"type": "object"}' + "}}" * depth
+    tool = '{"type": "function", "function": {"name": "deep", "parameters": ' + schema + "}}"
+    body = (
+        '{"model": "tiny", "messages": ' + json.dumps(USER) + ', "max_tokens": 2, "tools": [' + tool + "]}"
+    ).encode()
+    status, payload, _ = _raw(server.socket.getsockname()[1], _post(body))
+    assert status is not None and status < 500, payload
+    assert status == 200 or set(payload["error"]) == {"message", "type", "param", "code"}
+    assert client.chat.completions.create(model="tiny", messages=USER, max_tokens=2).choices
+
+
 def test_the_slowloris_client_is_cut_off(server: Any) -> None:
     port = server.socket.getsockname()[1]
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:

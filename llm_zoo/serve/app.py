@@ -292,7 +292,9 @@ async def _answer(server: ChatServer, request: protocol.ChatRequest) -> Response
         server.engine.check_running()
         try:
             await loop.run_in_executor(server.engine.pool, server.engine.prepare, job)
-        except RuntimeError:  # the pool shut down between the check and the call: stopping
+        except RequestError:
+            raise
+        except RuntimeError:  # prepare raises only RequestError: the pool shut down since the check
             raise RequestError("the server is shutting down.", status=503, code="unavailable") from None
         server.engine.submit(job)
         first = await events.get()

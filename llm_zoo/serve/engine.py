@@ -391,7 +391,11 @@ class ModelEngine(Engine):
                 param="messages",
                 code="context_length_exceeded",
             )
-        chars = sum(len(m["content"]) for m in job.messages) + len(json.dumps(job.tools or []))
+        try:
+            tools_text = json.dumps(job.tools or [], ensure_ascii=False)
+        except (RecursionError, ValueError):
+            raise RequestError("'tools' nests too deeply to render.", param="tools") from None
+        chars = sum(len(m["content"]) for m in job.messages) + len(tools_text)
         if chars > self.max_prompt_chars:
             raise RequestError(
                 f"the messages hold {chars} characters; this model's context window is {self.context_window} "
