@@ -182,6 +182,20 @@ def test_logprobs_with_top_logprobs(client: Any) -> None:
         client.chat.completions.create(model="tiny", messages=USER, top_logprobs=2)
 
 
+def test_stop_strings_end_the_reply_whole_and_streamed(client: Any) -> None:
+    body = {"model": "tiny", "messages": USER, "max_tokens": 40, "temperature": 0}
+    text = client.chat.completions.create(**body).choices[0].message.content
+    stop = next(c for c in text[3:] if ord(c) < 128)  # a byte token of the greedy reply, past its start
+    expected = text[: text.index(stop)]
+    whole = client.chat.completions.create(**body, stop=[stop, "\u2603never"])
+    assert whole.choices[0].message.content == expected and whole.choices[0].finish_reason == "stop"
+    chunks = list(client.chat.completions.create(**body, stop=stop, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == expected
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == [
+        "stop"
+    ]
+
+
 def test_models_list_and_retrieve(client: Any) -> None:
     assert [m.id for m in client.models.list()] == ["tiny"]
     model = client.models.retrieve("tiny")
@@ -422,6 +436,17 @@ def test_messages_a_scripted_policy_rejects_are_the_client_s_400_and_only_theirs
     assert boom.status_code == 500 and boom.json()["error"]["type"] == "server_error"
 
 
+def test_stop_strings_with_a_scripted_policy_and_the_hold_back() -> None:
+    from llm_zoo.serve.engine import cut_at_stop, stop_prefix_length
+
+    with make_server(FunctionPolicy(lambda obs: "hello STOP world"), name="s").start() as served:
+        with openai.OpenAI(base_url=served.url, api_key="none", max_retries=0) as c:
+            out = c.chat.completions.create(model="s", messages=USER, stop=["STOP", "world"])
+    assert out.choices[0].message.content == "hello " and out.choices[0].finish_reason == "stop"
+    assert cut_at_stop("a-b-c", ["-c", "b"]) == ("a-", True) and cut_at_stop("abc", ["x"]) == ("abc", False)
+    assert stop_prefix_length("say ST", ["STOP"]) == 2 and stop_prefix_length("say", ["STOP"]) == 0
+
+
 def test_split_tool_calls_and_the_streaming_hold_back() -> None:
     content, calls = split_tool_calls('a<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>b')
     assert content == "ab" and [(c["function"]["name"], c["function"]["arguments"]) for c in calls] == [
@@ -537,7 +562,8 @@ BAD_REQUESTS: list[tuple[str, bytes, int, str | None, str]] = [
         "must be a string",
     ),
     ("an unknown field", _post(_with(frobnicate=1)), 400, "frobnicate", "unknown field 'frobnicate'"),
-    ("an unsupported field", _post(_with(stop=["x"])), 400, "stop", "not supported"),
+    ("an unsupported field", _post(_with(frequency_penalty=0.5)), 400, "frequency_penalty", "not supported"),
+    ("five stop strings", _post(_with(stop=list("abcde"))), 400, "stop", "at most 4 non-empty strings"),
     ("an out-of-range seed", _post(_with(seed=2**64)), 400, "seed", "must be an integer in"),
     ("a seed of 400 digits", _post(_with(seed=10**400)), 400, "seed", "an integer of 401 digits"),
     ("top_p of 0", _post(_with(top_p=0)), 400, "top_p", "in (0, 1]"),
@@ -711,6 +737,20 @@ def test_fuzzed_bodies_never_get_a_5xx(model_dir: Path) -> None:
             assert ok.status_code == 200 and ok.json()["choices"][0]["finish_reason"] in ("stop", "length")
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("depth", [50, 240, 480, 2000])
+def test_deeply_nested_tool_schemas_are_answered_without_a_5xx(server: Any, client: Any, depth: int) -> None:
+    # written out by hand: json.dumps itself cannot nest this deep
+    schema = '{"type": "object", "properties": {"x": ' * depth + '{"type": "object"}' + "}}" * depth
+    tool = '{"type": "function", "function": {"name": "deep", "parameters": ' + schema + "}}"
+    body = (
+        '{"model": "tiny", "messages": ' + json.dumps(USER) + ', "max_tokens": 2, "tools": [' + tool + "]}"
+    ).encode()
+    status, payload, _ = _raw(server.socket.getsockname()[1], _post(body))
+    assert status is not None and status < 500, payload
+    assert status == 200 or set(payload["error"]) == {"message", "type", "param", "code"}
+    assert client.chat.completions.create(model="tiny", messages=USER, max_tokens=2).choices
 
 
 def test_the_slowloris_client_is_cut_off(server: Any) -> None:

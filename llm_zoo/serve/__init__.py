@@ -26,9 +26,10 @@ Routes
   ``tool_choice`` (``auto`` or ``none``). The tools go to the chat template (or, when the template
   takes none, into the system prompt as the envs show them), and each
   ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` block of the reply comes back in
-  ``message.tool_calls`` with ``finish_reason`` ``"tool_calls"``. ``stop``, penalties,
-  ``logit_bias`` and ``response_format`` are refused unless left at their no-op values, and a field
-  OpenAI's API does not have is refused by name, as OpenAI does.
+  ``message.tool_calls`` with ``finish_reason`` ``"tool_calls"``. ``stop`` (up to 4
+  strings; the reply ends before the first, which is not returned). Penalties, ``logit_bias`` and
+  ``response_format`` are refused unless left at their no-op values, and a field OpenAI's API does
+  not have is refused by name, as OpenAI does.
 - ``GET /v1/models`` and ``GET /v1/models/{id}``: the one served model, ``NAME``.
 - ``GET /health``: 200 ``{"status": "ok", ...}`` while the worker is alive and stepping; 503
   ``{"status": "unavailable", "reason": ...}`` when it stopped, or made no step for a minute with

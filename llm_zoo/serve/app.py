@@ -27,7 +27,7 @@ import h11
 import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -239,6 +239,8 @@ async def _read_json(request: Request, timeout_s: float) -> Any:
 
     try:
         raw = await asyncio.wait_for(read(), timeout_s)
+    except ClientDisconnect:  # nobody will read the answer; it still is one
+        raise RequestError("the client closed the connection before the body ended.") from None
     except asyncio.TimeoutError:
         raise RequestError(
             f"the request body did not arrive within {timeout_s:g} s.", status=408, code="timeout"
@@ -286,12 +288,15 @@ async def _answer(server: ChatServer, request: protocol.ChatRequest) -> Response
         seed=request.seed,
         top_logprobs=request.top_logprobs,
         tools=request.tools,
+        stop=request.stop,
     )
     try:
         server.engine.check_running()
         try:
             await loop.run_in_executor(server.engine.pool, server.engine.prepare, job)
-        except RuntimeError:  # the pool shut down between the check and the call: stopping
+        except RequestError:
+            raise
+        except RuntimeError:  # prepare raises only RequestError: the pool shut down since the check
             raise RequestError("the server is shutting down.", status=503, code="unavailable") from None
         server.engine.submit(job)
         first = await events.get()

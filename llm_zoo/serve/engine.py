@@ -83,6 +83,8 @@ class Job:
     top_logprobs: int | None = None
     """``None``: no log-probs; ``k``: the sampled token's log-prob and the ``k`` most likely."""
     tools: list[dict[str, Any]] | None = None
+    stop: tuple[str, ...] = ()
+    """The reply ends before the first of these strings (which is not returned)."""
     prompt: list[int] | None = None
     """Token ids of the prompt, set by :meth:`Engine.prepare` (model engines only)."""
     limit: int = 0
@@ -271,7 +273,9 @@ class PolicyEngine(Engine):
             for choice, reply in enumerate(mine):
                 ids = getattr(reply, "completion_ids", None) or []
                 finish = "length" if ids and len(ids) >= cap and ids[-1] not in eos else "stop"
-                _send(j, ("delta", choice, str(reply), []))
+                text, stopped = cut_at_stop(str(reply), j.stop)
+                finish = "stop" if stopped else finish
+                _send(j, ("delta", choice, text, []))
                 _send(j, ("done", choice, finish, len(ids)))
 
 
@@ -387,7 +391,11 @@ class ModelEngine(Engine):
                 param="messages",
                 code="context_length_exceeded",
             )
-        chars = sum(len(m["content"]) for m in job.messages) + len(json.dumps(job.tools or []))
+        try:
+            tools_text = json.dumps(job.tools or [], ensure_ascii=False)
+        except (RecursionError, ValueError):
+            raise RequestError("'tools' nests too deeply to render.", param="tools") from None
+        chars = sum(len(m["content"]) for m in job.messages) + len(tools_text)
         if chars > self.max_prompt_chars:
             raise RequestError(
                 f"the messages hold {chars} characters; this model's context window is {self.context_window} "
@@ -628,7 +636,8 @@ class ModelEngine(Engine):
                 )
                 entries.append({**self._entry(token, chosen[i]), "top_logprobs": top})
             finish = "stop" if stop else ("length" if len(row.ids) >= row.limit else None)
-            text = self._text(row, final=finish is not None)
+            text, stopped = self._text(row, final=finish is not None)
+            finish = "stop" if stopped else finish
             if text or entries:
                 _send(row.job, ("delta", row.choice, text, entries))
             if finish is not None:
@@ -636,15 +645,20 @@ class ModelEngine(Engine):
                 _send(row.job, ("done", row.choice, finish, len(row.ids)))
         return tokens
 
-    def _text(self, row: _Row, *, final: bool) -> str:
-        """Return the text the row's new token adds (held back while it ends in a partial character)."""
+    def _text(self, row: _Row, *, final: bool) -> tuple[str, bool]:
+        """Return the text the row's new token adds, and whether it completed one of the job's stop strings.
+
+        Text is held back while it ends in a partial character, or in what may begin a stop string.
+        """
         ids = row.ids[:-1] if row.ids and row.ids[-1] in self.eos else row.ids
-        text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        if not final and text.endswith("\ufffd"):
-            return ""
-        delta = text[len(row.text) :] if text.startswith(row.text) else text[len(row.text) :]
+        text, stopped = cut_at_stop(self.tokenizer.decode(ids, skip_special_tokens=True), row.job.stop)
+        if not (final or stopped):
+            if text.endswith("\ufffd"):
+                return "", False
+            text = text[: len(text) - stop_prefix_length(text, row.job.stop)]
+        delta = text[len(row.text) :]
         row.text = text
-        return delta
+        return delta, stopped
 
     def _entry(self, token: int, logprob: float) -> dict[str, Any]:
         known = self._token_text.get(token)
@@ -669,6 +683,23 @@ class ModelEngine(Engine):
                 except ValueError:
                     pass
         return list(self.tokenizer.decode([token]).encode("utf-8", "replace"))
+
+
+def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
+    """Return ``text`` up to the first occurrence of any stop string, and whether one occurred."""
+    hits = [at for at in (text.find(s) for s in stop) if at >= 0]
+    return (text[: min(hits)], True) if hits else (text, False)
+
+
+def stop_prefix_length(text: str, stop: Sequence[str]) -> int:
+    """Return the length of the longest end of ``text`` that begins some stop string (held back when streaming)."""
+    longest = 0
+    for s in stop:
+        for k in range(min(len(s) - 1, len(text)), longest, -1):
+            if text.endswith(s[:k]):
+                longest = k
+                break
+    return longest
 
 
 def _byte_table() -> dict[str, int]:

@@ -20,6 +20,10 @@ MAX_N = 16
 """Most choices one request may ask for."""
 MAX_TOP_LOGPROBS = 20
 """Most alternatives per token, as in OpenAI's API."""
+MAX_STOP = 4
+"""Most stop strings, as in OpenAI's API."""
+MAX_STOP_CHARS = 256
+"""Longest stop string."""
 SEED_RANGE = (-(2**63), 2**64 - 1)
 """Seeds a request may send (what ``torch.Generator.manual_seed`` takes)."""
 
@@ -36,7 +40,6 @@ IGNORED_FIELDS = frozenset(
 )
 """Fields accepted and ignored: they change nothing in what the model writes."""
 _DEFAULT_ONLY = {  # fields this server cannot honour: accepted only at their no-op value
-    "stop": (None, [], ""),
     "frequency_penalty": (None, 0, 0.0),
     "presence_penalty": (None, 0, 0.0),
     "logit_bias": (None, {}),
@@ -46,7 +49,7 @@ _DEFAULT_ONLY = {  # fields this server cannot honour: accepted only at their no
 _FIELDS = frozenset(
     {
         "model", "messages", "temperature", "top_p", "max_tokens", "max_completion_tokens", "min_tokens",
-        "seed", "n", "stream", "stream_options", "logprobs", "top_logprobs", "tools", "tool_choice",
+        "seed", "n", "stream", "stream_options", "logprobs", "top_logprobs", "tools", "tool_choice", "stop",
     }
 ) | IGNORED_FIELDS | frozenset(_DEFAULT_ONLY)  # fmt: skip
 
@@ -67,6 +70,7 @@ class ChatRequest:
     seed: int | None = None
     top_logprobs: int | None = None
     tools: list[dict[str, Any]] | None = None
+    stop: tuple[str, ...] = ()
     stream: bool = False
     include_usage: bool = False
 
@@ -150,7 +154,25 @@ def parse_request(body: Any, *, name: str, token_level: bool = True) -> ChatRequ
     elif body.get("top_logprobs") is not None:
         raise RequestError("'top_logprobs' needs logprobs=true.", param="top_logprobs")
     request.tools = _tools(body.get("tools"), body.get("tool_choice"))
+    request.stop = _stop(body.get("stop"))
     return request
+
+
+def _stop(stop: Any) -> tuple[str, ...]:
+    strings = [stop] if isinstance(stop, str) else stop
+    if stop is None or strings == [""]:
+        return ()
+    if (
+        not isinstance(strings, list)
+        or len(strings) > MAX_STOP
+        or not all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in strings)
+    ):
+        raise RequestError(
+            f"'stop' must be a string or a list of at most {MAX_STOP} non-empty strings of at most "
+            f"{MAX_STOP_CHARS} characters, got {_short(stop)}.",
+            param="stop",
+        )
+    return tuple(strings)
 
 
 def _message(message: Any, index: int) -> dict[str, str]:
