@@ -17,6 +17,18 @@ from llm_zoo.spec import EnvSpec
 BUILTIN = sorted(llm_zoo.BUILTIN_ENVS)
 
 
+@pytest.fixture(autouse=True)
+def _registry_restored():
+    """Leave the registry as each test found it: the toy envs below must not leak into other tests."""
+    specs, lazy, read = dict(registry._specs), dict(registry._lazy), registry._entry_points_read
+    yield
+    registry._specs.clear()
+    registry._specs.update(specs)
+    registry._lazy.clear()
+    registry._lazy.update(lazy)
+    registry._entry_points_read = read
+
+
 def test_the_registry_lists_the_builtin_envs():
     assert set(BUILTIN) <= set(llm_zoo.registered())
     assert BUILTIN == ["agentic_judge_v0", "kuhn_poker_v0", "proposer_solver_v0", "user_sim_v0"]
