@@ -105,7 +105,11 @@ def _train(args: argparse.Namespace) -> int:
     if args.run_dir:
         overrides["run_dir"] = args.run_dir
     config = make_config(args.env, overrides)
-    if not config.run_dir:  # named here, so that it can be printed before the run starts
+    if args.resume:  # the run it continues: the one named, or the env's newest (refused when there is none)
+        from llm_zoo.trainers.checkpoint import resume_dir
+
+        config = dataclasses.replace(config, run_dir=str(resume_dir(config.env, config.run_dir)))
+    elif not config.run_dir:  # named here, so that it can be printed before the run starts
         config = dataclasses.replace(config, run_dir=f"runs/{config.env}-{time.strftime('%Y%m%d-%H%M%S')}")
     print(f"llm-zoo train {config.env}: run directory {config.run_dir}", file=sys.stderr, flush=True)
     result = train(config, resume=args.resume)
