@@ -17,7 +17,7 @@ with Workspace() as ws:
 
 | Boundary | How |
 |---|---|
-| Filesystem | a fresh read-only root: /usr, the /bin and /lib links, and the base interpreter's prefix bound read-only (its site-packages masked by an empty tmpfs), /etc/ld.so.cache, a new /proc, a minimal read-only /dev; /tmp and /dev/shm are capped tmpfs; the workspace is read-write at /workspace. Nothing else of the host: no /etc, /root, /home, the project, the virtualenv or other workspaces |
+| Filesystem | a fresh read-only root: /usr, the /bin and /lib links, and the base interpreter's prefix bound read-only (its site-packages masked by an empty tmpfs), /etc/ld.so.cache, a new /proc, a minimal read-only /dev; /tmp and /dev/shm are tmpfs capped in bytes (`Limits.tmp_mb`, default 64) and in inodes (`Limits.tmp_inodes`, default 16384); the workspace is read-write at /workspace. Nothing else of the host: no /etc, /root, /home, the project, the virtualenv or other workspaces |
 | Interpreter | the host's base interpreter (`sys.base_prefix`, not the virtualenv's) with `-S -s`; `modules=` binds chosen packages read-only under /sandbox/lib (`run_pytest` binds pytest's) |
 | Network | `--unshare-net`: a loopback of its own, nothing reachable |
 | Processes | `--unshare-pid --die-with-parent --new-session`; the runner waits for the sandbox's pid 1 to die, which takes every leftover (daemonised) process with it before the call returns |
@@ -25,7 +25,7 @@ with Workspace() as ws:
 | Identity | host is root: no user namespace; the program runs as a fresh unprivileged uid per workspace, with no capabilities and no_new_privs. Otherwise: a user namespace (`--unshare-user`) |
 | Environment | cleared, then PATH, HOME=/workspace, TMPDIR, LANG, PYTHONDONTWRITEBYTECODE=1, PYTHONPATH |
 | Limits | RLIMIT_CPU, RLIMIT_AS (`memory_mb`), RLIMIT_NPROC, RLIMIT_FSIZE, RLIMIT_NOFILE, set by a small wrapper inside just before exec (no `preexec_fn`, which is unsafe with threads); a wall-clock timeout; stdout and stderr read into bounded buffers, the run killed once one overflows |
-| Disk | RLIMIT_FSIZE per file; as root, each workspace is a tmpfs capped at `quota_mb` with an inode cap |
+| Disk | RLIMIT_FSIZE per file (`Limits.file_mb`, default 16); /tmp and /dev/shm: see Filesystem (the inode cap where `sandbox_info().tmpfs_inodes`: the wrapper mounts them itself before it drops privileges; else bwrap's `--size` alone); as root, each workspace is a tmpfs capped at `Workspace(quota_mb=64, quota_inodes=16384)` |
 
 A fork bomb is contained by RLIMIT_NPROC, which the kernel counts per real uid and never enforces
 for root; hence the per-workspace uid (a user namespace would map the program back to root, where
@@ -39,7 +39,8 @@ issued once, and daemonised children may outlive the run. bwrap is probed once p
 Limitations: memory is capped per process, so a run may use up to `Limits.processes` x
 `memory_mb` (a memory cgroup would cap the total); the sandboxed uid may still create user
 namespaces of its own (bwrap's `--disable-userns` needs a user namespace, which as root would
-disable RLIMIT_NPROC); without root there is no workspace quota, only the per-file limit; and a
+disable RLIMIT_NPROC); without root there is no workspace quota, only the per-file limit (and
+/tmp gets its inode cap only where the probe's capped mount works); and a
 program that exits with status 128+N reads as killed by signal N.
 """
 
@@ -49,12 +50,14 @@ from ._bwrap import SandboxInfo, SandboxUnavailable, reset_probe, sandbox_info
 from .pool import SandboxPool, run_many
 from .runner import PYTEST_MODULES, Limits, SandboxResult, run_command, run_pytest, run_python, runs_started
 from .workspace import Workspace
+from .session import SandboxProcess, open_session
 
 __all__ = [
     "PYTEST_MODULES",
     "Limits",
     "SandboxInfo",
     "SandboxPool",
+    "SandboxProcess",
     "SandboxResult",
     "SandboxUnavailable",
     "Workspace",
@@ -62,6 +65,7 @@ __all__ = [
     "run_command",
     "run_many",
     "run_pytest",
+    "open_session",
     "run_python",
     "runs_started",
     "sandbox_info",

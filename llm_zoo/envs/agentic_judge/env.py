@@ -111,7 +111,7 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
         default_verdict: Verdict applied when the judge gives none after its retries.
         abstain_score: The solver's score for an ABSTAIN verdict.
         python_timeout_s: Wall-clock limit of each ``run_python`` call.
-        tests_timeout_s: Wall-clock limit of each test run (each test also has 2 s).
+        tests_timeout_s: Wall-clock limit of each test run (each test also has `grading.PER_TEST_S`, 4 s).
         allow_unsandboxed: Run code without bubblewrap where it is missing (unsafe; warned). Without
             it, making the env on such a host raises :class:`llm_zoo.sandbox.SandboxUnavailable`.
         **kwargs: The base options of :class:`llm_zoo.envs.core.TextEnv`; here ``max_reply_chars``

@@ -72,7 +72,7 @@ def test_counts_each_test_and_shows_both_sides_of_a_failed_comparison():
 @needs_sandbox
 @pytest.mark.parametrize(("solution", "problem"), [
     ("raise SystemExit(0)\n", "importing test_x.py failed: SystemExit"),
-    ("import os\nos._exit(0)\n", "stopped before it reported"),
+    ("import os\nos._exit(0)\n", "importing test_x.py failed: SolutionProcessEnded"),
     ("def f(x)\n", "importing test_x.py failed: SyntaxError"),
 ])
 def test_a_solution_that_dies_fails_every_test(solution, problem):
