@@ -398,8 +398,9 @@ def _serve() -> None:
             request = json.loads(line)
             op, used = request["op"], []
             if op == "import":
-                workspace = request["path"].rstrip("/") + "/"
-                sys.path.append(request["path"])  # last: the standard library can never be shadowed
+                path = os.path.abspath(request["path"])
+                workspace = path.rstrip("/") + "/"
+                sys.path.append(path)  # last: the standard library can never be shadowed
                 __import__(request["module"])
                 result = sys.modules[request["module"]]
             else:
