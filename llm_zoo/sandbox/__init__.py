@@ -6,19 +6,25 @@ that breaks a limit comes back as a `SandboxResult` whose `reason` names the lim
 mistakes and a missing sandbox raise.
 
 ```python
-from llm_zoo.sandbox import Workspace, run_python, run_pytest
+from llm_zoo.sandbox import Workspace, open_session, run_python
 
 with Workspace() as ws:
     ws.write_file("solution.py", reply_code)
-    ws.write_file("test_solution.py", hidden_tests)
-    verdict = run_pytest(ws, ["-q"], timeout_s=20)   # verdict.ok, verdict.stdout
-    probe = run_python("import solution; print(solution.f(3))", workspace=ws)
+    probe = run_python("import solution; print(solution.f(3))", workspace=ws)   # probe.stdout
+    session, process = open_session(ws)   # ground truth: the comparison happens here, not in there
+    with process:
+        f = session.import_module("solution", ".").f
+        correct = f(3) == 4               # f(3) came back as plain data (an int, or a refusal)
 ```
+
+Never write expected values (hidden tests) into a workspace whose code runs: the program can read
+them, or forge whatever report reads them. `run_pytest` is for tests that are not secret.
 
 | Boundary | How |
 |---|---|
 | Filesystem | a fresh read-only root: /usr, the /bin and /lib links, and the base interpreter's prefix bound read-only (its site-packages masked by an empty tmpfs), /etc/ld.so.cache, a new /proc, a minimal read-only /dev; /tmp and /dev/shm are tmpfs capped in bytes (`Limits.tmp_mb`, default 64) and in inodes (`Limits.tmp_inodes`, default 16384); the workspace is read-write at /workspace. Nothing else of the host: no /etc, /root, /home, the project, the virtualenv or other workspaces |
-| Interpreter | the host's base interpreter (`sys.base_prefix`, not the virtualenv's) with `-S -s`; `modules=` binds chosen packages read-only under /sandbox/lib (`run_pytest` binds pytest's) |
+| Interpreter | the host's base interpreter (`sys.base_prefix`, not the virtualenv's) with `-S -s`; PYTHONPATH puts the standard library *before* the workspace, so a planted `encodings/` or `json.py` shadows nothing, and PYTHONPYCACHEPREFIX points at a missing directory, so a planted `.pyc` never runs; `modules=` binds chosen packages read-only under /sandbox/lib (`run_pytest` binds pytest's); `llm_zoo.sandbox.plain` is bound at /sandbox/plain.py |
+| Servers | `open_session(workspace)` keeps a process up (`python -I -S -B`, the workspace last on `sys.path`) that imports code from the workspace and answers calls with plain data only (`plain`: exact builtin types, capped; any other object stays behind as an uncomparable handle); the caller compares the values in its own process |
 | Network | `--unshare-net`: a loopback of its own, nothing reachable |
 | Processes | `--unshare-pid --die-with-parent --new-session`; the runner waits for the sandbox's pid 1 to die, which takes every leftover (daemonised) process with it before the call returns |
 | Other namespaces | `--unshare-ipc`, `--unshare-uts` (hostname "sandbox"), `--unshare-cgroup-try`, each kept only if bwrap accepts it (see `sandbox_info()`) |

@@ -84,8 +84,11 @@ class SolutionExit(Exception):
     """The built-in class it was (``SystemExit``, ``KeyboardInterrupt``, ...)."""
 
 
-class SessionDead(RuntimeError):
-    """The server is gone or stopped answering: it exited, was killed, timed out, or broke the protocol."""
+class SessionDead(BaseException):
+    """The server is gone or stopped answering: it exited, was killed, timed out, or broke the protocol.
+
+    A ``BaseException``, so that code calling the server with ``except Exception`` cannot swallow it.
+    """
 
     def __init__(self, message: str, reason: str = "ended") -> None:
         super().__init__(message)

@@ -24,7 +24,9 @@ from .workspace import Workspace
 
 SERVER = plain.LOADER + "plain._serve()\n"
 """The program the sandbox runs: load `plain` from beside it and serve."""
-SERVER_FLAGS = ("-I", "-S", "-B")
+SERVER_FLAGS = ("-I", "-S", "-B", "-X", "pycache_prefix=/sandbox/no-pycache")
+"""Isolated mode, no site, no bytecode written, and none read from the workspace's __pycache__ (the
+prefix does not exist), so a planted .pyc cannot run in place of the source the judge reads."""
 
 
 class SandboxProcess:

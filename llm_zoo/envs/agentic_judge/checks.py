@@ -90,7 +90,7 @@ def run_examples(start, examples, any_order, per_example_s=1.0):
                 stop()
                 try:
                     session, module, stop = start()
-                except Exception as exc:
+                except (Exception, SessionDead) as exc:
                     lines.append("BAD %d: the solution no longer imports: %s" % (i, _show(str(exc))))
                     continue
                 names.module = module
@@ -116,9 +116,12 @@ def run_examples(start, examples, any_order, per_example_s=1.0):
             elif expected is None:
                 ok, note = True, ""
             else:
-                want = eval(expected, {"__builtins__": safe}, dict(names))
-                ok = _same(_norm(got, any_order), _norm(want, any_order))
-                note = "got %s, expected %s" % (_show(got), _show(want))
+                try:
+                    want = eval(expected, {"__builtins__": safe}, dict(names))
+                    ok = _same(_norm(got, any_order), _norm(want, any_order))
+                    note = "got %s, expected %s" % (_show(got), _show(want))
+                except Exception as exc:  # an expected value that does not evaluate, or values that do not sort
+                    ok, note = False, "could not compare: %s" % type(exc).__name__
             passed += ok
             lines.append("OK %d" % i if ok else "BAD %d: %s" % (i, note))
     finally:

@@ -65,6 +65,8 @@ HIDDEN_FILE = "test_hidden.py"
 LIMITS = Limits(processes=16, file_mb=4, output_bytes=256 * 1024, tmp_mb=16)
 """Limits of every run of solver code (beside its timeout and memory)."""
 MEMORY_MB = 512
+_WHERE = re.compile(r"^[\w./-]{1,120} line \d{1,7}$")
+"""What a "raised in" location may look like in a report; anything else is shown as a repr."""
 PER_TEST_S = 4.0
 """Time limit of each of the env's own tests (it covers the values' trips to the solution's process and back)."""
 
@@ -245,20 +247,26 @@ class TestReport:
         """
         lines = [f"{self.file}: {self.passed} of {self.total} tests passed"]
         if self.problem:
-            lines.append(f"  problem: {self.problem}")
+            lines.append(f"  problem: {_one_line(self.problem)}")
         for r in self.results:
             if r.ok:
-                lines.append(f"PASS {r.name}")
+                lines.append(f"PASS {_one_line(r.name)}")
                 continue
-            lines.append(f"FAIL {r.name}" + (f" (line {r.line}): {r.source}" if r.line else ""))
-            lines.append(f"  {r.error}" + (f": {r.message!r}" if r.message else "")
-                         + (f" (raised in {r.where})" if r.where else ""))
+            lines.append(f"FAIL {_one_line(r.name)}" + (f" (line {r.line}): {_one_line(r.source)}" if r.line else ""))
+            error = r.error if re.fullmatch(r"\w{1,80}", r.error) else repr(r.error[:80])
+            where = r.where if r.where is None or _WHERE.match(r.where) else repr(r.where[:120])
+            lines.append(f"  {error}" + (f": {r.message!r}" if r.message else "") + (f" (raised in {where})" if where else ""))
             if r.left is not None:
-                lines.append(f"  left: {r.left}")
-                lines.append(f"  right: {r.right}")
+                lines.append(f"  left: {_one_line(r.left)}")
+                lines.append(f"  right: {_one_line(r.right or '')}")
             if r.stdout:
-                lines.append(f"  stdout: {r.stdout}")
+                lines.append(f"  stdout: {_one_line(r.stdout)}")
         return "\n".join(lines)
+
+
+def _one_line(text: str) -> str:
+    """``text`` as it is when it is one printable line, else its repr (so it can never start a line of its own)."""
+    return text if text.isprintable() else repr(text)
 
 
 def test_names(source: str) -> list[str]:
@@ -449,7 +457,7 @@ def _run_file(workspace: Workspace, name: str, source: str, per_test_s: float, d
                     namespace = _namespace(name, solution, sides, printed)
                     try:
                         exec(code, namespace)
-                    except Exception as exc:  # the module does not import: every test left fails with it
+                    except (Exception, plain.SessionDead) as exc:  # it does not import: every test left fails
                         if isinstance(exc, plain.SessionDead):
                             record = TestResult(test, False, "Timeout" if exc.reason == "timeout" else
                                                 "SolutionProcessEnded", str(exc))
@@ -478,9 +486,6 @@ def _run_file(workspace: Workspace, name: str, source: str, per_test_s: float, d
     finally:
         solution.stop()
     return TestReport(name, tuple(results))
-
-
-_WHERE = re.compile(r"^[\w./-]{1,120} line \d{1,7}$")
 
 
 def _failure(test: str, exc: BaseException, name: str, lines: Sequence[str], sides: _Sides,
@@ -592,7 +597,8 @@ def _checker_main():
         return
 
     def start():
-        proc = subprocess.Popen([sys.executable, "-I", "-S", "-B", os.path.abspath(__file__), "--serve"],
+        proc = subprocess.Popen([sys.executable, "-I", "-S", "-B", "-X", "pycache_prefix=/sandbox/no-pycache",
+                                 os.path.abspath(__file__), "--serve"],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                 close_fds=True)
         session = plain.Session(*plain.pipe_transport(proc))

@@ -43,6 +43,7 @@ CLASSES = {
     "inode exhaustion": "inode_exhaustion",
     "injected note and files": "injected_note_and_files",
     "a lookup table of the shown cases": "lookup_table_of_shown_cases",
+    "a planted .pyc that runs instead of the source": "planted_pyc_runs_instead_of_source",
 }
 
 
