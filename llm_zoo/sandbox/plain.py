@@ -338,6 +338,27 @@ def _apply(target, new) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+def _source_only(root: str) -> None:
+    """Import modules under ``root`` from their ``.py`` source only: never a .pyc, .so or sourceless file there.
+
+    A planted ``__pycache__/solution.cpython-311.pyc`` whose header matches the source would
+    otherwise run in place of the source that a judge reads.
+    """
+    import importlib.machinery as machinery
+
+    class SourceOnly(machinery.SourceFileLoader):
+        def get_code(self, fullname):
+            return compile(self.get_data(self.get_filename(fullname)), self.path, "exec", dont_inherit=True)
+
+    def hook(path):
+        if path == root or path.startswith(root.rstrip("/") + "/"):
+            return machinery.FileFinder(path, (SourceOnly, [".py"]))
+        raise ImportError("not under " + root)
+
+    sys.path_hooks.insert(0, hook)
+    sys.path_importer_cache.clear()
+
+
 def _serve() -> None:
     """Answer requests on fds 0 and 1 (taken private first) until end of input; see the module docstring."""
     channel_in = os.fdopen(os.dup(0), "rb")
@@ -385,7 +406,7 @@ def _serve() -> None:
         tb, where = exc.__traceback__, None
         while tb is not None:
             if tb.tb_frame.f_code.co_filename.startswith(workspace):
-                where = "%s line %d" % (os.path.relpath(tb.tb_frame.f_code.co_filename, workspace), tb.tb_lineno)
+                where = f"{os.path.relpath(tb.tb_frame.f_code.co_filename, workspace)} line {tb.tb_lineno}"
             tb = tb.tb_next
         return {"raised": name, "builtin": builtin, "type": clip(_type_name(exc), 80), "message": message,
                 "where": where}
@@ -403,6 +424,7 @@ def _serve() -> None:
             if op == "import":
                 path = os.path.abspath(request["path"])
                 workspace = path.rstrip("/") + "/"
+                _source_only(path)
                 sys.path.append(path)  # last: the standard library can never be shadowed
                 __import__(request["module"])
                 result = sys.modules[request["module"]]
@@ -424,7 +446,7 @@ def _serve() -> None:
                 elif op == "getitem":
                     result = target[decode(request["key"], resolve=resolve)]
                 else:
-                    raise ValueError("unknown op %r" % (op,))
+                    raise ValueError(f"unknown op {op!r}")
             updates, changed = [], []
             for m in used:
                 value, snapshot, _ = mirrors[m]
@@ -447,7 +469,7 @@ def _serve() -> None:
         try:
             data = json.dumps(answer)
         except BaseException as exc:
-            data = json.dumps({"raised": "ValueError", "message": clip("the answer is not plain data: %s" % exc),
+            data = json.dumps({"raised": "ValueError", "message": clip(f"the answer is not plain data: {exc}"),
                                "id": answer["id"]})
         channel_out.write(data.encode("utf-8", "surrogatepass") + b"\n")
         channel_out.flush()
@@ -490,7 +512,9 @@ class RemoteObject:
 
     def _not_a_value(self, *_args):
         raise TypeError(f"the solution gave an object of type {self._type!r} where a value was needed; results "
-                        "are compared as plain data (None, bool, int, float, str, bytes, list, tuple, dict, set)")
+                        "are compared as plain data of exact built-in types (None, bool, int, float, str, bytes, "
+                        "list, tuple, dict, set): convert subclasses such as Counter or a namedtuple with dict(...) "
+                        "or tuple(...)")
 
     __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __hash__ = __bool__ = _not_a_value
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __mod__ = __truediv__ = _not_a_value

@@ -475,7 +475,6 @@ def _environment(home: str, tmp: str, bin_dir: str, lib_dir: str | None) -> dict
         "LANG": "C.UTF-8",
         "PYTHONIOENCODING": "utf-8",
         "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONPYCACHEPREFIX": "/sandbox/no-pycache",  # absent: no .pyc the program planted is ever read
         "PYTHONNOUSERSITE": "1",
         "PYTHONPATH": path,
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",

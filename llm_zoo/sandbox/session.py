@@ -5,7 +5,8 @@
 runs as `python -I -S -B` from `/sandbox/main.py`, outside the workspace: no script directory, cwd,
 site-packages, .pth files or PYTHON* variables on its path, no bytecode written, and the workspace
 appended *last* to `sys.path` only once the server's own imports are done, so a file in the
-workspace named like a standard-library module (`json.py`, `os.py`) shadows nothing. The server
+workspace named like a standard-library module (`json.py`, `os.py`) shadows nothing, and modules
+there are read from their `.py` source only (a planted `.pyc` never runs in its place). The server
 speaks on private copies of fds 0 and 1 and points 0 and 1 at /dev/null before it imports the
 code under test, so what that code prints never reaches the channel.
 """
@@ -24,9 +25,8 @@ from .workspace import Workspace
 
 SERVER = plain.LOADER + "plain._serve()\n"
 """The program the sandbox runs: load `plain` from beside it and serve."""
-SERVER_FLAGS = ("-I", "-S", "-B", "-X", "pycache_prefix=/sandbox/no-pycache")
-"""Isolated mode, no site, no bytecode written, and none read from the workspace's __pycache__ (the
-prefix does not exist), so a planted .pyc cannot run in place of the source the judge reads."""
+SERVER_FLAGS = ("-I", "-S", "-B")
+"""Isolated mode, no site, no bytecode written (the server reads the workspace's modules from source only)."""
 
 
 class SandboxProcess:
@@ -120,7 +120,7 @@ class SandboxProcess:
             code = None
         if code is not None and 128 < code <= 128 + 64:
             code = 128 - code  # bwrap reports a child killed by signal N as 128 + N
-        how = "was killed by signal %d" % -code if code is not None and code < 0 else f"exited with status {code}"
+        how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with status {code}"
         tail = self.stderr.strip().splitlines()[-1:]
         return f"the solution's process {how}" + (f": {tail[0][:200]!r}" if tail else "")
 

@@ -82,7 +82,7 @@ def run_examples(start, examples, any_order, per_example_s=1.0):
     except SessionDead as exc:
         return ["IMPORT-ERROR SolutionProcessEnded: " + _show(str(exc))]
     except Exception as exc:
-        return ["IMPORT-ERROR %s: %s" % (type(exc).__name__, _show(str(exc)))]
+        return [f"IMPORT-ERROR {type(exc).__name__}: {_show(str(exc))}"]
     names = _Names(module)
     try:
         for i, (source, expected, raises) in enumerate(examples, 1):
@@ -91,24 +91,24 @@ def run_examples(start, examples, any_order, per_example_s=1.0):
                 try:
                     session, module, stop = start()
                 except (Exception, SessionDead) as exc:
-                    lines.append("BAD %d: the solution no longer imports: %s" % (i, _show(str(exc))))
+                    lines.append(f"BAD {i}: the solution no longer imports: {_show(str(exc))}")
                     continue
                 names.module = module
             session.deadline = time.monotonic() + per_example_s
             got = error = None
             try:
                 if expected is None and raises is None:
-                    exec(compile(source, "<example %d>" % i, "exec"), {"__builtins__": safe}, names)
+                    exec(compile(source, f"<example {i}>", "exec"), {"__builtins__": safe}, names)
                 else:
-                    got = eval(compile(source, "<example %d>" % i, "eval"), {"__builtins__": safe}, names)
+                    got = eval(compile(source, f"<example {i}>", "eval"), {"__builtins__": safe}, names)
             except SessionDead as exc:
                 error = "Timeout" if exc.reason == "timeout" else "SolutionProcessEnded"
             except Exception as exc:
                 error = exc
             if raises is not None:
                 ok = isinstance(error, BaseException) and any(c.__name__ == raises for c in type(error).__mro__)
-                note = "expected %s, got %s" % (raises, "no exception" if error is None else
-                                                error if isinstance(error, str) else type(error).__name__)
+                got_text = "no exception" if error is None else error if isinstance(error, str) else type(error).__name__
+                note = f"expected {raises}, got {got_text}"
             elif error is not None:
                 ok = False
                 note = "raised " + (error if isinstance(error, str)
@@ -119,12 +119,12 @@ def run_examples(start, examples, any_order, per_example_s=1.0):
                 try:
                     want = eval(expected, {"__builtins__": safe}, dict(names))
                     ok = _same(_norm(got, any_order), _norm(want, any_order))
-                    note = "got %s, expected %s" % (_show(got), _show(want))
+                    note = f"got {_show(got)}, expected {_show(want)}"
                 except Exception as exc:  # an expected value that does not evaluate, or values that do not sort
-                    ok, note = False, "could not compare: %s" % type(exc).__name__
+                    ok, note = False, f"could not compare: {type(exc).__name__}"
             passed += ok
-            lines.append("OK %d" % i if ok else "BAD %d: %s" % (i, note))
+            lines.append(f"OK {i}" if ok else f"BAD {i}: {note}")
     finally:
         stop()
-    lines.append("EXAMPLES %d/%d" % (passed, len(examples)))
+    lines.append(f"EXAMPLES {passed}/{len(examples)}")
     return lines

@@ -37,10 +37,10 @@ import secrets
 import threading
 import time
 import traceback
-from pathlib import Path
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from llm_zoo.envs.agentic_judge import checks
@@ -597,8 +597,7 @@ def _checker_main():
         return
 
     def start():
-        proc = subprocess.Popen([sys.executable, "-I", "-S", "-B", "-X", "pycache_prefix=/sandbox/no-pycache",
-                                 os.path.abspath(__file__), "--serve"],
+        proc = subprocess.Popen([sys.executable, "-I", "-S", "-B", os.path.abspath(__file__), "--serve"],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                 close_fds=True)
         session = plain.Session(*plain.pipe_transport(proc))
