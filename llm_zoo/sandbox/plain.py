@@ -366,6 +366,7 @@ def _serve() -> None:
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1):  # what the code under test prints or reads never touches the channel
         os.dup2(null, fd)
+    sys.setrecursionlimit(3000)  # as deep as a test module's own run allowed
     exceptions = {name: obj for name, obj in vars(builtins).items()
                   if isinstance(obj, type) and issubclass(obj, BaseException)}
     real_type, real_id, real_isinstance = type, id, isinstance
@@ -624,7 +625,7 @@ class Session:
             answer = json.loads(raw)
             if type(answer) is not dict or answer.get("id") != ident:
                 raise ValueError("an answer out of turn")
-        except ValueError as exc:
+        except (ValueError, RecursionError, MemoryError) as exc:
             self.dead = SessionDead(f"the solution's process broke the protocol ({exc})", "protocol")
             raise self.dead from None
         if type(answer.get("stdout")) is str:
@@ -632,7 +633,10 @@ class Session:
         if "raised" in answer:
             raise _exception(answer)
         self._changed = {}
-        for mirror, data in answer.get("updates") or ():
+        updates = answer.get("updates") if type(answer.get("updates")) is list else []
+        for mirror, data in (u for u in updates if type(u) is list and len(u) == 2):
+            if mirror not in fields.get("mirrors", ()):
+                continue  # only an argument of this very call can have changed
             entry = next((e for e in self._mirrors.values() if e[3] == mirror), None)
             if entry is not None:
                 new = decode(data, resolve=self._resolve)

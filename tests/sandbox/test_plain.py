@@ -197,3 +197,30 @@ def test_a_process_that_exits_is_a_dead_session_not_a_value():
             with pytest.raises(plain.SessionDead, match="exited with status 0") as dead:
                 module.die()
             assert dead.value.reason == "ended"
+
+
+def scripted_server(*answers: bytes) -> plain.Session:
+    """A client whose 'server' sends these raw answer lines, whatever was asked (a hostile process)."""
+    queue = list(answers)
+    return plain.Session(lambda line: None, lambda deadline: queue.pop(0))
+
+
+def test_a_hostile_server_cannot_crash_or_fool_the_client():
+    deep = b'{"id": 1, "value": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    for raw in (deep, b'{"id": 7, "value": 1}', b"not json", b'[1, 2]', b'{"id": 1, "value": {"zz": 1}}'):
+        session = scripted_server(raw)
+        with pytest.raises((plain.SessionDead, plain.NotPlain)):
+            session.request("getattr", obj=0, name="f")
+    session = scripted_server(b'{"id": 1, "raised": "SystemExit", "message": "0"}')
+    with pytest.raises(Exception) as raised:  # never a SystemExit in this process
+        session.request("getattr", obj=0, name="f")
+    assert type(raised.value) is Exception
+
+
+def test_only_the_arguments_of_the_call_can_be_written_back():
+    kept, passed = [1, 2], [3]
+    session = scripted_server(b'{"id": 2, "value": null, "updates": []}',
+                              b'{"id": 4, "value": null, "updates": [[1, [9]], [3, [8]]]}')
+    session.call(0, (kept,), {})    # mirrored as 1
+    session.call(0, (passed,), {})  # mirrored as 3: only it may change
+    assert kept == [1, 2] and passed == [8]
