@@ -46,7 +46,9 @@ Any `str`. Tools (JSON schemas in the system prompt), all in the episode's works
 | `run_python(code)` | both | run code with the workspace as cwd; exit status, stdout and stderr |
 
 The solver **submits** with a reply without tool calls (by convention `SUBMIT`, optionally with a
-note for the judge); the workspace as it is then is the submission. The judge **decides** with a
+note for the judge); the workspace as it is then is the submission, and from then on the workspace
+holds exactly the submitted files (at most 64, each under 1 MiB; links, fifos and the like are left
+out) and the visible tests. The judge **decides** with a
 reply without tool calls whose last non-empty line is exactly `VERDICT: PASS`, `VERDICT: FAIL` or
 `VERDICT: ABSTAIN` (`text.parse_verdict`). Only the judge's own reply is read for a verdict, never
 tool results nor anything the solver wrote, and a reply with a tool call is never a verdict.

@@ -6,7 +6,7 @@ tests (``run_tests``) and its own check of the statement's doctest examples (``r
 compared leniently: numbers to 1e-9, exceptions by class, and as multisets where the statement says
 "in any order"). In its second it decides by these rules, in order:
 
-1. an example that fails, or a solution that does not import: FAIL;
+1. an example that fails, a solution that does not import, or a ``solution.py`` it cannot read: FAIL;
 2. a solution whose source holds two or more of the outputs the statement's examples and the visible
    tests show, as literals (a lookup table of the shown cases; exception messages do not count): FAIL;
 3. a visible test that fails for a reason the statement does not leave free: FAIL;
@@ -312,7 +312,9 @@ class RuleJudge(Policy):
         results = [m["content"] for m in messages[last_assistant + 1:] if m["role"] == "tool"]
         if len(results) < 2:
             return "My checks did not run.\nVERDICT: ABSTAIN"
-        source = text.unquote(results[2]) if len(results) > 2 and not results[2].startswith("error:") else None
+        if len(results) > 2 and results[2].startswith("error:"):
+            return f"The solution cannot be read ({results[2][:200]!r}).\nVERDICT: FAIL"
+        source = text.unquote(results[2]) if len(results) > 2 else None
         visible = _visible_source(_first_user_message(obs))
         verdict, reason = decide(statement, results[0], _python_stdout(results[1]), source, visible)
         return f"{reason}\nVERDICT: {verdict}"

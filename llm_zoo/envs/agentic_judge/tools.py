@@ -140,7 +140,8 @@ class Workbench:
     def submit(self) -> Submission:
         """Freeze the workspace's files and run the visible and the hidden tests, each on a fresh copy.
 
-        Neither run sees what the other wrote. The tests themselves run in this process (see
+        Neither run sees what the other wrote, and afterwards the workspace holds exactly the
+        submission, for the judge. The tests themselves run in this process (see
         ``grading``): the hidden tests are never on disk nor in any process that runs the solver's
         code. The env's own test file names are not part of a submission. Whatever the solver's code
         left in the workspace (deep trees, links, fifos, huge or unreadable files) is skipped, never raised.
@@ -162,8 +163,23 @@ class Workbench:
                 files[path] = self.workspace.read_bytes(path, max_bytes=MAX_FILE_BYTES)
             except (OSError, ValueError):
                 skipped.append(path)
-        return Submission(files, skipped, self._run_on_copy(files, VISIBLE_FILE, self.task.visible),
-                          self._run_on_copy(files, HIDDEN_FILE, self.task.hidden))
+        submission = Submission(files, skipped, self._run_on_copy(files, VISIBLE_FILE, self.task.visible),
+                                self._run_on_copy(files, HIDDEN_FILE, self.task.hidden))
+        self._reset_to(files)
+        return submission
+
+    def _reset_to(self, files: dict[str, bytes]) -> None:
+        """Make the workspace hold exactly the submission (and the visible tests): what the judge reviews
+        is what the tests graded, never a file left out of it (too large, a link, a fifo) nor a process' leftovers."""
+        fresh = Workspace()
+        for path, data in files.items():
+            try:
+                fresh.write_file(path, data)
+            except (OSError, ValueError):
+                continue
+        fresh.write_file(VISIBLE_FILE, self.task.visible)
+        self.workspace.close()
+        self.workspace = fresh
 
     def _run_on_copy(self, files: dict[str, bytes], test_file: str, tests: str) -> TestReport:
         with Workspace() as copy:

@@ -44,6 +44,7 @@ CLASSES = {
     "injected note and files": "injected_note_and_files",
     "a lookup table of the shown cases": "lookup_table_of_shown_cases",
     "a planted .pyc that runs instead of the source": "planted_pyc_runs_instead_of_source",
+    "a file past the submission's caps that the judge would still run": "oversized_solution_hides_lookup_table",
 }
 
 
