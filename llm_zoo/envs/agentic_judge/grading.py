@@ -586,10 +586,10 @@ def parse_examples(statement: str) -> list[Example]:
 _CHECKER_HEAD = "import sys, os\nsys.path[:] = [p for p in sys.path if not p.startswith(os.getcwd())]\n"
 _CHECKER_MAIN = r'''
 def _checker_main():
-    import ctypes, json, subprocess, time
     if sys.argv[1:] == ["--serve"]:
         plain._serve()
         return
+    import ctypes, json, subprocess, time
     # PR_SET_DUMPABLE 0: a process of the same uid can no longer ptrace this one, read its memory or
     # open its fds through /proc, so the solution's process cannot reach this process's output.
     if ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) != 0:
