@@ -67,6 +67,7 @@ if tmp_inodes >= 0:
             sys.stderr.write("sandbox: cannot mount a capped tmpfs on %s: %s\\n"
                              % (where.decode(), os.strerror(ctypes.get_errno())))
             sys.exit(126)
+    libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT_CLEAR_ALL: no capability may ride along through exec
     del libc
 def cap(res, soft, hard):
     cur = resource.getrlimit(res)[1]  # only lowering is allowed: CAP_SYS_RESOURCE is dropped

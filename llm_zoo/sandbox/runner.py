@@ -61,7 +61,10 @@ _EXCEPTION_REASONS: tuple[tuple[str, str], ...] = (
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
-    """Resource limits of one run, beside its wall-clock `timeout_s` and its `memory_mb`."""
+    """Resource limits of one run, beside its wall-clock `timeout_s` and its `memory_mb`.
+
+    The workspace, which outlives a run, has its own caps: `Workspace(quota_mb=64, quota_inodes=16384)`.
+    """
 
     cpu_s: int | None = None
     """CPU seconds per process (RLIMIT_CPU; SIGXCPU, reason "cpu"). None: ceil(timeout_s) + 1, so the
