@@ -64,8 +64,9 @@ MAX_CHARS = 8_000_000
 """Most characters (str) and bytes (bytes) in one value, all strings together."""
 MAX_INT_BITS = 100_000
 """Largest int, in bits (about 30 000 decimal digits)."""
-MAX_FRAME_BYTES = 64 << 20
-"""Largest encoded request or answer."""
+MAX_FRAME_BYTES = 16 << 20
+"""Largest encoded request or answer (a million packed ints take 10.7 MB; parsing a frame costs the
+reader several times its size in memory, so this also bounds what a hostile answer costs the client)."""
 CLIP = 300
 """Characters kept of a message, a type name or captured output coming from untrusted code."""
 
