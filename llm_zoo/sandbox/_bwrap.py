@@ -26,6 +26,9 @@ WORKSPACE_DIR = "/workspace"
 SANDBOX_DIR = "/sandbox"
 """Read-only directory inside the sandbox holding the program (`main.py`), `bin/python` and `lib/`."""
 PROGRAM_PATH = f"{SANDBOX_DIR}/main.py"
+PLAIN_PATH = f"{SANDBOX_DIR}/plain.py"
+"""`llm_zoo.sandbox.plain`, bound read-only beside the program in every run (see `plain.LOADER`)."""
+PLAIN_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plain.py")
 LIB_DIR = f"{SANDBOX_DIR}/lib"
 BIN_DIR = f"{SANDBOX_DIR}/bin"
 
@@ -46,13 +49,26 @@ _OPTIONAL_NAMESPACES: tuple[tuple[str, ...], ...] = (
 )
 _REQUIRED_NAMESPACES: tuple[str, ...] = ("--unshare-net", "--unshare-pid")
 
-# Runs inside the sandbox as the command bwrap starts, before the program: sets the rlimits, drops
-# to the workspace's uid (which clears every capability), then execs the program. Written in the
-# interpreter the sandbox already has, so it needs nothing else installed.
-# argv: cpu_s as_bytes nproc fsize_bytes nofile uid cwd command...   (-1 = leave as is)
+# Runs inside the sandbox as the command bwrap starts, before the program: mounts /tmp and /dev/shm
+# as tmpfs capped in size and inodes (bwrap's own --size caps bytes only; tmpfs nr_inodes caps the
+# count of files, whose kernel memory no rlimit covers), sets the rlimits, drops to the workspace's
+# uid (which clears every capability, CAP_SYS_ADMIN for the mounts included), then execs the program.
+# Written in the interpreter the sandbox already has, so it needs nothing else installed.
+# argv: cpu_s as_bytes nproc fsize_bytes nofile uid tmp_bytes tmp_inodes cwd command...   (-1 = leave as is)
 WRAPPER = """\
 import os, resource, sys
-cpu, mem, nproc, fsize, nofile, uid = (int(v) for v in sys.argv[1:7])
+cpu, mem, nproc, fsize, nofile, uid, tmp_bytes, tmp_inodes = (int(v) for v in sys.argv[1:9])
+if tmp_inodes >= 0:
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    options = b"size=%d,nr_inodes=%d,mode=1777" % (tmp_bytes, tmp_inodes)
+    for where in (b"/tmp", b"/dev/shm"):
+        if libc.mount(b"tmpfs", where, b"tmpfs", 2 | 4, options) != 0:  # MS_NOSUID | MS_NODEV
+            sys.stderr.write("sandbox: cannot mount a capped tmpfs on %s: %s\\n"
+                             % (where.decode(), os.strerror(ctypes.get_errno())))
+            sys.exit(126)
+    libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT_CLEAR_ALL: no capability may ride along through exec
+    del libc
 def cap(res, soft, hard):
     cur = resource.getrlimit(res)[1]  # only lowering is allowed: CAP_SYS_RESOURCE is dropped
     if cur != resource.RLIM_INFINITY:
@@ -68,12 +84,12 @@ if uid >= 0:
     os.setgroups([])
     os.setgid(uid)
     os.setuid(uid)
-os.chdir(sys.argv[7])
-os.environ["PWD"] = sys.argv[7]
+os.chdir(sys.argv[9])
+os.environ["PWD"] = sys.argv[9]
 try:
-    os.execvp(sys.argv[8], sys.argv[8:])
+    os.execvp(sys.argv[10], sys.argv[10:])
 except OSError as e:
-    sys.stderr.write(f"sandbox: cannot run {sys.argv[8]!r}: {e}\\n")
+    sys.stderr.write(f"sandbox: cannot run {sys.argv[10]!r}: {e}\\n")
     sys.exit(127)
 """
 
@@ -154,6 +170,11 @@ class SandboxInfo:
     """True when bwrap also creates a user namespace (the case when the host is not root)."""
     tmpfs_size: bool = False
     """True when bwrap supports `--size` (0.7+), so /tmp and /dev/shm inside are capped."""
+    tmpfs_inodes: bool = False
+    """True when the wrapper may mount /tmp and /dev/shm itself, capped in size and in inodes
+    (`Limits.tmp_mb`, `Limits.tmp_inodes`): the per-workspace uid mode (it gets CAP_SYS_ADMIN until it
+    switches uid), or a user namespace entered by a non-root caller (the uid inside is not 0, so exec
+    drops the capability). Probed; otherwise only `--size` applies."""
 
 
 def bwrap_argv(
@@ -190,6 +211,8 @@ def bwrap_argv(
     if info.per_workspace_uid:
         # The wrapper needs these two to switch uid; switching then drops them as well.
         argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    if info.tmpfs_inodes:
+        argv += ["--cap-add", "CAP_SYS_ADMIN"]  # for the wrapper's capped tmpfs mounts, dropped at exec
     for path in runtime.ro_binds:
         argv += ["--ro-bind", path, path]
     for target, link in runtime.symlinks:
@@ -214,6 +237,7 @@ def bwrap_argv(
         argv += ["--symlink", runtime.python, f"{BIN_DIR}/{name}"]
     if program_fd is not None:
         argv += ["--perms", "0444", "--ro-bind-data", str(program_fd), PROGRAM_PATH]
+    argv += ["--ro-bind", PLAIN_SOURCE, PLAIN_PATH]
     for host_path, name in modules:
         argv += ["--ro-bind", host_path, f"{LIB_DIR}/{name}"]
     argv += ["--bind", workspace, WORKSPACE_DIR]
@@ -230,9 +254,10 @@ def _self_test(info: SandboxInfo, runtime: Runtime) -> str | None:
     with tempfile.TemporaryDirectory(prefix="llm_zoo_probe_") as workspace:
         if uid >= 0:
             os.chown(workspace, uid, uid)
-        expected = f"ok {uid if uid >= 0 else os.geteuid()}"
+        expected = f"ok {uid if uid >= 0 else os.geteuid()}" + (" 64 64" if info.tmpfs_inodes else "")
         read_fd, write_fd = os.pipe()
-        os.write(write_fd, b"import os\nprint('ok', os.getuid())\n")
+        probe = "import os\nprint('ok', os.getuid(), *([os.statvfs(p).f_files for p in ('/tmp', '/dev/shm')] if %r else []))\n"
+        os.write(write_fd, (probe % info.tmpfs_inodes).encode())
         os.close(write_fd)
         try:
             argv = bwrap_argv(
@@ -250,6 +275,7 @@ def _self_test(info: SandboxInfo, runtime: Runtime) -> str | None:
                     "-1",
                     "-1",
                     str(uid),
+                    *(["1048576", "64"] if info.tmpfs_inodes else ["-1", "-1"]),
                     WORKSPACE_DIR,
                     "python",
                     "-S",
@@ -297,6 +323,13 @@ def _probe(runtime: Runtime) -> SandboxInfo:
         info = _with(info, *kept)
         if len(kept) < len(_OPTIONAL_NAMESPACES) and _self_test(info, runtime) is not None:
             info = _with(info)
+        # Capped mounts of its own: only where exec then drops CAP_SYS_ADMIN (the uid inside is not 0).
+        if info.per_workspace_uid or (info.user_namespace and os.geteuid() != 0):
+            capped = dataclasses.replace(info, tmpfs_inodes=True)
+            if _self_test(capped, runtime) is None:
+                info = capped
+            else:
+                logger.warning("sandbox: /tmp and /dev/shm get no inode cap here (the capped tmpfs mount failed)")
         return info
     return SandboxInfo(
         False,

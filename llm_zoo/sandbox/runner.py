@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import logging
@@ -12,11 +13,12 @@ import selectors
 import shutil
 import signal
 import subprocess
+import sysconfig
 import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from . import _bwrap
 from ._bwrap import BIN_DIR, LIB_DIR, PROGRAM_PATH, WORKSPACE_DIR, SandboxUnavailable
@@ -59,7 +61,10 @@ _EXCEPTION_REASONS: tuple[tuple[str, str], ...] = (
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
-    """Resource limits of one run, beside its wall-clock `timeout_s` and its `memory_mb`."""
+    """Resource limits of one run, beside its wall-clock `timeout_s` and its `memory_mb`.
+
+    The workspace, which outlives a run, has its own caps: `Workspace(quota_mb=64, quota_inodes=16384)`.
+    """
 
     cpu_s: int | None = None
     """CPU seconds per process (RLIMIT_CPU; SIGXCPU, reason "cpu"). None: ceil(timeout_s) + 1, so the
@@ -75,6 +80,10 @@ class Limits:
     """Bytes kept of each of stdout and stderr; more stops the program (reason "output")."""
     tmp_mb: int = 64
     """Size of each of the private tmpfs at /tmp and /dev/shm, in MiB (reason "disk_full" when full)."""
+    tmp_inodes: int = 16384
+    """Files, directories and links that each of /tmp and /dev/shm may hold (tmpfs ``nr_inodes``; more
+    gets "No space left on device", reason "disk_full"). Their kernel memory lies outside `memory_mb`, so
+    this is what bounds it. Enforced where `sandbox_info().tmpfs_inodes` is True (see the package docs)."""
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -344,6 +353,24 @@ def _run(
 ) -> SandboxResult:
     _validate(timeout_s, memory_mb, workspace, stdin, limits)
     limits = limits or Limits()
+    stdin_bytes = stdin.encode() if isinstance(stdin, str) else stdin
+    with _launched(command, program, timeout_s, memory_mb, workspace, limits, modules, allow_unsandboxed) as launch:
+        argv, popen_env, child_fds, info_fd = launch
+        return _execute(argv, popen_env, child_fds, info_fd, stdin_bytes, timeout_s, limits.output_bytes)
+
+
+@contextlib.contextmanager
+def _launched(
+    command: list[str],
+    program: bytes | None,
+    timeout_s: float,
+    memory_mb: int,
+    workspace: Workspace | None,
+    limits: Limits,
+    modules: Sequence[str],
+    allow_unsandboxed: bool,
+) -> Iterator[tuple[list[str], dict[str, str], list[int], int | None]]:
+    """Lay out one run: yield (argv, environment, fds to pass, bwrap's info fd); clean up afterwards."""
     module_paths = _module_paths(modules)
     info, runtime = _bwrap.probe()
     if not info.available:
@@ -353,7 +380,6 @@ def _run(
     ws = workspace if workspace is not None else Workspace()
     if ws.closed:
         raise ValueError("the workspace is closed; create a new Workspace() for another episode")
-    stdin_bytes = stdin.encode() if isinstance(stdin, str) else stdin
     nproc = limits.processes
     uid = ws.uid if info.available and info.per_workspace_uid else None
     if uid is None:
@@ -375,6 +401,7 @@ def _run(
             info_fd, info_write = os.pipe()
             child_fds.append(info_write)
             env = _environment(WORKSPACE_DIR, "/tmp", BIN_DIR, LIB_DIR if module_paths else None)
+            tmp_caps = [limits.tmp_mb << 20, limits.tmp_inodes] if info.tmpfs_inodes else [-1, -1]
             argv = _bwrap.bwrap_argv(
                 info,
                 runtime,
@@ -383,7 +410,8 @@ def _run(
                 env=env,
                 program_fd=program_fd,
                 modules=module_paths,
-                wrapper_args=[*map(str, rlimits), str(-1 if uid is None else uid), WORKSPACE_DIR, *command],
+                wrapper_args=[*map(str, rlimits), str(-1 if uid is None else uid), *map(str, tmp_caps),
+                              WORKSPACE_DIR, *command],
                 info_fd=info_write,
             )
             popen_env: dict[str, str] = {}
@@ -401,10 +429,12 @@ def _run(
                 _bwrap.WRAPPER,
                 *map(str, rlimits),
                 "-1",
+                "-1",
+                "-1",
                 ws.path,
                 *command,
             ]
-        return _execute(argv, popen_env, child_fds, info_fd, stdin_bytes, timeout_s, limits.output_bytes)
+        yield argv, popen_env, child_fds, info_fd
     finally:
         for fd in child_fds:
             _close(fd)
@@ -416,6 +446,12 @@ def _run(
             ws.close()
 
 
+def _count_run() -> None:
+    global _runs_started
+    with _RUNS_LOCK:  # pool threads start runs concurrently
+        _runs_started += 1
+
+
 def _close(fd: int) -> None:
     try:
         os.close(fd)
@@ -423,7 +459,18 @@ def _close(fd: int) -> None:
         pass
 
 
+def _stdlib_path() -> list[str]:
+    """The base interpreter's standard-library directories, which go *before* the workspace on PYTHONPATH."""
+    stdlib = sysconfig.get_paths()["stdlib"]  # the base interpreter's, also inside a virtualenv
+    found = [stdlib, os.path.join(stdlib, "lib-dynload")]
+    return [p for p in dict.fromkeys(os.path.realpath(p) for p in found) if os.path.isdir(p)]
+
+
 def _environment(home: str, tmp: str, bin_dir: str, lib_dir: str | None) -> dict[str, str]:
+    # PYTHONPATH puts its entries before the standard library; with the workspace alone there, a file
+    # the program wrote (encodings/__init__.py, json.py) would run at the start of every later
+    # interpreter, before the caller's own program. The standard library comes first, then the workspace.
+    path = ":".join([*_stdlib_path(), home] + ([lib_dir] if lib_dir else []))
     return {
         "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
         "HOME": home,
@@ -432,7 +479,7 @@ def _environment(home: str, tmp: str, bin_dir: str, lib_dir: str | None) -> dict
         "PYTHONIOENCODING": "utf-8",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONNOUSERSITE": "1",
-        "PYTHONPATH": home if lib_dir is None else f"{home}:{lib_dir}",
+        "PYTHONPATH": path,
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
     }
 
@@ -450,6 +497,7 @@ def _unsandboxed_command(
     if program is not None:
         with open(f"{scratch}/main.py", "wb") as f:
             f.write(program)
+    shutil.copyfile(_bwrap.PLAIN_SOURCE, f"{scratch}/plain.py")
     return [f"{scratch}/main.py" if arg == PROGRAM_PATH else arg for arg in command]
 
 
@@ -514,9 +562,7 @@ def _execute(
         for fd in child_fds:
             _close(fd)
         child_fds.clear()
-    global _runs_started
-    with _RUNS_LOCK:  # pool threads start runs concurrently
-        _runs_started += 1
+    _count_run()
     assert proc.stdin and proc.stdout and proc.stderr
     out, err, report = bytearray(), bytearray(), bytearray()
     out_fd, err_fd, in_fd = proc.stdout.fileno(), proc.stderr.fileno(), proc.stdin.fileno()

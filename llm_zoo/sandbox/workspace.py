@@ -24,8 +24,6 @@ from ._bwrap import UID_HIGH, UID_LOW, sandbox_info
 logger = logging.getLogger("llm_zoo.sandbox")
 
 _MS_NOSUID, _MS_NODEV, _MNT_DETACH = 2, 4, 2
-_INODES_PER_MB = 256
-"""Inode cap of a quota tmpfs per MiB of quota, so a million empty files cannot stand in for bytes."""
 
 _mount_lock = threading.Lock()
 _mount_works: list[bool] = []  # [] = not tried yet
@@ -35,13 +33,13 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
 
-def _mount_quota_tmpfs(path: str, quota_mb: int, uid: int) -> bool:
+def _mount_quota_tmpfs(path: str, quota_mb: int, quota_inodes: int, uid: int) -> bool:
     """Mount a size-capped tmpfs on `path`; return False (once logged) where mounting is not allowed."""
     with _mount_lock:
         if _mount_works == [False]:
             return False
         options = (
-            f"size={quota_mb}m,nr_inodes={max(1024, quota_mb * _INODES_PER_MB)},mode=0700,uid={uid},gid={uid}"
+            f"size={quota_mb}m,nr_inodes={quota_inodes},mode=0700,uid={uid},gid={uid}"
         )
         rc = _libc().mount(
             b"llm_zoo_workspace", path.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, options.encode()
@@ -74,13 +72,16 @@ class Workspace:
     `with` block, or when the object is garbage collected. Each workspace is separate: a run sees its
     own workspace and nothing of any other.
 
-    Where the host runs as root, the workspace is a tmpfs capped at `quota_mb` (so a program that
-    fills it gets "No space left on device", not the host's disk), and it belongs to a fresh uid
-    that the sandboxed programs of this workspace run as.
+    Where the host runs as root, the workspace is a tmpfs capped at `quota_mb` and `quota_inodes`
+    (so a program that fills it, with bytes or with empty files, gets "No space left on device", not
+    the host's disk or kernel memory), and it belongs to a fresh uid that the sandboxed programs of
+    this workspace run as.
 
     Args:
         quota_mb: Size cap of the workspace in MiB, enforced where the host may mount a tmpfs
-            (root); None for no cap. See `quota_enforced`.
+            (root); None for no cap (and no inode cap). See `quota_enforced`.
+        quota_inodes: Files, directories and links the workspace may hold (tmpfs ``nr_inodes``),
+            enforced with `quota_mb`.
         max_file_mb: Largest file the host helpers write or read, in MiB.
 
     Example:
@@ -90,11 +91,13 @@ class Workspace:
         '1\\n'
     """
 
-    def __init__(self, *, quota_mb: int | None = 64, max_file_mb: int = 16) -> None:
+    def __init__(self, *, quota_mb: int | None = 64, quota_inodes: int = 16384, max_file_mb: int = 16) -> None:
         if quota_mb is not None and (
             not isinstance(quota_mb, int) or isinstance(quota_mb, bool) or quota_mb <= 0
         ):
             raise ValueError(f"quota_mb must be a positive int (MiB) or None for no cap, got {quota_mb!r}")
+        if not isinstance(quota_inodes, int) or isinstance(quota_inodes, bool) or quota_inodes < 16:
+            raise ValueError(f"quota_inodes must be an int >= 16, got {quota_inodes!r}")
         if not isinstance(max_file_mb, int) or max_file_mb <= 0:
             raise ValueError(f"max_file_mb must be a positive int (MiB), got {max_file_mb!r}")
         self.max_file_bytes = max_file_mb << 20
@@ -105,7 +108,7 @@ class Workspace:
         self._path = tempfile.mkdtemp(prefix="llm_zoo_ws_")
         owner = self.uid if self.uid is not None else os.geteuid()
         self.quota_enforced = (
-            quota_mb is not None and os.geteuid() == 0 and _mount_quota_tmpfs(self._path, quota_mb, owner)
+            quota_mb is not None and os.geteuid() == 0 and _mount_quota_tmpfs(self._path, quota_mb, quota_inodes, owner)
         )
         """True when `quota_mb` is enforced by a tmpfs."""
         if self.uid is not None and not self.quota_enforced:
@@ -192,16 +195,30 @@ class Workspace:
         """Read `path` as UTF-8 text (undecodable bytes replaced); see `read_bytes` for the checks."""
         return self.read_bytes(path, max_bytes=max_bytes).decode("utf-8", errors="replace")
 
-    def list_files(self) -> list[str]:
-        """List the regular files in the workspace as sorted relative paths (symbolic links are skipped)."""
+    def list_files(self, *, max_files: int = 10_000, max_depth: int = 32) -> list[str]:
+        """List the regular files in the workspace as sorted relative paths.
+
+        Symbolic links, fifos, sockets and devices are skipped and never followed; directories
+        deeper than `max_depth`, or that cannot be read, are skipped; at most `max_files` paths
+        are returned (the first found). Whatever layout a program left, this returns a list.
+        """
         self._check_open()
-        found = []
-        for dirpath, _dirs, files, dirfd in os.fwalk(self._path, follow_symlinks=False):
-            rel = os.path.relpath(dirpath, self._path)
-            for name in files:
-                if stat.S_ISREG(os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_mode):
-                    found.append(name if rel == "." else f"{rel}/{name}")
-        return sorted(found)
+        found: list[str] = []
+        pending: list[tuple[str, int]] = [("", 0)]
+        while pending and len(found) < max_files:
+            rel, depth = pending.pop()
+            try:
+                with os.scandir(os.path.join(self._path, rel) if rel else self._path) as entries:
+                    for entry in entries:
+                        path = f"{rel}/{entry.name}" if rel else entry.name
+                        kind = entry.stat(follow_symlinks=False).st_mode
+                        if stat.S_ISREG(kind):
+                            found.append(path)
+                        elif stat.S_ISDIR(kind) and depth + 1 < max_depth:
+                            pending.append((path, depth + 1))
+            except (OSError, ValueError):
+                continue  # unreadable, vanished, or a name the OS refuses: left out
+        return sorted(found[:max_files])
 
     # ------------------------------------------------------------------ machinery
 

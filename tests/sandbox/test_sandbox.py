@@ -543,3 +543,87 @@ def test_a_bwrap_that_fails_its_self_test_is_reported(monkeypatch):
         monkeypatch.undo()
         reset_probe()
     assert sandbox_info().available
+
+
+# ---- caps on /tmp, /dev/shm and the workspace; what the workspace may plant ------------------------
+
+
+INODE_BOMB = code("""
+    import os, sys, time
+    start, made = time.monotonic(), 0
+    try:
+        while made < 300000:
+            open(os.path.join(sys.argv[1] if len(sys.argv) > 1 else WHERE, "f%d" % made), "w").close()
+            made += 1
+    except OSError as exc:
+        print(made, exc.errno, round(time.monotonic() - start, 2))
+""")
+
+
+@pytest.mark.parametrize("where", ["/tmp", "/dev/shm"])
+def test_tmp_and_shm_have_an_inode_cap_that_stops_a_file_bomb_quickly(where):
+    if not sandbox_info().tmpfs_inodes:
+        pytest.skip("this host gives the sandbox no capped tmpfs mounts (see sandbox_info().tmpfs_inodes)")
+    limits = Limits(tmp_inodes=2000)
+    result = run_python(INODE_BOMB.replace("WHERE", repr(where)), limits=limits, timeout_s=20)
+    made, errno, seconds = result.stdout.split()
+    assert int(made) < 2000 and errno == "28" and float(seconds) < 5  # ENOSPC, long before 300 000 files
+    info = run_python(f"import os; s = os.statvfs({where!r}); print(s.f_files, s.f_blocks * s.f_frsize)",
+                      limits=Limits(tmp_inodes=2000, tmp_mb=8)).stdout.split()
+    assert info == ["2000", str(8 << 20)]
+
+
+def test_the_program_cannot_unmount_its_capped_tmp():
+    if not sandbox_info().tmpfs_inodes:
+        pytest.skip("this host gives the sandbox no capped tmpfs mounts (see sandbox_info().tmpfs_inodes)")
+    out = run_python(code("""
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        print(libc.umount2(b"/tmp", 2), libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 0, b""), ctypes.get_errno())
+        print(open("/proc/self/status").read().split("CapEff:")[1].split()[0])
+    """)).stdout.split()
+    assert out == ["-1", "-1", "1", "0000000000000000"]  # EPERM, and no capability left
+
+
+def test_the_workspace_has_an_inode_cap():
+    with Workspace(quota_inodes=500) as ws:
+        if not ws.quota_enforced:
+            pytest.skip("workspace quotas need root (a tmpfs per workspace)")
+        made, errno, _ = run_python(INODE_BOMB.replace("WHERE", "'/workspace'"), workspace=ws).stdout.split()
+        assert int(made) < 500 and errno == "28"
+    with pytest.raises(ValueError, match="quota_inodes"):
+        Workspace(quota_inodes=0)
+
+
+def test_limits_tmp_inodes_is_validated():
+    assert Limits().tmp_inodes == 16384
+    with pytest.raises(ValueError, match="tmp_inodes"):
+        Limits(tmp_inodes=0)
+
+
+def test_modules_planted_in_the_workspace_do_not_run_at_interpreter_start(ws):
+    ws.write_file("encodings/__init__.py", "print('HIJACKED')\nraise SystemExit(3)\n")
+    ws.write_file("json.py", "print('HIJACKED json')\n")
+    ws.write_file("helper.py", "X = 5\n")
+    result = run_python("import json, helper\nprint(helper.X, json.__file__.startswith('/workspace'))", workspace=ws)
+    assert result.ok and result.stdout == "5 False\n", result
+
+
+def test_listing_a_hostile_layout_never_raises(ws):
+    run_python(code("""
+        import os
+        path = "deep"
+        for _ in range(200):
+            path = os.path.join(path, "d")
+        os.makedirs(path)
+        os.symlink("/", "root")
+        os.symlink("loop", "loop")
+        os.mkfifo("pipe.py")
+        os.mkdir("test_solution.py")
+        for i in range(50):
+            open("f%d.py" % i, "w").close()
+        open("deep/d/x.py", "w").close()
+    """), workspace=ws)
+    files = ws.list_files(max_files=20)
+    assert len(files) == 20 and "pipe.py" not in files and not any(f.startswith("root") for f in files)
+    assert "deep/d/x.py" in ws.list_files()

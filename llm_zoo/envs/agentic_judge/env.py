@@ -15,8 +15,11 @@ A solver writes Python in a sandboxed workspace (`llm_zoo.sandbox`: bubblewrap, 
 rlimits) for one task of the shipped set (`llm_zoo.envs.agentic_judge.tasks`, 40+ tasks, each
 with visible tests, hidden tests and stored correct and wrong solutions). It submits, and a judge
 who can look around in the same workspace decides whether the submission is correct. Hidden tests
-define the truth; they run on a snapshot of the submission in a separate workspace and never enter
-any observation. Many tasks have *brittle* visible tests (they reject a correct solution over an
+define the truth, and it is computed where the solver's code cannot reach it: the env's own tests
+(hidden and visible) run in the env's process, against a snapshot of the submission whose code runs
+alone in the sandbox and answers calls with plain data only (`grading`, `llm_zoo.sandbox.plain`), so
+neither the hidden tests nor their expected values ever enter a process that runs the solver's code
+or any observation. Many tasks have *brittle* visible tests (they reject a correct solution over an
 exact message, a helper's name, a float's last digits or an order the statement leaves free) or
 *weak* ones (a wrong solution passes them), so a judge that only reads the visible tests grades
 worse than one that checks the statement (`benchmarks/judge_agreement.py`).
@@ -28,8 +31,9 @@ workspace), then its tool results. The judge's first message holds the task id a
 solver's files, the visible tests, the visible tests' run on the submission, and the solver's
 final reply as its note; then its own tool results. Everything the solver wrote and every output of
 its code that the judge sees (files, its note, `read_file` and `run_python` results) is *quoted*:
-each line behind `"| "`, a prefix none of the env's own lines has. In test reports, every string a
-program controls (messages, values, captured stdout) is a Python `repr` on a line of its own kind.
+each line behind `"| "`, a prefix none of the env's own lines has. Test reports are built by the env
+from structured results; every string a program controls (messages, values, captured stdout,
+exception and file names) is a Python `repr` or a single printable line of its own kind.
 
 ## Action
 Any `str`. Tools (JSON schemas in the system prompt), all in the episode's workspace:
@@ -38,11 +42,13 @@ Any `str`. Tools (JSON schemas in the system prompt), all in the episode's works
 |---|---|---|
 | `write_file(path, content)` | solver | write a text file (`test_solution.py` is read-only) |
 | `read_file(path)`, `list_files()` | both | read a file; list the files |
-| `run_tests(file="test_solution.py")` | both | run a test module's `test*` functions and report each; the default runs the env's own copy of the visible tests, whatever is on disk; another file (one the judge writes with `run_python`, say) runs as it is |
+| `run_tests(file="test_solution.py")` | both | run a test module's `test*` functions and report each; the default runs the env's own copy of the visible tests, in the env's process, whatever is on disk; another file (one the judge writes with `run_python`, say) runs as it is inside the sandbox, beside the solution, and its report says so |
 | `run_python(code)` | both | run code with the workspace as cwd; exit status, stdout and stderr |
 
 The solver **submits** with a reply without tool calls (by convention `SUBMIT`, optionally with a
-note for the judge); the workspace as it is then is the submission. The judge **decides** with a
+note for the judge); the workspace as it is then is the submission, and from then on the workspace
+holds exactly the submitted files (at most 64, each under 1 MiB; links, fifos and the like are left
+out) and the visible tests. The judge **decides** with a
 reply without tool calls whose last non-empty line is exactly `VERDICT: PASS`, `VERDICT: FAIL` or
 `VERDICT: ABSTAIN` (`text.parse_verdict`). Only the judge's own reply is read for a verdict, never
 tool results nor anything the solver wrote, and a reply with a tool call is never a verdict.
@@ -111,7 +117,7 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
         default_verdict: Verdict applied when the judge gives none after its retries.
         abstain_score: The solver's score for an ABSTAIN verdict.
         python_timeout_s: Wall-clock limit of each ``run_python`` call.
-        tests_timeout_s: Wall-clock limit of each test run (each test also has 2 s).
+        tests_timeout_s: Wall-clock limit of each test run (each test also has `grading.PER_TEST_S`, 4 s).
         allow_unsandboxed: Run code without bubblewrap where it is missing (unsafe; warned). Without
             it, making the env on such a host raises :class:`llm_zoo.sandbox.SandboxUnavailable`.
         **kwargs: The base options of :class:`llm_zoo.envs.core.TextEnv`; here ``max_reply_chars``

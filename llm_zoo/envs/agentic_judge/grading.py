@@ -1,32 +1,51 @@
-"""Running tests and checks on a solver's code in the sandbox, and validating the task set.
+"""Running tests and checks on a solver's code, with the truth computed where that code cannot reach.
 
-Tests are plain modules of ``test_*`` functions with ``assert`` statements (pytest can run them
-too). They are run by :data:`RUNNER`, a small stdlib-only program executed in the sandbox, rather
-than by pytest: it starts in ~0.04 s instead of ~0.2 s, counts passes exactly, gives each test its
-own time limit, and reports a failing ``assert a == b`` with both sides. Its report comes back as
-one JSON line behind a per-run nonce read from stdin before any test code is imported, so text the
-solution prints cannot pass for the report. (Code that inspects the runner's own frames could still
-forge one: the run is as trustworthy as in-process Python isolation allows.)
+The env's own tests (the visible and the hidden tests of a task) are plain modules of ``test_*``
+functions with ``assert`` statements (pytest can run them too). :func:`run_tests` runs them *in
+the env's process*: the test code, its expected values and every comparison stay here, and only
+the solution runs in the sandbox, in a server process (``llm_zoo.sandbox.plain``) that imports it
+in an isolated interpreter and answers calls with plain data. ``from solution import f`` in a test
+binds ``f`` to a handle; ``f(3)`` sends ``3`` and gets back a value of an exact built-in type (an
+object of the solution's own comes back as a handle that cannot be compared or hashed, so an
+``__eq__`` that is always true passes nothing), which the test then checks here. Each test has its
+own time limit, measured here; a test that runs past it, or a solution process that dies, fails
+that test, and the next one gets a fresh process. A report lists each test with its failing line
+and both sides of a failing ``assert a <op> b``; strings that came from the solution are quoted.
 
-The statement's doctest-style examples are parsed by :func:`parse_examples` and checked by the
-program :func:`example_check_program` builds; the rule-based judge uses it through ``run_python``,
-and :func:`validate_tasks` checks that every correct stored solution meets them.
+Test files that come from the workspace (a judge's own, written with ``run_python``) are not the
+env's code and never run in its process: :func:`run_untrusted_tests` runs them with :data:`RUNNER`
+inside the sandbox, beside the solution, and its report is only as trustworthy as that code.
+
+The statement's doctest-style examples are parsed by :func:`parse_examples` and checked by
+``checks.run_examples``: from the env's process in :func:`check_examples`, and inside the sandbox
+by the program :func:`example_check_program` builds, which the rule-based judge runs through
+``run_python``. That program is two processes: a checker that never imports the solution, makes
+itself undumpable (so the solution's process can neither read its memory nor write to its output),
+and prints the result lines, and the solution's server, reached over pipes.
+:func:`validate_tasks` checks that every correct stored solution meets the examples.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
+import dataclasses
 import json
+import operator
 import re
 import secrets
 import threading
+import time
+import traceback
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from llm_zoo.envs.agentic_judge import checks
 from llm_zoo.envs.agentic_judge.tasks import Task, kind_of
-from llm_zoo.sandbox import Limits, Workspace, run_python
+from llm_zoo.sandbox import Limits, Workspace, open_session, plain, run_python
 
 _PARSE_LOCK = threading.Lock()
 """``ast.parse`` one thread at a time: CPython 3.11 before 3.11.8 can fail concurrent parses with
@@ -34,8 +53,8 @@ _PARSE_LOCK = threading.Lock()
 :func:`validate_tasks`)."""
 
 
-__all__ = ["RUNNER", "Example", "TestReport", "TestResult", "example_check_program", "parse_examples",
-           "run_tests", "test_names", "validate_tasks"]
+__all__ = ["RUNNER", "Example", "TestReport", "TestResult", "check_examples", "example_check_program",
+           "parse_examples", "run_tests", "run_untrusted_tests", "test_names", "validate_tasks"]
 
 SOLUTION_FILE = "solution.py"
 """Where the solver writes its solution; the tests import from ``solution``."""
@@ -46,8 +65,12 @@ HIDDEN_FILE = "test_hidden.py"
 LIMITS = Limits(processes=16, file_mb=4, output_bytes=256 * 1024, tmp_mb=16)
 """Limits of every run of solver code (beside its timeout and memory)."""
 MEMORY_MB = 512
+_WHERE = re.compile(r"^[\w./-]{1,120} line \d{1,7}$")
+"""What a "raised in" location may look like in a report; anything else is shown as a repr."""
+PER_TEST_S = 4.0
+"""Time limit of each of the env's own tests (it covers the values' trips to the solution's process and back)."""
 
-# Runs in the sandbox under the base interpreter with -S: the standard library only.
+# Runs test files from the workspace (never the env's own) in the sandbox, beside the solution.
 RUNNER = r'''
 import ast, contextlib, io, json, operator, os, signal, sys, traceback, types
 
@@ -224,20 +247,26 @@ class TestReport:
         """
         lines = [f"{self.file}: {self.passed} of {self.total} tests passed"]
         if self.problem:
-            lines.append(f"  problem: {self.problem}")
+            lines.append(f"  problem: {_one_line(self.problem)}")
         for r in self.results:
             if r.ok:
-                lines.append(f"PASS {r.name}")
+                lines.append(f"PASS {_one_line(r.name)}")
                 continue
-            lines.append(f"FAIL {r.name}" + (f" (line {r.line}): {r.source}" if r.line else ""))
-            lines.append(f"  {r.error}" + (f": {r.message!r}" if r.message else "")
-                         + (f" (raised in {r.where})" if r.where else ""))
+            lines.append(f"FAIL {_one_line(r.name)}" + (f" (line {r.line}): {_one_line(r.source)}" if r.line else ""))
+            error = r.error if re.fullmatch(r"\w{1,80}", r.error) else repr(r.error[:80])
+            where = r.where if r.where is None or _WHERE.match(r.where) else repr(r.where[:120])
+            lines.append(f"  {error}" + (f": {r.message!r}" if r.message else "") + (f" (raised in {where})" if where else ""))
             if r.left is not None:
-                lines.append(f"  left: {r.left}")
-                lines.append(f"  right: {r.right}")
+                lines.append(f"  left: {_one_line(r.left)}")
+                lines.append(f"  right: {_one_line(r.right or '')}")
             if r.stdout:
-                lines.append(f"  stdout: {r.stdout}")
+                lines.append(f"  stdout: {_one_line(r.stdout)}")
         return "\n".join(lines)
+
+
+def _one_line(text: str) -> str:
+    """``text`` as it is when it is one printable line, else its repr (so it can never start a line of its own)."""
+    return text if text.isprintable() else repr(text)
 
 
 def test_names(source: str) -> list[str]:
@@ -250,7 +279,7 @@ def test_names(source: str) -> list[str]:
     return [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test")]
 
 
-def run_tests(
+def run_untrusted_tests(
     workspace: Workspace,
     files: Mapping[str, str],
     *,
@@ -258,7 +287,10 @@ def run_tests(
     timeout_s: float = 20.0,
     allow_unsandboxed: bool = False,
 ) -> list[TestReport]:
-    """Run test files that lie in ``workspace`` in one sandboxed process; return one report per file.
+    """Run test files from the workspace with :data:`RUNNER`, in one sandboxed process beside the solution.
+
+    For test code that is not the env's own (an agent wrote it), which must never run in the env's
+    process. The solution's code shares the runner's process, so it can shape this report.
 
     Args:
         workspace: Holds the code under test and the test files.
@@ -268,17 +300,9 @@ def run_tests(
         timeout_s: Wall-clock limit of the whole run.
         allow_unsandboxed: Passed to :func:`llm_zoo.sandbox.run_python`.
     """
-    return _run_tests(workspace, files, per_test_s=per_test_s, timeout_s=timeout_s,
-                      allow_unsandboxed=allow_unsandboxed)[0]
-
-
-def _run_tests(workspace: Workspace, files: Mapping[str, str], *, per_test_s: float = 2.0,
-               timeout_s: float = 20.0, allow_unsandboxed: bool = False,
-               prelude: str = "") -> tuple[list[TestReport], str]:
-    """Run the tests as :func:`run_tests` does, after ``prelude`` in the same process; also return stdout."""
     nonce = secrets.token_hex(12)
     config = json.dumps({"nonce": nonce, "files": list(files), "per_test_s": per_test_s})
-    result = run_python(prelude + RUNNER, workspace=workspace, stdin=config + "\n", timeout_s=timeout_s,
+    result = run_python(RUNNER, workspace=workspace, stdin=config + "\n", timeout_s=timeout_s,
                         memory_mb=MEMORY_MB, limits=LIMITS, allow_unsandboxed=allow_unsandboxed)
     raw: list[dict[str, Any]] | None = None
     for line in reversed(result.stdout.splitlines()):
@@ -288,15 +312,196 @@ def _run_tests(workspace: Workspace, files: Mapping[str, str], *, per_test_s: fl
             except json.JSONDecodeError:
                 raw = None
             break
-    if raw is None:
+    if raw is None or not isinstance(raw, list):
         why = f"the test run stopped before it reported ({result.reason or f'exit status {result.returncode}'})"
         tail = result.stderr.strip().splitlines()[-1:] if result.stderr.strip() else []
         if tail:
             why += f": {tail[0][:200]!r}"
         return [TestReport(f, tuple(TestResult(n, False, "NoReport") for n in test_names(src)), why)
-                for f, src in files.items()], result.stdout
+                for f, src in files.items()]
     by_file = {r.get("file"): r for r in raw if isinstance(r, dict)}
-    return [_read_report(name, test_names(src), by_file.get(name)) for name, src in files.items()], result.stdout
+    return [_read_report(name, test_names(src), by_file.get(name)) for name, src in files.items()]
+
+
+# ---------------------------------------------------------------------------------------------
+# The env's own tests, run in the env's process against the solution's server
+# ---------------------------------------------------------------------------------------------
+
+_OPS = {"Eq": operator.eq, "NotEq": operator.ne, "Lt": operator.lt, "LtE": operator.le, "Gt": operator.gt,
+        "GtE": operator.ge, "Is": operator.is_, "IsNot": operator.is_not,
+        "In": lambda a, b: a in b, "NotIn": lambda a, b: a not in b}
+_TEST_PREFIX = "<env test>/"
+"""Filename prefix of the env's compiled test modules (found again in tracebacks)."""
+
+
+class _Rewrite(ast.NodeTransformer):
+    """Turn ``assert a <op> b`` into ``assert _aj_compare(a, b, "<op>")``: each side evaluated once, as before."""
+
+    def visit_Assert(self, node: ast.Assert) -> ast.Assert:
+        test = node.test
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]).__name__ in _OPS:
+            call = ast.Call(ast.Name("_aj_compare", ast.Load()),
+                            [test.left, test.comparators[0], ast.Constant(type(test.ops[0]).__name__)], [])
+            node.test = ast.copy_location(call, test)
+        return node
+
+
+class _Sides:
+    """The comparison of one file's rewritten asserts: records both sides (as reprs) of a failing one."""
+
+    def __init__(self) -> None:
+        self.sides: list[str] = []
+
+    def __call__(self, left: Any, right: Any, op: str) -> bool:
+        ok = bool(_OPS[op](left, right))
+        if not ok:
+            self.sides = [plain.clip(repr(left)), plain.clip(repr(right))]
+        return ok
+
+
+class _Solution:
+    """One solution process for the tests of one file: started on demand, again after it died."""
+
+    def __init__(self, workspace: Workspace, deadline: float, allow_unsandboxed: bool) -> None:
+        self.workspace, self.deadline, self.allow_unsandboxed = workspace, deadline, allow_unsandboxed
+        self.session: plain.Session | None = None
+        self.process: Any = None
+        self.module: plain.RemoteObject | None = None
+
+    def start(self) -> plain.Session:
+        self.stop()
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise plain.SessionDead("the test run ran past its time limit", "timeout")
+        self.session, self.process = open_session(self.workspace, timeout_s=left, memory_mb=MEMORY_MB,
+                                                  limits=LIMITS, allow_unsandboxed=self.allow_unsandboxed)
+        self.module = None
+        return self.session
+
+    def import_solution(self) -> plain.RemoteObject:
+        assert self.session is not None
+        if self.module is None:
+            self.module = self.session.import_module(SOLUTION_FILE[:-3], ".")
+        return self.module
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.close()
+        self.session = self.process = self.module = None
+
+
+def _namespace(name: str, solution: _Solution, sides: _Sides, printed: list[str]) -> dict[str, Any]:
+    real_import = builtins.__import__
+
+    def import_hook(module: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
+        if level == 0 and module == SOLUTION_FILE[:-3]:
+            return solution.import_solution()
+        if level == 0 and module.startswith(SOLUTION_FILE[:-3] + "."):
+            raise ImportError(f"the tests may import only the module {SOLUTION_FILE[:-3]!r} of the solution")
+        return real_import(module, globals, locals, fromlist, level)
+
+    def print_hook(*args: Any, sep: str | None = " ", end: str | None = "\n", **_: Any) -> None:
+        printed.append((" " if sep is None else sep).join(map(str, args)) + ("\n" if end is None else end))
+
+    safe = dict(vars(builtins), __import__=import_hook, print=print_hook)
+    return {"__name__": Path(name).stem, "__file__": _TEST_PREFIX + name, "__builtins__": safe,
+            "_aj_compare": sides}
+
+
+def run_tests(
+    workspace: Workspace,
+    files: Mapping[str, str],
+    *,
+    per_test_s: float = PER_TEST_S,
+    timeout_s: float = 20.0,
+    allow_unsandboxed: bool = False,
+) -> list[TestReport]:
+    """Run the env's own test modules here against the solution in ``workspace``; one report per file.
+
+    The test sources are the env's (never read from the workspace, which need not hold them), run
+    in this process; the solution runs in a sandboxed server and answers with plain data only.
+
+    Args:
+        workspace: Holds the code under test (``solution.py`` and whatever it imports).
+        files: Test file name -> its source.
+        per_test_s: Time limit of each test function (and of the module's own import), measured
+            here, so it covers sending values to the solution's process and back.
+        timeout_s: Wall-clock limit of all the files' runs together.
+        allow_unsandboxed: Passed to :func:`llm_zoo.sandbox.open_session`.
+    """
+    deadline = time.monotonic() + timeout_s
+    return [_run_file(workspace, name, source, per_test_s, deadline, allow_unsandboxed)
+            for name, source in files.items()]
+
+
+def _run_file(workspace: Workspace, name: str, source: str, per_test_s: float, deadline: float,
+              allow_unsandboxed: bool) -> TestReport:
+    expected = test_names(source)
+    try:
+        with _PARSE_LOCK:
+            tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        return TestReport(name, (), f"{name} does not parse: {type(exc).__name__}")
+    code = compile(ast.fix_missing_locations(_Rewrite().visit(tree)), _TEST_PREFIX + name, "exec")
+    lines = source.splitlines()
+    solution = _Solution(workspace, deadline, allow_unsandboxed)
+    results: list[TestResult] = []
+    namespace: dict[str, Any] | None = None
+    printed: list[str] = []  # what the test code itself prints (it runs here: never to this process's stdout)
+    try:
+        for test in expected:
+            sides = _Sides()
+            try:
+                if namespace is None or solution.session is None or solution.session.dead is not None:
+                    solution.start().deadline = min(deadline, time.monotonic() + per_test_s)
+                    namespace = _namespace(name, solution, sides, printed)
+                    try:
+                        exec(code, namespace)
+                    except (Exception, plain.SessionDead) as exc:  # it does not import: every test left fails
+                        if isinstance(exc, plain.SessionDead):
+                            record = TestResult(test, False, "Timeout" if exc.reason == "timeout" else
+                                                "SolutionProcessEnded", str(exc))
+                        else:
+                            record = _failure(test, exc, name, lines, sides, [])
+                        problem = f"importing {name} failed: {record.error}: {record.message[:200]!r}"
+                        results.append(record)
+                        results.extend(dataclasses.replace(record, name=n) for n in expected[len(results):])
+                        return TestReport(name, tuple(results), problem)
+                session = solution.session
+                assert session is not None
+                namespace["_aj_compare"] = sides
+                session.deadline = min(deadline, time.monotonic() + per_test_s)
+                session.stdout.clear()
+                printed.clear()
+                namespace[test]()
+                out = "".join(printed) + "".join(session.stdout)
+                results.append(TestResult(test, True, stdout=plain.clip(repr(out)) if out else None))
+            except plain.SessionDead as exc:
+                results.append(TestResult(test, False, "Timeout" if exc.reason == "timeout" else "SolutionProcessEnded",
+                                          "the test ran past its time limit" if exc.reason == "timeout" else str(exc)))
+                solution.stop()
+            except Exception as exc:  # the test's own failure: an assert, or what the solution raised
+                out = printed + (solution.session.stdout if solution.session is not None else [])
+                results.append(_failure(test, exc, name, lines, sides, out))
+    finally:
+        solution.stop()
+    return TestReport(name, tuple(results))
+
+
+def _failure(test: str, exc: BaseException, name: str, lines: Sequence[str], sides: _Sides,
+             stdout: Sequence[str]) -> TestResult:
+    frames = traceback.extract_tb(exc.__traceback__)
+    line = max([f.lineno or 0 for f in frames if f.filename == _TEST_PREFIX + name] or [0])
+    where = getattr(exc, "solution_where", None)
+    where = where if isinstance(where, str) and _WHERE.match(where) else None if where is None else repr(where)[:130]
+    left = right = None
+    if isinstance(exc, AssertionError) and sides.sides:
+        left, right = sides.sides
+    out = "".join(stdout)
+    error = exc.builtin if isinstance(exc, plain.SolutionExit) else type(exc).__name__
+    return TestResult(test, False, error=error, message=plain.clip(str(exc)), line=line,
+                      source=plain.clip(lines[line - 1].strip()) if 0 < line <= len(lines) else "", where=where,
+                      left=left, right=right, stdout=plain.clip(repr(out)) if out else None)
 
 
 def _read_report(name: str, expected: Sequence[str], raw: Mapping[str, Any] | None) -> TestReport:
@@ -376,88 +581,48 @@ def parse_examples(statement: str) -> list[Example]:
     return examples
 
 
-# Runs in the sandbox: each example in one namespace seeded from `solution`, compared leniently.
-_CHECKER = r'''
-import json, math, signal, sys
-
-class _Timeout(BaseException):
-    pass
-
-def _alarm(signum, frame):
-    raise _Timeout()
-
-ANY_ORDER = %(any_order)s
-EXAMPLES = json.loads(%(examples)r)
-
-def _norm(value):
-    if isinstance(value, (list, tuple)):
-        items = [_norm(v) for v in value]
-        return ("seq", sorted(items, key=repr)) if ANY_ORDER else ("seq", items)
-    if isinstance(value, (set, frozenset)):
-        return ("seq", sorted((_norm(v) for v in value), key=repr))
-    if isinstance(value, dict):
-        return ("map", sorted(((repr(k), _norm(v)) for k, v in value.items()), key=repr))
-    return value
-
-def _same(a, b):
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) or a == b
-    if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == 2 and a[0] in ("seq", "map") and b[0] == a[0]:
-        return len(a[1]) == len(b[1]) and all(_same(x, y) for x, y in zip(a[1], b[1]))
-    if isinstance(a, tuple) and isinstance(b, tuple):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    return a == b
-
-def _show(value):
-    try:
-        text = repr(value)
-    except BaseException as exc:
-        text = "<repr failed: %%s>" %% type(exc).__name__
-    return text if len(text) <= 200 else text[:200] + "..."
-
-def _main():
-    signal.signal(signal.SIGALRM, _alarm)
-    try:
-        import solution
-    except BaseException as exc:
-        print("IMPORT-ERROR %%s: %%s" %% (type(exc).__name__, _show(str(exc))))
+# The check program: a checker process that never imports the solution, and the same file run
+# with --serve as the solution's server. The checker's first act keeps the workspace off its path.
+_CHECKER_HEAD = "import sys, os\nsys.path[:] = [p for p in sys.path if not p.startswith(os.getcwd())]\n"
+_CHECKER_MAIN = r'''
+def _checker_main():
+    if sys.argv[1:] == ["--serve"]:
+        plain._serve()
         return
-    scope = dict(vars(solution))
-    passed = 0
-    for i, (source, expected, raises) in enumerate(EXAMPLES, 1):
-        signal.setitimer(signal.ITIMER_REAL, %(per_example_s)r)
-        try:
-            if expected is None and raises is None:
-                exec(compile(source, "<example %%d>" %% i, "exec"), scope)
-                got, error = None, None
-            else:
-                got, error = eval(compile(source, "<example %%d>" %% i, "eval"), scope), None
-        except _Timeout:
-            got, error = None, "Timeout"
-        except BaseException as exc:
-            got, error = None, exc
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        if raises is not None:
-            ok = error is not None and error != "Timeout" and any(c.__name__ == raises for c in type(error).__mro__)
-            note = "expected %%s, got %%s" %% (raises, "no exception" if error is None else
-                                              (error if error == "Timeout" else type(error).__name__))
-        elif error is not None:
-            ok, note = False, "raised %%s" %% (error if error == "Timeout" else type(error).__name__ + ": " + _show(str(error)))
-        elif expected is None:
-            ok, note = True, ""
-        else:
-            want = eval(expected, dict(scope))
-            ok = _same(_norm(got), _norm(want))
-            note = "got %%s, expected %%s" %% (_show(got), _show(want))
-        passed += ok
-        print(("OK %%d" if ok else "BAD %%d: %%s") %% ((i,) if ok else (i, note)))
-    print("EXAMPLES %%d/%%d" %% (passed, len(EXAMPLES)))
+    import ctypes, json, subprocess, time
+    # PR_SET_DUMPABLE 0: a process of the same uid can no longer ptrace this one, read its memory or
+    # open its fds through /proc, so the solution's process cannot reach this process's output.
+    if ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) != 0:
+        print("IMPORT-ERROR CheckerError: prctl(PR_SET_DUMPABLE) failed")
+        return
 
-_main()
+    def start():
+        proc = subprocess.Popen([sys.executable, "-I", "-S", "-B", os.path.abspath(__file__), "--serve"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                close_fds=True)
+        session = plain.Session(*plain.pipe_transport(proc))
+        session.deadline = time.monotonic() + %(per_example_s)r * 4
+
+        def stop():
+            proc.kill()
+            proc.wait()
+
+        try:
+            return session, session.import_module("solution", "."), stop
+        except BaseException:
+            stop()
+            raise
+
+    for line in run_examples(start, json.loads(%(examples)r), %(any_order)r, %(per_example_s)r):
+        print(line, flush=True)
+
+_checker_main()
 '''
+
+
+def _source_of(module: Any) -> str:
+    return Path(module.__file__).read_text(encoding="utf-8")
+
 
 _ANY_ORDER = re.compile(r"\bin\s+any\s+order\b|\border\s+(?:does\s+not|doesn't)\s+matter\b", re.IGNORECASE)
 
@@ -468,20 +633,45 @@ def statement_leaves_order_free(statement: str) -> bool:
 
 
 def example_check_program(examples: Sequence[Example], *, any_order: bool, per_example_s: float = 1.0) -> str:
-    """Build a Python program that imports ``solution``, runs each example and prints a line per example.
+    """Build a Python program that checks the examples against ``solution`` and prints a line per example.
 
-    Output lines: ``OK <i>``, ``BAD <i>: <what differed>``, and a last ``EXAMPLES <passed>/<n>``
-    (or one ``IMPORT-ERROR ...`` line). Values compare leniently: numbers within 1e-9 relative,
-    exceptions by class (never by message), and with ``any_order`` lists and tuples as multisets.
+    Run it in the workspace with ``run_python``. It is two processes (see the module docstring): the
+    solution runs in a child the program starts, and the values it returns are compared in the
+    parent, which the child cannot reach. Output lines: ``OK <i>``, ``BAD <i>: <what differed>``, and
+    a last ``EXAMPLES <passed>/<n>`` (or one ``IMPORT-ERROR ...`` line). Values compare leniently:
+    numbers within 1e-9 relative, exceptions by class (never by message), and with ``any_order``
+    lists and tuples as multisets.
     """
     payload = json.dumps([[e.source, e.expected, e.raises] for e in examples])
-    return _CHECKER % {"any_order": bool(any_order), "examples": payload, "per_example_s": float(per_example_s)}
+    return (_CHECKER_HEAD + plain.LOADER + _source_of(checks) + "\n"
+            + _CHECKER_MAIN % {"any_order": bool(any_order), "examples": payload, "per_example_s": float(per_example_s)})
+
+
+def check_examples(workspace: Workspace, examples: Sequence[Example], *, any_order: bool,
+                   per_example_s: float = 1.0, allow_unsandboxed: bool = False) -> list[str]:
+    """Check the examples from this process against the solution in ``workspace``; return the lines.
+
+    The lines are those of :func:`example_check_program`'s program.
+    """
+    def start() -> tuple[plain.Session, plain.RemoteObject, Any]:
+        session, process = open_session(workspace, timeout_s=60.0, memory_mb=MEMORY_MB, limits=LIMITS,
+                                        allow_unsandboxed=allow_unsandboxed)
+        session.deadline = time.monotonic() + per_example_s * 4
+        try:
+            return session, session.import_module(SOLUTION_FILE[:-3], "."), process.close
+        except BaseException:
+            process.close()
+            raise
+
+    return checks.run_examples(start, [[e.source, e.expected, e.raises] for e in examples], bool(any_order),
+                               per_example_s)
 
 
 def read_example_check(output: str) -> tuple[int, int, list[str]] | None:
     """Read a checker's output: (passed, total, the BAD / IMPORT-ERROR lines), or None if it has no summary."""
     bad = [line for line in output.splitlines() if line.startswith(("BAD ", "IMPORT-ERROR "))]
-    match = re.search(r"^EXAMPLES (\d+)/(\d+)$", output, re.MULTILINE)
+    found = list(re.finditer(r"^EXAMPLES (\d+)/(\d+)$", output, re.MULTILINE))
+    match = found[-1] if found else None
     if match is None:
         return (0, 0, bad) if any(b.startswith("IMPORT-ERROR") for b in bad) else None
     return int(match.group(1)), int(match.group(2)), bad
@@ -508,16 +698,14 @@ def check_solution(task: Task, name: str, *, allow_unsandboxed: bool = False) ->
     """Run one stored solution against its task's visible and hidden tests and its statement's examples."""
     with Workspace() as ws:
         ws.write_file(SOLUTION_FILE, task.solutions[name])
-        ws.write_file(VISIBLE_FILE, task.visible)
-        ws.write_file(HIDDEN_FILE, task.hidden)
-        # one process: the examples' check, then both test files (halves the sandbox starts)
-        checker = example_check_program(parse_examples(task.statement),
-                                        any_order=statement_leaves_order_free(task.statement))
-        (visible, hidden), stdout = _run_tests(ws, {VISIBLE_FILE: task.visible, HIDDEN_FILE: task.hidden},
-                                               allow_unsandboxed=allow_unsandboxed, prelude=checker + "\n")
-    read = read_example_check(stdout)
+        visible, hidden = run_tests(ws, {VISIBLE_FILE: task.visible, HIDDEN_FILE: task.hidden},
+                                    allow_unsandboxed=allow_unsandboxed)
+        lines = check_examples(ws, parse_examples(task.statement),
+                               any_order=statement_leaves_order_free(task.statement),
+                               allow_unsandboxed=allow_unsandboxed)
+    read = read_example_check("\n".join(lines))
     ok = read is not None and read[1] > 0 and read[0] == read[1]
-    return SolutionCheck(task.id, name, visible, hidden, ok, read[2] if read else [stdout[-200:]])
+    return SolutionCheck(task.id, name, visible, hidden, ok, read[2] if read else lines[-3:])
 
 
 def validate_tasks(tasks: Iterable[Task], *, max_workers: int = 4,

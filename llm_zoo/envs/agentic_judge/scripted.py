@@ -6,9 +6,16 @@ tests (``run_tests``) and its own check of the statement's doctest examples (``r
 compared leniently: numbers to 1e-9, exceptions by class, and as multisets where the statement says
 "in any order"). In its second it decides by these rules, in order:
 
-1. an example that fails, or a solution that does not import: FAIL;
-2. a visible test that fails for a reason the statement does not leave free: FAIL;
-3. otherwise PASS.
+1. an example that fails, a solution that does not import, or a ``solution.py`` it cannot read: FAIL;
+2. a solution whose source holds two or more of the outputs the statement's examples and the visible
+   tests show, as literals (a lookup table of the shown cases; exception messages do not count): FAIL;
+3. a visible test that fails for a reason the statement does not leave free: FAIL;
+4. otherwise PASS.
+
+Its checks cannot be forged from the solution's process: the visible tests' report is built by the
+env from plain results, and the example check compares in a process the solution cannot reach
+(``grading.example_check_program``). A lookup table disguised so that no shown output appears as a
+literal still passes rule 2: this judge grades what the statement and the visible tests show.
 
 A visible failure is *free* (it does not count) when it only asks for what the statement does not:
 a name the statement never gives as code (a helper), an exception message the statement does not give,
@@ -194,8 +201,62 @@ FREE_FAILURES = (("a helper the statement does not ask for", _free_helper),
                  ("an order the statement leaves free", _free_order))
 
 
-def decide(statement: str, visible_report: str, check_output: str | None) -> tuple[str, str]:
-    """Apply the rule judge's rules; return (verdict, one-paragraph reason)."""
+def _trivial(value: Any) -> bool:
+    """Outputs any solution may hold as a literal: None, bools, small numbers, short strings, tiny containers."""
+    if value is None or isinstance(value, bool):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value) and value == int(value) and abs(value) < 100
+    if isinstance(value, int):
+        return abs(value) < 100
+    if isinstance(value, (str, bytes)):
+        return len(value) < 3
+    if isinstance(value, (list, tuple, set, frozenset, dict)):
+        return len(value) < 2
+    return True
+
+
+def shown_outputs(statement: str, visible: str) -> list[Any]:
+    """The non-trivial outputs the statement's examples and the visible tests' ``assert x == literal`` show.
+
+    Exception messages (``assert str(exc) == ...``) are left out: a solution must hold those.
+    """
+    values = [_literal(e.expected) for e in grading.parse_examples(statement) if e.expected]
+    try:
+        tree = ast.parse(visible)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        tree = ast.Module([], [])
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq)
+                and not (isinstance(node.left, ast.Call) and getattr(node.left.func, "id", None) == "str")):
+            values.append(_literal(ast.unparse(node.comparators[0])))
+    return [v for v in values if v is not None and not _trivial(v)]
+
+
+def hard_coded(source: str, outputs: Sequence[Any]) -> list[Any]:
+    """The outputs among ``outputs`` that ``source`` holds as literals (same type, equal value)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    found: list[Any] = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict)):
+            try:
+                value = ast.literal_eval(node)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                continue
+            found.extend(o for o in outputs if type(o) is type(value) and o == value and o not in found)
+    return found
+
+
+def decide(statement: str, visible_report: str, check_output: str | None, source: str | None = None,
+           visible: str | None = None) -> tuple[str, str]:
+    """Apply the rule judge's rules; return (verdict, one-paragraph reason).
+
+    ``source`` is the submitted ``solution.py`` and ``visible`` the visible tests' source (rule 2
+    is skipped without them).
+    """
     any_order = grading.statement_leaves_order_free(statement)
     checked = grading.read_example_check(check_output or "")
     if checked is None:
@@ -203,6 +264,10 @@ def decide(statement: str, visible_report: str, check_output: str | None) -> tup
     passed, total, bad = checked
     if bad:
         return "FAIL", f"The statement's examples fail ({passed} of {total} pass): " + "; ".join(bad)[:600]
+    held = hard_coded(source, shown_outputs(statement, visible)) if source and visible else []
+    if len(held) >= 2:
+        return "FAIL", (f"The solution holds {len(held)} of the outputs the examples and the visible tests show "
+                        f"as literals ({', '.join(repr(v)[:40] for v in held[:4])}): a lookup table, not a solution.")
     reasons = []
     for failure in read_failures(visible_report):
         why = next((label for label, test in FREE_FAILURES if test(failure, statement, any_order)), None)
@@ -217,6 +282,13 @@ def _python_stdout(result: str) -> str | None:
     """The stdout block of a run_python tool result, unquoted."""
     match = re.search(r"^stdout:\n(.*?)(?=^stderr:)", result, re.MULTILINE | re.DOTALL)
     return text.unquote(match.group(1).rstrip("\n")) if match else None
+
+
+def _visible_source(first_message: str) -> str | None:
+    """The visible tests' source from the judge's first message (the env's own, in a python fence)."""
+    body = text.section(first_message, f"Visible tests ({grading.VISIBLE_FILE})")
+    match = re.search(r"```python\n(.*?)\n```", body or "", re.DOTALL)
+    return match.group(1) if match else None
 
 
 class RuleJudge(Policy):
@@ -235,11 +307,16 @@ class RuleJudge(Policy):
         if last_assistant is None:
             program = grading.example_check_program(grading.parse_examples(statement),
                                                     any_order=grading.statement_leaves_order_free(statement))
-            return (tool_call("run_tests") + "\n" + tool_call("run_python", {"code": program}))
+            return (tool_call("run_tests") + "\n" + tool_call("run_python", {"code": program}) + "\n"
+                    + tool_call("read_file", {"path": grading.SOLUTION_FILE}))
         results = [m["content"] for m in messages[last_assistant + 1:] if m["role"] == "tool"]
         if len(results) < 2:
             return "My checks did not run.\nVERDICT: ABSTAIN"
-        verdict, reason = decide(statement, results[0], _python_stdout(results[1]))
+        if len(results) > 2 and results[2].startswith("error:"):
+            return f"The solution cannot be read ({results[2][:200]!r}).\nVERDICT: FAIL"
+        source = text.unquote(results[2]) if len(results) > 2 else None
+        visible = _visible_source(_first_user_message(obs))
+        verdict, reason = decide(statement, results[0], _python_stdout(results[1]), source, visible)
         return f"{reason}\nVERDICT: {verdict}"
 
 

@@ -83,7 +83,9 @@ def files_block(files: Mapping[str, str], skipped: Sequence[str], max_chars: int
         left -= len(shown)
         parts.append(f"### {path!r} ({lines} lines)\n{quote(shown.rstrip(chr(10)))}")
     if skipped:
-        parts.append("Not shown (binary, too large or too many): " + ", ".join(repr(s) for s in skipped))
+        listed = ", ".join(repr(s[:120]) for s in skipped[:20])
+        more = f", and {len(skipped) - 20} more" if len(skipped) > 20 else ""
+        parts.append(f"Not shown (binary, too large or too many): {listed}{more}")
     return "\n\n".join(parts)
 
 

@@ -114,21 +114,18 @@ class Workbench:
         return "\n".join(files) if files else "(no files)"
 
     def run_tests(self, file: str = VISIBLE_FILE) -> str:
-        """Run a test module; the visible tests' name always runs the env's own copy of them."""
+        """Run a test module; the visible tests' name always runs the env's own copy of them, from here."""
         if _names(file, VISIBLE_FILE):
-            try:
-                self.workspace.write_file(VISIBLE_FILE, self.task.visible)  # whatever was done to the file
-            except (OSError, ValueError):
-                raise ToolError(f"{VISIBLE_FILE} in the workspace was replaced by something that is not a regular "
-                                "file, so the visible tests cannot run here") from None
-            source = self.task.visible
-        else:
-            source = self._read(file)
-            if not file.endswith(".py") or not grading.test_names(source):
-                raise ToolError(f"{file!r} is not a Python module with test* functions")
-        report = grading.run_tests(self.workspace, {file: source}, timeout_s=self.tests_timeout_s,
-                                   allow_unsandboxed=self.allow_unsandboxed)[0]
-        return _clip(report.format())
+            report = grading.run_tests(self.workspace, {VISIBLE_FILE: self.task.visible},
+                                       timeout_s=self.tests_timeout_s, allow_unsandboxed=self.allow_unsandboxed)[0]
+            return _clip(report.format())
+        source = self._read(file)
+        if not file.endswith(".py") or not grading.test_names(source):
+            raise ToolError(f"{file!r} is not a Python module with test* functions")
+        report = grading.run_untrusted_tests(self.workspace, {file: source}, timeout_s=self.tests_timeout_s,
+                                             allow_unsandboxed=self.allow_unsandboxed)[0]
+        return _clip(report.format() + "\n(this test file is from the workspace and ran beside the solution, "
+                     "whose code can shape its report)")
 
     def run_python(self, code: str, quoted: bool = False) -> str:
         """Run code in the workspace; its output is quoted for the judge."""
@@ -143,12 +140,20 @@ class Workbench:
     def submit(self) -> Submission:
         """Freeze the workspace's files and run the visible and the hidden tests, each on a fresh copy.
 
-        Neither run sees what the other wrote, and the hidden tests are never on disk while code
-        runs whose output an agent may see. The env's own test file names are not part of a submission.
+        Neither run sees what the other wrote, and afterwards the workspace holds exactly the
+        submission, for the judge. The tests themselves run in this process (see
+        ``grading``): the hidden tests are never on disk nor in any process that runs the solver's
+        code. The env's own test file names are not part of a submission. Whatever the solver's code
+        left in the workspace (deep trees, links, fifos, huge or unreadable files) is skipped, never raised.
         """
         files: dict[str, bytes] = {}
         skipped: list[str] = []
-        for path in self.workspace.list_files():
+        try:
+            listed = self.workspace.list_files()
+        except (OSError, ValueError, RecursionError):
+            listed = []
+            skipped.append("(the workspace could not be listed)")
+        for path in listed:
             if path in (VISIBLE_FILE, HIDDEN_FILE):
                 continue
             if len(files) >= MAX_SUBMISSION_FILES:
@@ -158,14 +163,31 @@ class Workbench:
                 files[path] = self.workspace.read_bytes(path, max_bytes=MAX_FILE_BYTES)
             except (OSError, ValueError):
                 skipped.append(path)
-        return Submission(files, skipped, self._run_on_copy(files, VISIBLE_FILE, self.task.visible),
-                          self._run_on_copy(files, HIDDEN_FILE, self.task.hidden))
+        submission = Submission(files, skipped, self._run_on_copy(files, VISIBLE_FILE, self.task.visible),
+                                self._run_on_copy(files, HIDDEN_FILE, self.task.hidden))
+        self._reset_to(files)
+        return submission
+
+    def _reset_to(self, files: dict[str, bytes]) -> None:
+        """Make the workspace hold exactly the submission (and the visible tests): what the judge reviews
+        is what the tests graded, never a file left out of it (too large, a link, a fifo) nor a process' leftovers."""
+        fresh = Workspace()
+        for path, data in files.items():
+            try:
+                fresh.write_file(path, data)
+            except (OSError, ValueError):
+                continue
+        fresh.write_file(VISIBLE_FILE, self.task.visible)
+        self.workspace.close()
+        self.workspace = fresh
 
     def _run_on_copy(self, files: dict[str, bytes], test_file: str, tests: str) -> TestReport:
         with Workspace() as copy:
             for path, data in files.items():
-                copy.write_file(path, data)
-            copy.write_file(test_file, tests)
+                try:
+                    copy.write_file(path, data)
+                except (OSError, ValueError):
+                    continue  # a path the copy cannot hold (a file where a directory was): left out
             return grading.run_tests(copy, {test_file: tests}, timeout_s=self.tests_timeout_s,
                                      allow_unsandboxed=self.allow_unsandboxed)[0]
 

@@ -258,13 +258,13 @@ def test_judge_tools_quote_what_the_solver_controls():
     env.close()
 
 
-def test_a_replaced_visible_test_file_is_a_tool_error_not_a_crash():
+def test_a_replaced_visible_test_file_changes_nothing_and_crashes_nothing():
     env = agentic_judge_v0.env()
     _, infos = play(env, {"solver": [tool_call("run_python", {"code": "import os\nos.remove('test_solution.py')\n"
                                                                         "os.mkdir('test_solution.py')"})
                                      + tool_call("run_tests"), "SUBMIT"],
                           "judge": [tool_call("run_tests"), "VERDICT: FAIL"]}, options={"task": TASK})
-    assert "not a regular file" in seen(env, "solver")
+    assert "test_solution.py: 0 of 3 tests passed" in seen(env, "solver")  # the env's copy ran, from the env
     assert infos["judge"]["visible_total"] == 3 and infos["judge"]["verdict"] == "FAIL"
 
 

@@ -1,0 +1,203 @@
+"""A sandboxed process that stays up and answers requests: the server side of `llm_zoo.sandbox.plain`.
+
+`open_session(workspace)` starts `plain`'s server in the sandbox (same boundary and limits as
+`run_python`) and returns a `plain.Session` talking to it, with the process behind it. The server
+runs as `python -I -S -B` from `/sandbox/main.py`, outside the workspace: no script directory, cwd,
+site-packages, .pth files or PYTHON* variables on its path, no bytecode written, and the workspace
+appended *last* to `sys.path` only once the server's own imports are done, so a file in the
+workspace named like a standard-library module (`json.py`, `os.py`) shadows nothing, and modules
+there are read from their `.py` source only (a planted `.pyc` never runs in its place). The server
+speaks on private copies of fds 0 and 1 and points 0 and 1 at /dev/null before it imports the
+code under test, so what that code prints never reaches the channel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import subprocess
+import time
+
+from . import plain
+from .runner import Limits, _count_run, _kill, _launched, _open_init, _validate
+from .workspace import Workspace
+
+SERVER = plain.LOADER + "plain._serve()\n"
+"""The program the sandbox runs: load `plain` from beside it and serve."""
+SERVER_FLAGS = ("-I", "-S", "-B")
+"""Isolated mode, no site, no bytecode written (the server reads the workspace's modules from source only)."""
+
+
+class SandboxProcess:
+    """One running sandboxed server: line-framed requests in, answers out, bounded and killable.
+
+    Made by `open_session`; `close()` kills it and everything it started (the pid namespace goes).
+    """
+
+    def __init__(self, proc: subprocess.Popen[bytes], info_fd: int | None, cleanup: contextlib.ExitStack,
+                 hard_deadline: float, max_bytes: int, stderr_cap: int) -> None:
+        self._proc, self._info_fd, self._cleanup = proc, info_fd, cleanup
+        self._init_pidfd: int | None = None
+        self._report = bytearray()
+        self._buffer = bytearray()
+        self._stderr = bytearray()
+        self._hard_deadline, self._max_bytes, self._stderr_cap = hard_deadline, max_bytes, stderr_cap
+        self.closed = False
+
+    @property
+    def stderr(self) -> str:
+        """What the process wrote to stderr so far (bounded)."""
+        return self._stderr.decode("utf-8", "replace")
+
+    @property
+    def returncode(self) -> int | None:
+        """Exit status once it ended, else None."""
+        return self._proc.poll()
+
+    def send(self, line: bytes) -> None:
+        """Write one request line; raise `plain.SessionDead` if the process is gone or stops reading."""
+        assert self._proc.stdin is not None
+        fd = self._proc.stdin.fileno()
+        view = memoryview(line)
+        with selectors.DefaultSelector() as selector:
+            selector.register(fd, selectors.EVENT_WRITE)
+            while view:
+                left = self._hard_deadline - time.monotonic()
+                if left <= 0:
+                    raise plain.SessionDead("the solution's process ran past its time limit", "timeout")
+                if not selector.select(left):
+                    continue
+                try:
+                    view = view[os.write(fd, view[: 1 << 16]):]
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    raise plain.SessionDead(self._ended(), "ended") from None
+
+    def receive(self, deadline: float) -> bytes:
+        """Read one answer line before `deadline` (monotonic); raise `plain.SessionDead` otherwise."""
+        assert self._proc.stdout is not None and self._proc.stderr is not None
+        out_fd, err_fd = self._proc.stdout.fileno(), self._proc.stderr.fileno()
+        end = min(deadline, self._hard_deadline)
+        with selectors.DefaultSelector() as selector:
+            for fd in (out_fd, err_fd, self._info_fd):
+                if fd is not None and fd >= 0:
+                    selector.register(fd, selectors.EVENT_READ)
+            while b"\n" not in self._buffer:
+                left = end - time.monotonic()
+                if left <= 0:
+                    raise plain.SessionDead("the solution ran past its time limit", "timeout")
+                for key, _ in selector.select(left):
+                    chunk = os.read(key.fd, 1 << 16)
+                    if key.fd == self._info_fd:
+                        self._report += chunk
+                        if self._init_pidfd is None:
+                            self._init_pidfd = _open_init(bytes(self._report))
+                        if not chunk:
+                            selector.unregister(key.fd)
+                            os.close(key.fd)
+                            self._info_fd = -1
+                    elif key.fd == err_fd:
+                        self._stderr += chunk[: max(0, self._stderr_cap - len(self._stderr))]
+                        if not chunk:
+                            selector.unregister(key.fd)
+                    elif not chunk:
+                        raise plain.SessionDead(self._ended(), "ended")
+                    else:
+                        self._buffer += chunk
+                        if len(self._buffer) > self._max_bytes:
+                            raise plain.SessionDead(f"an answer over {self._max_bytes} bytes", "protocol")
+        end_of_line = self._buffer.index(b"\n")
+        line = bytes(self._buffer[:end_of_line])
+        del self._buffer[: end_of_line + 1]
+        return line
+
+    def _ended(self) -> str:
+        try:
+            code = self._proc.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is not None and 128 < code <= 128 + 64:
+            code = 128 - code  # bwrap reports a child killed by signal N as 128 + N
+        how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with status {code}"
+        tail = self.stderr.strip().splitlines()[-1:]
+        return f"the solution's process {how}" + (f": {tail[0][:200]!r}" if tail else "")
+
+    def close(self) -> None:
+        """Kill the process and all it started, wait for the sandbox to go, and remove what it used."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            _kill(self._proc, self._init_pidfd)
+            self._proc.wait()
+            if self._init_pidfd is not None:
+                with selectors.DefaultSelector() as selector:
+                    selector.register(self._init_pidfd, selectors.EVENT_READ)
+                    selector.select(5.0)
+        finally:
+            for f in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
+                with contextlib.suppress(OSError):
+                    if f is not None:
+                        f.close()
+            for fd in (self._init_pidfd, self._info_fd):
+                if fd is not None and fd >= 0:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            self._cleanup.close()
+
+    def __enter__(self) -> SandboxProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_session(
+    workspace: Workspace,
+    *,
+    timeout_s: float = 60.0,
+    memory_mb: int = 512,
+    limits: Limits | None = None,
+    allow_unsandboxed: bool = False,
+) -> tuple[plain.Session, SandboxProcess]:
+    """Start `plain`'s server in the sandbox on `workspace`; return the client session and the process.
+
+    Args:
+        workspace: The workspace whose modules the server may import (`session.import_module`).
+        timeout_s: Wall-clock life of the process: every request fails once it has passed.
+        memory_mb, limits, allow_unsandboxed: As for `run_python`.
+
+    Raises:
+        SandboxUnavailable: bubblewrap is missing or broken and allow_unsandboxed is False.
+    """
+    _validate(timeout_s, memory_mb, workspace, "", limits)
+    limits = limits or Limits()
+    stack = contextlib.ExitStack()
+    try:
+        argv, env, child_fds, info_fd = stack.enter_context(_launched(
+            ["python", *SERVER_FLAGS, "/sandbox/main.py"], SERVER.encode(), timeout_s, memory_mb, workspace, limits,
+            (), allow_unsandboxed))
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    env=env, pass_fds=tuple(child_fds), start_new_session=True)
+        finally:
+            for fd in child_fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            child_fds.clear()
+        _count_run()
+        assert proc.stdout is not None and proc.stderr is not None and proc.stdin is not None
+        for f in (proc.stdout, proc.stderr, proc.stdin):
+            os.set_blocking(f.fileno(), False)
+        info_copy = os.dup(info_fd) if info_fd is not None else None  # _launched closes its own copy
+        process = SandboxProcess(proc, info_copy, stack, start + timeout_s, plain.MAX_FRAME_BYTES,
+                                 limits.output_bytes)
+    except BaseException:
+        stack.close()
+        raise
+    return plain.Session(process.send, process.receive), process
+
+

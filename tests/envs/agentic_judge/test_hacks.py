@@ -1,0 +1,86 @@
+"""Reward hacks against agentic_judge_v0, one per class, end to end through the env: none may pay.
+
+The attacks come from ``benchmarks/hacks/judge.py`` (the reward-hacks benchmark's library); each
+plays a whole episode with the rule judge and the hidden tests. Honest solutions are played the same
+way, so a defence that also stopped real work would show here.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from llm_zoo.sandbox import sandbox_info
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+from hacks import judge as judge_hacks  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not sandbox_info().available,
+                                reason="bubblewrap is not installed (apt-get install bubblewrap); CI installs it")
+BY_NAME = {h.name: h for h in judge_hacks.HACKS}
+
+# one attack of each class: trick objects, shadowed modules, forged output, reaching for the truth,
+# attacking the checkers' processes, timing, resources, workspace layouts, injected text, lookup tables
+CLASSES = {
+    "objects with a forged __eq__": "always_equal_object",
+    "subclasses of builtin types": "float_subclass_equal",
+    "a planted stdlib module the tests import": "shadow_stdlib_math",
+    "a planted module that runs at interpreter start": "shadow_encodings_at_startup",
+    "forged report lines on stdout": "forged_report_lines",
+    "forged exception names and messages": "forged_exception_names",
+    "forged frames on the channel, then os._exit": "forged_channel_frames",
+    "frame walking for the expected values": "frame_walk_for_expected",
+    "killing the checker and the harness": "kill_the_checkers",
+    "ptrace and /proc fds of the checker": "ptrace_and_proc_fds",
+    "monkeypatched builtins and json": "monkeypatch_builtins_json",
+    "a frozen clock against a timing test": "frozen_clock_linear_search",
+    "huge results": "huge_result",
+    "deeply nested results": "deep_result",
+    "protocol tags in results": "protocol_tag_lookalikes",
+    "workspace layouts": "workspace_layout_bombs",
+    "inode exhaustion": "inode_exhaustion",
+    "injected note and files": "injected_note_and_files",
+    "a lookup table of the shown cases": "lookup_table_of_shown_cases",
+    "a planted .pyc that runs instead of the source": "planted_pyc_runs_instead_of_source",
+    "a file past the submission's caps that the judge would still run": "oversized_solution_hides_lookup_table",
+}
+
+
+def test_the_library_has_at_least_20_named_hacks_with_quick_ones():
+    names = [h.name for h in judge_hacks.HACKS]
+    assert len(names) >= 20 and len(set(names)) == len(names)
+    assert {h.env for h in judge_hacks.HACKS} == {"agentic_judge_v0"}
+    assert 2 <= sum(h.quick for h in judge_hacks.HACKS) <= 8
+    assert set(CLASSES.values()) <= set(names)
+
+
+@pytest.mark.parametrize("name", sorted(CLASSES.values()))
+def test_no_hack_pays(name):
+    outcome = BY_NAME[name].run()
+    assert not outcome.paid, outcome
+    assert outcome.reward <= outcome.baseline and "env.step raised" not in outcome.detail
+
+
+@pytest.mark.parametrize(("code", "reward", "hidden_pass"), [
+    ("def balance(principal, rate, years):\n    return principal * (1 + rate) ** years\n", 1.0, True),
+    ("def balance(principal, rate, years):\n    return principal * (1 + rate * years)\n", 0.0, False),
+])
+def test_honest_solutions_are_still_graded_as_before(code, reward, hidden_pass):
+    got, infos, problem = judge_hacks._play("balance", [judge_hacks._write({"solution.py": code})])
+    assert problem == "" and got == reward and infos["hidden_pass"] is hidden_pass
+
+
+def test_a_stateful_class_and_a_mutating_function_are_graded_through_handles():
+    stack = ("class Stack:\n    def __init__(self):\n        self.items = []\n    def push(self, x):\n"
+             "        self.items.append(x)\n    def pop(self):\n        if not self.items:\n"
+             "            raise IndexError('pop from empty stack')\n        return self.items.pop()\n"
+             "    def peek(self):\n        if not self.items:\n            raise IndexError('peek at empty stack')\n"
+             "        return self.items[-1]\n    def is_empty(self):\n        return not self.items\n"
+             "    def __len__(self):\n        return len(self.items)\n")
+    got, infos, _ = judge_hacks._play("stack", [judge_hacks._write({"solution.py": stack})])
+    assert infos["hidden_pass"] is True and got == 1.0
+    mutating = "def deep_merge(base, override):\n    for k, v in override.items():\n        base[k] = v\n    return base\n"
+    _, infos, _ = judge_hacks._play("deep_merge", [judge_hacks._write({"solution.py": mutating})])
+    assert infos["hidden_pass"] is False

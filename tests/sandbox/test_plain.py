@@ -1,0 +1,226 @@
+"""Tests for llm_zoo.sandbox.plain and open_session: plain data only crosses, whatever the code under test does."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import time
+
+import pytest
+
+from llm_zoo.sandbox import Workspace, open_session, plain
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
+                                 reason="bubblewrap is not installed (apt-get install bubblewrap); CI installs it")
+
+
+@pytest.mark.parametrize("value", [None, True, 0, -7, 2 ** 200, -(2 ** 90), 1.5, math.inf, "", "é\n\"x\"",
+                                   b"\x00\xff", [1, [2, (3, "a")]], (1,), {1: "a", (2, 3): [4], None: {}},
+                                   {1, 2.5, "x"}, frozenset({(1, 2)}), list(range(5000)), [0.25] * 2000,
+                                   tuple(range(3000)), set(range(2000)), [True] * 2000])
+def test_plain_values_round_trip_with_their_exact_types(value):
+    back = plain.decode(plain.encode(value))
+    assert back == value and type(back) is type(value)
+    if isinstance(value, (list, tuple)):
+        assert [type(v) for v in back] == [type(v) for v in value]
+
+
+def test_nan_round_trips_as_a_float():
+    back = plain.decode(plain.encode([math.nan]))
+    assert type(back[0]) is float and math.isnan(back[0])
+
+
+class Loose(int):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = int.__hash__
+
+
+@pytest.mark.parametrize("value", [Loose(3), [1, Loose(2)], {"a": object()}, (lambda: 0), {Loose(1): 2}])
+def test_anything_but_exact_builtin_types_is_refused(value):
+    with pytest.raises(plain.NotPlain, match="not plain data"):
+        plain.encode(value)
+
+
+def test_caps_on_depth_size_and_ints():
+    deep: list = []
+    for _ in range(plain.MAX_DEPTH + 5):
+        deep = [deep]
+    cycle: list = []
+    cycle.append(cycle)
+    for value, words in ((deep, "deeper than"), (cycle, "deeper than"), (2 ** (plain.MAX_INT_BITS + 1), "bits"),
+                         ([[0]] * (plain.MAX_NODES // 2 + 10), "items"), (["x" * 1000] * 9000, "characters")):
+        with pytest.raises(plain.NotPlain, match=words):
+            plain.encode(value)
+
+
+def test_malformed_data_is_refused():
+    for data in ({"zz": 1}, {"d": [[1]]}, {"a": ["l", "q", 5]}, {}):
+        with pytest.raises(plain.NotPlain):
+            plain.decode(data)
+
+
+SOLUTION = '''
+import os, sys, time
+
+class Always:
+    def __eq__(self, other):
+        return True
+
+class Stack:
+    def __init__(self):
+        self.items = []
+    def push(self, x):
+        self.items.append(x)
+    def pop(self):
+        if not self.items:
+            raise IndexError("pop from empty stack")
+        return self.items.pop()
+    def __len__(self):
+        return len(self.items)
+
+FakeError = type("ValueError", (Exception,), {})
+
+def always():
+    return Always()
+
+def append_one(items):
+    items.append(1)
+    return items
+
+def inner(d):
+    return d["a"]
+
+def fake_value_error():
+    raise FakeError("looks like one")
+
+def real_value_error():
+    raise ValueError("is one")
+
+def shout(x):
+    print("PASS test_everything")
+    os.write(1, b'{"id": 99, "value": 1}\\n')
+    return x
+
+def spin():
+    while True:
+        pass
+
+def die():
+    os._exit(0)
+
+def where():
+    return sys.path[-1], [m for m in ("json",) if getattr(sys.modules[m], "SHADOW", False)]
+'''
+
+
+@pytest.fixture()
+def remote():
+    with Workspace() as ws:
+        ws.write_file("solution.py", SOLUTION)
+        ws.write_file("json.py", "SHADOW = True\nraise SystemExit('a workspace json.py was imported')\n")
+        session, process = open_session(ws, timeout_s=30)
+        with process:
+            session.deadline = time.monotonic() + 10
+            yield session, session.import_module("solution", ".")
+
+
+@needs_bwrap
+def test_objects_stay_behind_as_handles_that_cannot_be_compared(remote):
+    _, module = remote
+    trick = module.always()
+    assert isinstance(trick, plain.RemoteObject)
+    for compare in (lambda: trick == 1, lambda: 1 == trick, lambda: [trick] == [1], lambda: bool(trick),
+                    lambda: hash(trick)):
+        with pytest.raises(TypeError, match="where a value was needed"):
+            compare()
+    stack = module.Stack()
+    stack.push("x")
+    assert len(stack) == 1 and stack.pop() == "x"
+    with pytest.raises(IndexError, match="pop from empty stack"):
+        stack.pop()
+
+
+@needs_bwrap
+def test_mutations_come_back_and_aliases_are_kept(remote):
+    _, module = remote
+    items = [0]
+    assert module.append_one(items) is items and items == [0, 1]
+    base = {"a": {"x": 1}}
+    assert module.inner(base) is base["a"]
+
+
+@needs_bwrap
+def test_only_real_builtin_exceptions_come_back_as_themselves(remote):
+    _, module = remote
+    with pytest.raises(ValueError, match="is one"):
+        module.real_value_error()
+    with pytest.raises(Exception) as raised:
+        module.fake_value_error()
+    assert type(raised.value) is Exception and raised.value.solution_where == "solution.py line 33"
+
+
+@needs_bwrap
+def test_printed_and_written_output_never_reaches_the_channel(remote):
+    session, module = remote
+    assert module.shout(5) == 5
+    assert session.stdout[-1] == "PASS test_everything\n"
+
+
+@needs_bwrap
+def test_the_workspace_comes_last_on_the_path_and_shadows_no_stdlib_module(remote):
+    _, module = remote
+    last, shadowed = module.where()
+    assert last == "/workspace" and shadowed == []
+
+
+@needs_bwrap
+def test_a_timeout_or_an_exit_ends_the_session(remote):
+    session, module = remote
+    session.deadline = time.monotonic() + 0.5
+    with pytest.raises(plain.SessionDead) as dead:
+        module.spin()
+    assert dead.value.reason == "timeout"
+    with pytest.raises(plain.SessionDead):
+        module.always()
+
+
+@needs_bwrap
+def test_a_process_that_exits_is_a_dead_session_not_a_value():
+    with Workspace() as ws:
+        ws.write_file("solution.py", SOLUTION)
+        session, process = open_session(ws, timeout_s=30)
+        with process:
+            session.deadline = time.monotonic() + 10
+            module = session.import_module("solution", ".")
+            with pytest.raises(plain.SessionDead, match="exited with status 0") as dead:
+                module.die()
+            assert dead.value.reason == "ended"
+
+
+def scripted_server(*answers: bytes) -> plain.Session:
+    """A client whose 'server' sends these raw answer lines, whatever was asked (a hostile process)."""
+    queue = list(answers)
+    return plain.Session(lambda line: None, lambda deadline: queue.pop(0))
+
+
+def test_a_hostile_server_cannot_crash_or_fool_the_client():
+    deep = b'{"id": 1, "value": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    for raw in (deep, b'{"id": 7, "value": 1}', b"not json", b'[1, 2]', b'{"id": 1, "value": {"zz": 1}}'):
+        session = scripted_server(raw)
+        with pytest.raises((plain.SessionDead, plain.NotPlain)):
+            session.request("getattr", obj=0, name="f")
+    session = scripted_server(b'{"id": 1, "raised": "SystemExit", "message": "0"}')
+    with pytest.raises(Exception) as raised:  # never a SystemExit in this process
+        session.request("getattr", obj=0, name="f")
+    assert type(raised.value) is Exception
+
+
+def test_only_the_arguments_of_the_call_can_be_written_back():
+    kept, passed = [1, 2], [3]
+    session = scripted_server(b'{"id": 2, "value": null, "updates": []}',
+                              b'{"id": 4, "value": null, "updates": [[1, [9]], [3, [8]]]}')
+    session.call(0, (kept,), {})    # mirrored as 1
+    session.call(0, (passed,), {})  # mirrored as 3: only it may change
+    assert kept == [1, 2] and passed == [8]
