@@ -1,0 +1,49 @@
+"""Smoke test of benchmarks/vllm_throughput.py at its --quick setting, run as a script (as llm-zoo bench runs it).
+
+With vLLM (the vLLM stage of scripts/test.sh) it must measure both backends, the push and the disk
+reload, with log-probs that agree; without vLLM it must say so and end with ``{"skipped": ...}``,
+and under ``LLM_ZOO_REQUIRE_VLLM=1`` a missing vLLM fails the test instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from llm_zoo.policies.vllm import missing_requirements  # noqa: E402
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "vllm_throughput.py"
+
+
+@pytest.mark.vllm
+def test_quick_run_measures_both_backends_and_the_push():
+    missing = missing_requirements(gpu=False)
+    if missing is not None and os.environ.get("LLM_ZOO_REQUIRE_VLLM") == "1":
+        pytest.fail(f"LLM_ZOO_REQUIRE_VLLM=1 (scripts/test.sh's vLLM stage) but this environment {missing}")
+    run = subprocess.run([sys.executable, str(SCRIPT), "--quick"], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.strip().splitlines()
+    figures = json.loads(lines[-1])
+    if missing is not None:
+        assert figures == {"skipped": missing} and "skipped" in lines[0]
+        return
+    for key in ("vllm_tokens_per_s", "transformers_tokens_per_s", "push_s", "disk_reload_s"):
+        assert figures[key] > 0, figures
+    assert figures["ratio"] == pytest.approx(figures["vllm_tokens_per_s"] / figures["transformers_tokens_per_s"],
+                                             rel=0.02)
+    assert figures["logprob_max_abs_diff"] < 1e-3 and figures["logprob_max_abs_diff_after_push"] < 1e-3, figures
+    assert figures["batch"] == 8 and figures["max_new_tokens"] == 8 and figures["rounds"] == 1
+    assert any(line.startswith("vllm ") for line in lines) and any("in place (sync_from)" in line for line in lines)
+
+
+def test_bad_setting_is_refused():
+    run = subprocess.run([sys.executable, str(SCRIPT), "--batch", "0"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "--batch must be >= 1" in run.stderr
