@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -132,6 +133,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(json.dumps(figures))
         return figures
 
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout holds the tables and the JSON line
     import torch
     import vllm
     from transformers import AutoModelForCausalLM

@@ -47,3 +47,16 @@ def test_quick_run_measures_both_backends_and_the_push():
 def test_bad_setting_is_refused():
     run = subprocess.run([sys.executable, str(SCRIPT), "--batch", "0"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "--batch must be >= 1" in run.stderr
+
+
+def test_bench_runs_the_script_with_the_interpreter_its_comment_names(tmp_path):
+    from llm_zoo import bench
+
+    venv_python = bench.ROOT / ".venv-vllm" / "bin" / "python"
+    assert bench._python(SCRIPT) == (str(venv_python) if venv_python.is_file() else sys.executable)
+    plain = tmp_path / "plain.py"
+    plain.write_text('"""No interpreter named."""\n')
+    assert bench._python(plain) == sys.executable
+    missing = tmp_path / "missing.py"
+    missing.write_text("# bench-python: .no-such-venv/bin/python\n")
+    assert bench._python(missing) == sys.executable  # named but absent: this interpreter, which then skips

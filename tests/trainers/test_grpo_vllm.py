@@ -47,7 +47,8 @@ def test_generation_vllm_samples_with_the_weights_of_the_latest_update(tmp_path,
             now, _ = completion_logprobs(learner.model, prompts, completions, pad_token_id=learner.policy.pad_token_id,
                                          temperature=config.temperature or 1.0, allowed=[b.allowed for b in batch])
         worst = max(abs(a - b) for i, s in enumerate(batch) for a, b in zip(s.logprobs, now[i, :len(s.logprobs)].tolist()))
-        checksum = float(sum(p.double().sum() for p in learner.model.parameters()))
+        # a sum of squares: a plain sum can stay put (the softmax gradient of a row sums to zero)
+        checksum = float(sum((p.double() ** 2).sum() for p in learner.model.parameters()))
         seen.append({"learner": learner.name, "worst": worst, "checksum": checksum, "samples": len(batch)})
         return original_update(learner, batch, config)
 
