@@ -1,8 +1,9 @@
-"""Smoke test of benchmarks/vllm_throughput.py at its --quick setting, run as a script (as llm-zoo bench runs it).
+"""Smoke tests of benchmarks/vllm_throughput.py and vllm_kuhn.py at their --quick settings, run as scripts.
 
-With vLLM (the vLLM stage of scripts/test.sh) it must measure both backends, the push and the disk
-reload, with log-probs that agree; without vLLM it must say so and end with ``{"skipped": ...}``,
-and under ``LLM_ZOO_REQUIRE_VLLM=1`` a missing vLLM fails the test instead.
+With vLLM (the vLLM stage of scripts/test.sh) vllm_throughput must measure both backends, the push
+and the disk reload, with log-probs that agree, and vllm_kuhn must train and evaluate both
+generations; without vLLM each must say so and end with ``{"skipped": ...}``, and under
+``LLM_ZOO_REQUIRE_VLLM=1`` a missing vLLM fails the test instead.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ pytest.importorskip("transformers")
 from llm_zoo.policies.vllm import missing_requirements  # noqa: E402
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "vllm_throughput.py"
+KUHN = SCRIPT.with_name("vllm_kuhn.py")
 
 
 @pytest.mark.vllm
@@ -42,6 +44,26 @@ def test_quick_run_measures_both_backends_and_the_push():
     assert figures["logprob_max_abs_diff"] < 1e-3 and figures["logprob_max_abs_diff_after_push"] < 1e-3, figures
     assert figures["batch"] == 8 and figures["max_new_tokens"] == 8 and figures["rounds"] == 1
     assert any(line.startswith("vllm ") for line in lines) and any("in place (sync_from)" in line for line in lines)
+
+
+@pytest.mark.vllm
+def test_kuhn_quick_run_trains_and_evaluates_both_generations():
+    missing = missing_requirements(gpu=False)
+    if missing is not None and os.environ.get("LLM_ZOO_REQUIRE_VLLM") == "1":
+        pytest.fail(f"LLM_ZOO_REQUIRE_VLLM=1 (scripts/test.sh's vLLM stage) but this environment {missing}")
+    run = subprocess.run([sys.executable, str(KUHN), "--quick"], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.strip().splitlines()
+    figures = json.loads(lines[-1])
+    if missing is not None:
+        assert figures == {"skipped": missing}
+        return
+    assert figures["steps"] == 4 and figures["seeds"] == 1
+    for generation in ("transformers", "vllm"):
+        (value,) = figures[f"{generation}_exploitability"]
+        assert 0 < value < 0.5 and figures[f"{generation}_step_s"] > 0, figures  # the uniform policy: 0.458
+    assert figures["mean_gap"] == pytest.approx(figures["vllm_mean"] - figures["transformers_mean"], abs=2e-4)
+    assert sum(line.startswith(("transformers ", "vllm ")) for line in lines) == 2  # a table row per run
 
 
 def test_bad_setting_is_refused():

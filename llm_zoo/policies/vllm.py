@@ -187,7 +187,8 @@ class VLLMPolicy(Policy):
             ``kv_cache_memory_bytes``, ...).
 
     Raises:
-        ValueError: on a bad sampling setting (see :func:`logprobs_mode`).
+        ValueError: on a bad sampling setting (see :func:`logprobs_mode`), or on vLLM's CPU build for
+            a model whose attention head size its kernels lack.
         FileNotFoundError: when ``model`` is not a local folder.
         ImportError: without vLLM, or with one older than ``MIN_VLLM_VERSION``.
         RuntimeError: with vLLM's CUDA build and no CUDA GPU.
@@ -234,6 +235,8 @@ class VLLMPolicy(Policy):
                 "with llm_zoo.models.make_tiny_model."
             )
         vllm, device = _import_vllm()
+        if device == "cpu":
+            _check_cpu_head_size(path)
 
         self.name = name
         self.path = path
@@ -411,6 +414,32 @@ def _import_vllm() -> tuple[Any, str]:
             "llm_zoo.policies.TransformersPolicy."
         )
     return vllm, "cuda"
+
+
+def _check_cpu_head_size(path: Path) -> None:
+    """Refuse, before the engine starts, a model whose attention head size vLLM's CPU kernels lack.
+
+    vLLM's own refusal comes from its C++ kernels mid-start ("Unsupported CPU attention
+    configuration"), without the sizes it takes.
+    """
+    import json
+
+    try:
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+        supported = list(CPUAttentionBackend.get_supported_head_sizes())
+    except (ImportError, AttributeError):  # another vLLM layout: let the engine judge
+        return
+    config = json.loads((path / "config.json").read_text()) if (path / "config.json").is_file() else {}
+    hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
+    head = config.get("head_dim") or (hidden // heads if hidden and heads else None)
+    if head is not None and head not in supported:
+        raise ValueError(
+            f"VLLMPolicy: vLLM's CPU attention takes head sizes {supported}; the model in {str(path)!r} has "
+            f"head size {head} (hidden_size {hidden} / {heads} heads). Use a model with one of those head "
+            "sizes (for the trainer's tiny model, a config.model_hidden_size of 128 or more: "
+            "--set model_hidden_size=128), or generation=transformers."
+        )
 
 
 @contextlib.contextmanager

@@ -488,3 +488,15 @@ def test_the_legal_replies_processor_masks_all_but_the_continuations():
     assert torch.isfinite(after_one).nonzero().flatten().tolist() == [2, 4]
     assert after_one[2] == 2.0 and after_one[4] == 4.0  # kept logits are unchanged
     assert torch.equal(keep([3], logits.clone()), logits)  # a complete path: nothing left to mask
+
+
+@pytest.mark.vllm
+def test_a_head_size_the_cpu_kernels_lack_is_refused_before_the_engine_starts(tmp_path, peaked_dir):
+    tiny = make_tiny_model(tmp_path / "head16", hidden_size=64, num_layers=1, num_heads=4)  # heads of 16
+    match = r"head sizes \[32, .*head size 16 \(hidden_size 64 / 4 heads\).*model_hidden_size=128"
+    with pytest.raises(ValueError, match=match):
+        vllm_policy._check_cpu_head_size(tiny)
+    vllm_policy._check_cpu_head_size(peaked_dir)  # heads of 64: taken
+    if vllm_policy.missing_requirements(gpu=True) is not None:  # the CPU build: the constructor checks it
+        with pytest.raises(ValueError, match=match):
+            VLLMPolicy(tiny, engine_kwargs=ENGINE_KWARGS)
