@@ -16,7 +16,9 @@ about 600 tokens each), drawn with repetition into one batch, as a rollout sees 
 Three measurements, in one run, so the machine's noise falls on both sides of each ratio:
 
 - throughput: generated tokens per second of one ``act`` call on the whole batch, for each backend,
-  after a warm-up call; the rounds alternate between the backends.
+  after two warm-up calls on the same batch; the rounds alternate between the backends, and vLLM's
+  prefix cache is emptied before each of its calls, as a weight push empties it before each of the
+  trainer's rollouts (prefixes shared within a batch are still shared, as TransformersPolicy shares them).
 - weight push: the time of ``VLLMPolicy.sync_from`` (vLLM's in-place ``reload_weights`` fed the
   transformers model's tensors), median over ``--pushes``, against saving the weights with
   ``save_pretrained`` and having the engine reload them from that folder.
@@ -152,13 +154,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         slow = TransformersPolicy.from_pretrained(path, device=device, dtype=torch.float32,
                                                   max_new_tokens=args.max_new_tokens, seed=args.seed)
         threads = torch.get_num_threads()  # vLLM's CPU worker sets the process's (both backends run on it)
-        for policy in (fast, slow):  # warm-up: compiled graphs, allocator
-            policy.act(observations[: min(8, len(observations))])
+        for _ in range(2):  # warm-up on the batch itself: compiled graphs for its shapes, allocator
+            for policy in (fast, slow):
+                fast.llm.reset_prefix_cache()
+                policy.act(observations)
         tokens = {"vllm": 0, "transformers": 0}
         seconds = {"vllm": 0.0, "transformers": 0.0}
         sampled: list[Any] = []
         for _ in range(args.rounds):
             for label, policy in (("vllm", fast), ("transformers", slow)):
+                # each rollout of the trainer starts cold (a push resets the cache), so each round does
+                fast.llm.reset_prefix_cache()
                 replies, elapsed = timed(lambda policy=policy: policy.act(observations), device)
                 tokens[label] += sum(len(r.completion_ids) for r in replies)
                 seconds[label] += elapsed
@@ -189,7 +195,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     figures = {
         "vllm_tokens_per_s": round(rate["vllm"], 1),
         "transformers_tokens_per_s": round(rate["transformers"], 1),
-        "ratio": round(rate["vllm"] / rate["transformers"], 2),
+        "ratio": round(rate["vllm"] / rate["transformers"], 3),
         "push_s": round(statistics.median(pushes), 4),
         "disk_reload_s": round(statistics.median(reloads), 4),
         "logprob_max_abs_diff": round(parity, 6),
