@@ -131,6 +131,13 @@ def _takes(script: Path, option: str) -> bool:
     return re.search(rf"""add_argument\(\s*["']{re.escape(option)}["']""", script.read_text()) is not None
 
 
+def _python(script: Path) -> str:
+    """The interpreter for ``script``: the one its ``# bench-python: PATH`` line names (relative to the
+    checkout) where that exists, else this one (vllm_throughput's vLLM lives in .venv-vllm, scripts/test.sh)."""
+    named = re.search(r"^# bench-python: (\S+)$", script.read_text(), re.MULTILINE)
+    return str(ROOT / named.group(1)) if named and (ROOT / named.group(1)).is_file() else sys.executable
+
+
 def _pngs(folder: Path) -> dict[Path, float]:
     return {p: p.stat().st_mtime for p in folder.rglob("*.png")} if folder.is_dir() else {}
 
@@ -154,7 +161,7 @@ def run_script(script: Path, *, quick: bool, timeout_s: float, assets: Path, pag
             (``kuhn_headline`` and ``kuhn_credit`` train the same 12 Kuhn runs; the second reuses them).
     """
     name = script.stem
-    argv = [sys.executable, str(script), *(["--quick"] if quick else [])]
+    argv = [_python(script), str(script), *(["--quick"] if quick else [])]
     with tempfile.TemporaryDirectory(prefix=f"bench_{name}_") as tmp:
         out = Path(tmp) / "out"
         if _takes(script, "--out"):

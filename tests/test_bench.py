@@ -27,6 +27,9 @@ MISSING = {
     "judge_agreement": shutil.which("bwrap") is None,
     "learnability": shutil.which("bwrap") is None,
     "env_throughput": importlib.util.find_spec("pygame") is None,
+    # vLLM's CPU build lives in .venv-vllm, which scripts/test.sh makes after the main stage (its test runs there)
+    **dict.fromkeys(("vllm_throughput", "vllm_kuhn"), importlib.util.find_spec("vllm") is None
+                    and not (bench.ROOT / ".venv-vllm" / "bin" / "python").is_file()),
 }
 HEADLINE_ROWS = ("random", "cfr_10", "cfr_100", "cfr_1000", "cfr+_10", "cfr+_100", "cfr+_1000", "maskable_ppo",
                  "llm_rae", "llm_grpo_shared", "llm_no_baseline", "llm_per_seat")

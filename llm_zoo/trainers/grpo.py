@@ -116,8 +116,8 @@ class TrainConfig:
     """Sample only the replies an observation lists in legal_actions (action masking for LLMs);
     the loss then uses the constrained distribution's log-probs."""
     generation: str = "transformers"
-    """Who samples the rollouts: transformers (each learner's own model) or vllm (a VLLMPolicy on the
-    GPU, loaded with the learner's weights at the start and after every update)."""
+    """Who samples the rollouts: transformers (each learner's own model) or vllm (a VLLMPolicy: vLLM's CUDA
+    build on a GPU, or its CPU build; loaded with the learner's weights, pushed in place after every update)."""
     vllm_gpu_memory_utilization: float = 0.3
     """Share of the GPU's memory the vLLM engine may take under generation=vllm; the trainer gets the rest."""
 
@@ -419,8 +419,9 @@ def make_vllm_generator(learner: Learner, path: Path, config: TrainConfig):
     learner.model.save_pretrained(path)
     learner.policy.tokenizer.save_pretrained(path)
     return VLLMPolicy(path, name=learner.name, temperature=config.temperature, top_p=config.top_p,
-                      max_new_tokens=config.max_new_tokens, seed=config.seed,
-                      gpu_memory_utilization=config.vllm_gpu_memory_utilization)
+                      max_new_tokens=config.max_new_tokens, seed=config.seed, constrain=config.constrain_to_legal,
+                      gpu_memory_utilization=config.vllm_gpu_memory_utilization,
+                      dtype=str(learner.model.dtype).removeprefix("torch."))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -468,10 +469,7 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
         start, rae_state = load_checkpoint(ckpt, learners)
     # Who samples each learner's turns: the learner's own policy, or a vLLM engine fed its weights.
     acting = {name: learner.policy for name, learner in learners.items()}
-    if config.generation == "vllm":
-        if device.type != "cuda":
-            raise ValueError(f"config.generation='vllm' needs a CUDA device; config.device={config.device!r} "
-                             f"gives {device}. Set --set device=cuda, or generation=transformers.")
+    if config.generation == "vllm":  # VLLMPolicy says what is missing (vLLM, or a GPU for its CUDA build)
         acting = {name: make_vllm_generator(learner, run_dir / "vllm" / name, config)
                   for name, learner in learners.items()}
     acting.update({n: players[n[len(SCRIPTED_PREFIX):]](seed=config.seed) for n in scripted})
