@@ -27,3 +27,20 @@ def test_sampled_payoff_has_an_interval_that_holds_the_known_value_and_shrinks()
 
 def test_one_game_has_no_interval():
     assert math.isnan(_nash_vs("random", 1)["mean_payoff_ci95"])
+
+
+def test_a_sampled_strategy_carries_intervals_that_hold_the_exact_figures_and_shrink():
+    from llm_zoo.envs.kuhn_poker import theory
+    from llm_zoo.envs.kuhn_poker.evaluate import evaluate
+    from llm_zoo.policies import RandomPolicy
+
+    exact = theory.exploitability(theory.uniform_policy())  # a uniform pick among the legal replies
+    small = evaluate(RandomPolicy(seed=3), method="sampled", samples=64)
+    large = evaluate(RandomPolicy(seed=3), method="sampled", samples=1024)
+    for result in (small, large):
+        lo, hi = result["exploitability_ci95"]
+        assert lo <= result["exploitability"] <= hi and lo <= exact <= hi, (result["exploitability_ci95"], exact)
+        assert set(result) >= {"payoff_vs_nash_ci95", "payoff_vs_uniform_ci95"}
+    # 16x the replies: about a quarter of the width
+    width = [r["exploitability_ci95"][1] - r["exploitability_ci95"][0] for r in (small, large)]
+    assert 0.1 < width[1] / width[0] < 0.45, width

@@ -17,6 +17,7 @@ labels it as an estimate.
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Mapping
 from typing import Any
 
@@ -142,6 +143,36 @@ def sampled_strategy(policy: Any, samples: int = 64, env_kwargs: Mapping[str, An
     return table, other
 
 
+def sampled_intervals(table: Mapping[str, Mapping[str, float]], other: Mapping[str, float], samples: int, *,
+                      draws: int = 400, seed: int = 0) -> dict[str, tuple[float, float]]:
+    """Return a 95% interval for each figure of :func:`score_strategy` on a sampled strategy.
+
+    A parametric bootstrap: each info set's valid replies are drawn again from the estimated move
+    frequencies (``draws`` times, seeded), the strategy is scored each time, and the 2.5th and 97.5th
+    percentiles are the interval (``<figure>_ci95``). It covers the sampling of replies only, not
+    the model's own uncertainty.
+    """
+    rng = random.Random(seed)
+    scores: dict[str, list[float]] = {}
+    for _ in range(draws):
+        drawn = {}
+        for info_set, probs in table.items():
+            valid = round(samples * (1.0 - other[info_set]))
+            moves = list(probs)
+            if valid == 0:
+                drawn[info_set] = dict(probs)
+                continue
+            picks = rng.choices(moves, weights=[probs[m] for m in moves], k=valid)
+            drawn[info_set] = {m: picks.count(m) / valid for m in moves}
+        for key, value in score_strategy(drawn).items():
+            scores.setdefault(key, []).append(value)
+    out = {}
+    for key, values in scores.items():
+        values.sort()
+        out[f"{key}_ci95"] = (values[int(0.025 * (draws - 1))], values[int(0.975 * (draws - 1))])
+    return out
+
+
 def score_strategy(table: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
     """Return exploitability and exact payoffs (averaged over both seats) against Nash and uniform."""
     uniform = theory.uniform_policy()
@@ -169,9 +200,11 @@ def evaluate(policy: Any, *, method: str = "exact", samples: int = 64,
         table, other = sampled_strategy(policy, samples, env_kwargs)
     else:
         raise ValueError(f"method must be 'exact' or 'sampled'; got {method!r}")
+    intervals = {} if method == "exact" else sampled_intervals(table, other, samples)
     return {
         "method": method if method == "exact" else f"sampled estimate ({samples} replies per info set)",
         **score_strategy(table),
+        **intervals,
         "other_mass_mean": sum(other.values()) / len(other),
         "other_mass": other,
         "strategy": table,
@@ -194,5 +227,6 @@ def evaluate_policies(policies: Mapping[str, Any], *, method: str = "exact",
     for info_set in theory.INFO_SETS:
         t, o = reads[id(policies[f"player_{theory.player_of(info_set)}"])]
         table[info_set], other[info_set] = t[info_set], o[info_set]
-    return {"method": method, **score_strategy(table), "other_mass_mean": sum(other.values()) / len(other),
-            "strategy": table}
+    intervals = {} if method == "exact" else sampled_intervals(table, other, 64)
+    return {"method": method, **score_strategy(table), **intervals,
+            "other_mass_mean": sum(other.values()) / len(other), "strategy": table}
