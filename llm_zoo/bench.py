@@ -20,6 +20,11 @@ time, its printed output verbatim (its tables), its JSON line, the Markdown tabl
 ``--out`` folder, and its plots (PNGs it wrote to ``--out`` are copied next to the page, under
 ``results/<script>/``; PNGs it wrote under ``docs/`` are linked where they are).
 
+A run with ``--only`` updates the page in place: the sections of the scripts it ran replace theirs
+(or are inserted in :func:`discover`'s order), every other section is kept as it was, and each section's
+``Run:`` line says which run made it (a rewritten one names its machine too; the Machine table stays
+that of the run that made the page). A plain run writes the whole page anew.
+
 The README's headline block, between ``<!-- headline:start -->`` and ``<!-- headline:end -->``, is
 filled with the table ``kuhn_headline`` writes (``kuhn_headline.md``), after a full run; a
 ``--quick`` run leaves the README alone unless ``--readme`` names one, since its budgets are a smoke
@@ -49,7 +54,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ScriptResult", "add_parser", "discover", "fill_readme", "machine", "render", "run", "run_script"]
+__all__ = ["PageFormatError", "ScriptResult", "add_parser", "discover", "fill_readme", "machine", "render", "run",
+           "run_script", "update"]
 
 ROOT = Path(__file__).resolve().parents[1]
 """The source checkout: benchmarks/, docs/ and README.md live here."""
@@ -330,17 +336,76 @@ def _json(figures: dict[str, Any]) -> str:
     return "{\n" + ",\n".join(f" {json.dumps(k)}: {value(v)}" for k, v in figures.items()) + "\n}"
 
 
+STAMPED = ("Each section's \"Run:\" line says which run made it (command, date, commit); the table below is the "
+           "machine of the command above, and a section rewritten by `--only` names its own machine.")
+"""The header sentence that says the sections carry their own stamps."""
+SCRIPTS_HEADER = ("| script | status | run time | what it compares |", "|---|---|---|---|")
+_ROW = re.compile(r"^\| \[(?P<name>[A-Za-z0-9_.-]+)\]\(#(?P=name)\) \| (?P<status>[^|]*?) \| [^|]*? \| .*\|$")
+_BESIDE_LINE = "Read beside [{name}](#{name}), next: "
+
+
+class PageFormatError(ValueError):
+    """The existing results page is not one :func:`render` wrote (or it was edited by hand)."""
+
+
+def _stamp(command: str, date: str, info: dict[str, Any], *, own_machine: bool) -> str:
+    """The section's "Run:" line; ``own_machine`` adds the machine (a partial run's, not the Machine table's)."""
+    text = f"Run: `{command}` on {date}, commit {info['commit']}"
+    if own_machine:
+        versions = ", ".join(f"{dist} {version}" for dist, version in info["versions"].items())
+        text += (f"; machine: {info['cpu']}, {info['cores']} cores ({info['cores_usable']} usable), "
+                 f"{info['memory']}, GPU: {info['gpu']}, {info['os']}, load {info['load']}, "
+                 f"Python {info['python']}, {versions}")
+    return text + "."
+
+
+def _section(r: ScriptResult, summary: str, stamp: str) -> list[str]:
+    """One script's section, from its heading to its last blank line, without the BESIDE sentence."""
+    exit_text = "killed at the timeout" if r.returncode is None else f"exit status {r.returncode}"
+    out = [f"## {r.name}", ""]
+    if summary:
+        out += [summary, ""]
+    out += [stamp, "", f"`{r.command}`: {exit_text}, {_seconds(r.seconds)}, {r.status}.", ""]
+    for name, table in r.tables.items():
+        out += [f"Table (`{name}`):", "", table.strip(), ""]
+    for plot in r.plots:
+        out += [f"![{r.name}: {Path(plot).stem}]({plot})", ""]
+    out += ["Printed output:", "", _fence(_cut(r.stdout) or "(nothing)"), ""]
+    if r.figures is not None:
+        out += ["JSON line:", "", _fence(_json(r.figures), "json"), ""]
+    if r.status not in ("ok", "skipped"):
+        tail = "\n".join(r.stderr.rstrip().splitlines()[-40:])
+        out += ["stderr (last 40 lines):", "", _fence(tail or "(nothing)"), ""]
+    return out
+
+
+def _row(r: ScriptResult, summary: str) -> str:
+    return f"| [{r.name}](#{r.name}) | {r.status} | {_seconds(r.seconds)} | {summary} |"
+
+
+def _beside(name: str, keys: Sequence[str], figures: dict[str, Any] | None, status: str) -> str:
+    quoted = ", ".join(f"{k} {json.dumps(figures.get(k))}" for k in keys) if figures is not None \
+        else f"no figures ({status})"
+    return _BESIDE_LINE.format(name=name) + quoted + "."
+
+
+def _not_ok(statuses: dict[str, str]) -> list[str]:
+    failed = [name for name, status in statuses.items() if status not in ("ok", "skipped")]
+    return [f"**Not ok: {', '.join(failed)}.** Their sections show the error.", ""] if failed else []
+
+
 def render(results: Sequence[ScriptResult], info: dict[str, Any], *, quick: bool, seconds: float,
            command: str, date: str, summaries: dict[str, str] | None = None) -> str:
     """Return the results page (Markdown)."""
     summaries = summaries or {}
-    failed = [r.name for r in results if r.status not in ("ok", "skipped")]
     out = [
         "# Results",
         "",
         f"Generated by `{command}` on {date}; total wall-clock {_seconds(seconds)}"
         f"{' (every script at its --quick setting: smoke budgets, not results)' if quick else ''}. "
         "Do not edit by hand: run the command again.",
+        "",
+        STAMPED,
         "",
         "## Machine",
         "",
@@ -358,37 +423,152 @@ def render(results: Sequence[ScriptResult], info: dict[str, Any], *, quick: bool
         "",
         "## Scripts",
         "",
-        "| script | status | run time | what it compares |",
-        "|---|---|---|---|",
-        *(f"| [{r.name}](#{r.name}) | {r.status} | {_seconds(r.seconds)} | {summaries.get(r.name, '')} |"
-          for r in results),
+        *SCRIPTS_HEADER,
+        *(_row(r, summaries.get(r.name, "")) for r in results),
         "",
+        *_not_ok({r.name: r.status for r in results}),
     ]
-    if failed:
-        out += [f"**Not ok: {', '.join(failed)}.** Their sections show the error.", ""]
     by_name = {r.name: r for r in results}
+    stamp = _stamp(command, date, info, own_machine=False)
     for r in results:
-        exit_text = "killed at the timeout" if r.returncode is None else f"exit status {r.returncode}"
-        out += [f"## {r.name}", ""]
-        if summaries.get(r.name):
-            out += [summaries[r.name], ""]
-        out += [f"`{r.command}`: {exit_text}, {_seconds(r.seconds)}, {r.status}.", ""]
-        for name, table in r.tables.items():
-            out += [f"Table (`{name}`):", "", table.strip(), ""]
-        for plot in r.plots:
-            out += [f"![{r.name}: {Path(plot).stem}]({plot})", ""]
-        out += ["Printed output:", "", _fence(_cut(r.stdout) or "(nothing)"), ""]
-        if r.figures is not None:
-            out += ["JSON line:", "", _fence(_json(r.figures), "json"), ""]
-        if r.status not in ("ok", "skipped"):
-            tail = "\n".join(r.stderr.rstrip().splitlines()[-40:])
-            out += ["stderr (last 40 lines):", "", _fence(tail or "(nothing)"), ""]
+        out += _section(r, summaries.get(r.name, ""), stamp)
         for name, (partner, keys) in BESIDE.items():
             if partner == r.name and name in by_name:
-                beside = by_name[name]
-                quoted = ", ".join(f"{k} {json.dumps((beside.figures or {}).get(k))}" for k in keys) \
-                    if beside.figures is not None else f"no figures ({beside.status})"
-                out += [f"Read beside [{name}](#{name}), next: {quoted}.", ""]
+                out += [_beside(name, keys, by_name[name].figures, by_name[name].status), ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _fences(lines: Sequence[str]) -> list[bool]:
+    """For each line, whether it lies outside a fenced code block (the fence lines themselves count as inside)."""
+    outside, fence = [], None
+    for line in lines:
+        if fence is None and (line.startswith("```") or line.startswith("~~~~")):
+            fence = line[:3] if line.startswith("```") else "~~~~"
+            outside.append(False)
+        elif fence is not None:
+            outside.append(False)
+            if line.rstrip() == fence:
+                fence = None
+        else:
+            outside.append(True)
+    return outside
+
+
+@dataclass
+class _Page:
+    """A results page split up: its header (down to the Scripts table), the table's rows and the sections."""
+
+    header: list[str]
+    rows: dict[str, str]
+    statuses: dict[str, str]
+    sections: dict[str, list[str]]
+
+
+def _parse(text: str) -> _Page:
+    """Split a page :func:`render` wrote; raise :class:`PageFormatError` saying what is off."""
+    lines = text.split("\n")
+    if not lines or lines[0] != "# Results":
+        raise PageFormatError(f"it does not start with '# Results' (it starts {text[:60]!r})")
+    outside = _fences(lines)
+    heads = [i for i, line in enumerate(lines) if outside[i] and line.startswith("## ")]
+    if [lines[i] for i in heads[:2]] != ["## Machine", "## Scripts"]:
+        raise PageFormatError(f"its first headings are {[lines[i] for i in heads[:2]]!r}, "
+                              "expected ['## Machine', '## Scripts']")
+    scripts = heads[1]
+    if tuple(lines[scripts + 2:scripts + 4]) != SCRIPTS_HEADER:
+        raise PageFormatError(f"the Scripts table's header is {lines[scripts + 2:scripts + 4]!r}, "
+                              f"expected {list(SCRIPTS_HEADER)!r}")
+    rows, statuses, i = {}, {}, scripts + 4
+    while i < len(lines) and lines[i].startswith("|"):
+        match = _ROW.match(lines[i])
+        if match is None:
+            raise PageFormatError(f"Scripts table row {lines[i][:80]!r} is not '| [name](#name) | status | ... |'")
+        if match["name"] in rows:
+            raise PageFormatError(f"the Scripts table has {match['name']!r} twice")
+        rows[match["name"]], statuses[match["name"]] = lines[i], match["status"]
+        i += 1
+    # the sections, in the table's order, each from its heading (outside any fence) to the next one's
+    starts, names = [], list(rows)
+    for j in heads[2:]:
+        if len(starts) < len(names) and lines[j] == f"## {names[len(starts)]}":
+            starts.append(j)
+    if len(starts) != len(names):
+        missing = names[len(starts)]
+        raise PageFormatError(f"the Scripts table lists {missing!r} but no '## {missing}' section follows in order")
+    between = [line for line in lines[i:starts[0] if starts else len(lines)]
+               if line.strip() and not line.startswith("**Not ok:")]
+    if between:
+        raise PageFormatError(f"unexpected text between the Scripts table and the first section: {between[0][:80]!r}")
+    ends = [*starts[1:], len(lines)]
+    sections = {name: lines[s:e] for name, s, e in zip(names, starts, ends)}
+    if names:
+        sections[names[-1]] = "\n".join(sections[names[-1]]).rstrip().split("\n") + [""]
+    return _Page(lines[:scripts], rows, statuses, sections)
+
+
+def _figures(section: Sequence[str]) -> dict[str, Any] | None:
+    """The JSON line a kept section shows, read back; None when it has none (or it does not parse)."""
+    outside = _fences(section)
+    for i, line in enumerate(section):
+        if outside[i] and line == "JSON line:" and i + 2 < len(section) and section[i + 2].startswith(("```", "~~~~")):
+            fence = section[i + 2][:3] if section[i + 2].startswith("```") else "~~~~"
+            body = []
+            for inner in section[i + 3:]:
+                if inner.rstrip() == fence:
+                    try:
+                        figures = json.loads("\n".join(body))
+                    except json.JSONDecodeError:
+                        return None
+                    return figures if isinstance(figures, dict) else None
+                body.append(inner)
+    return None
+
+
+def update(text: str, results: Sequence[ScriptResult], info: dict[str, Any], *, command: str, date: str,
+           summaries: dict[str, str] | None = None, order: Sequence[str] = ()) -> str:
+    """Return the page ``text`` with the sections of ``results`` put in place (a partial run, ``--only``).
+
+    A section of a script in ``results`` replaces that script's section, or, if the page has none, is inserted
+    where ``order`` (:func:`discover`'s) puts it; every other section is kept byte for byte, except for the
+    BESIDE sentence of a section whose partner was re-run. The Scripts table keeps a row for every script on
+    the page; the header and the Machine table stay those of the run that made the page. The sections
+    rewritten carry this run's stamp with its machine.
+
+    Raises:
+        PageFormatError: ``text`` is not a page :func:`render` wrote.
+    """
+    summaries = summaries or {}
+    page = _parse(text)
+    rank = {name: i for i, name in enumerate(order)}
+    names = list(page.sections)
+    stamp = _stamp(command, date, info, own_machine=True)
+    ran = {r.name: r for r in results}
+    for r in results:
+        page.sections[r.name] = _section(r, summaries.get(r.name, ""), stamp)
+        page.rows[r.name], page.statuses[r.name] = _row(r, summaries.get(r.name, "")), r.status
+        if r.name not in names:
+            later = [i for i, name in enumerate(names) if rank.get(name, -1) > rank.get(r.name, len(rank))]
+            names.insert(later[0] if later else len(names), r.name)
+    # the BESIDE sentences: rebuilt where the script or its partner was re-run, from the page's figures if kept
+    for name, (partner, keys) in BESIDE.items():
+        if partner not in page.sections or (name not in ran and partner not in ran):
+            continue
+        section = page.sections[partner]
+        outside = _fences(section)
+        kept = [line for i, line in enumerate(section)
+                if not (outside[i] and line.startswith(_BESIDE_LINE.format(name=name)))]
+        kept = "\n".join(kept).rstrip().split("\n") + [""]
+        if name in page.sections:
+            figures = ran[name].figures if name in ran else _figures(page.sections[name])
+            kept += [_beside(name, keys, figures, page.statuses[name]), ""]
+        page.sections[partner] = kept
+    header = page.header
+    if STAMPED not in header:
+        header = [*header[:4], STAMPED, "", *header[4:]] if header[3:4] == [""] else [*header, STAMPED, ""]
+    out = [*header, "## Scripts", "", *SCRIPTS_HEADER, *(page.rows[n] for n in names), "",
+           *_not_ok({n: page.statuses[n] for n in names})]
+    for name in names:
+        out += page.sections[name]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -410,7 +590,9 @@ def run(*, quick: bool = False, only: Sequence[str] | None = None, timeout_s: fl
 
     Args:
         quick: Run every script at its ``--quick`` setting.
-        only: Script stems to run (default: all); the page then holds only those.
+        only: Script stems to run (default: all, and the page is written anew). The page is then updated in
+            place (:func:`update`): their sections replace theirs, the others are kept; a page that cannot be
+            parsed is written anew with only these (a warning says so, and the old page is kept as ``.bak``).
         timeout_s: Per script (default ``TIMEOUT_S``).
         page: The results page to write; plots go to ``page.parent / "results"``.
         readme: The README whose headline block gets ``kuhn_headline``'s table, or None.
@@ -446,8 +628,20 @@ def run(*, quick: bool = False, only: Sequence[str] | None = None, timeout_s: fl
                 print(f"bench: {name} {result.status} in {_seconds(result.seconds)}", file=log, flush=True)
     seconds = time.perf_counter() - start
     summaries = {name: _summary(path) for name, path in scripts.items()}
-    page.write_text(render(results, info, quick=quick, seconds=seconds, command=command, date=date,
-                           summaries=summaries))
+    text = None
+    if only and page.exists():
+        old = page.read_text(errors="replace")
+        try:
+            text = update(old, results, info, command=command, date=date, summaries=summaries,
+                          order=list(discover(scripts_dir)))
+        except PageFormatError as exc:
+            backup = page.with_name(page.name + ".bak")
+            backup.write_text(old)
+            print(f"bench: warning: cannot update {page} in place ({exc}); writing it anew with only "
+                  f"{', '.join(scripts)}; the old page is kept as {backup}", file=log or sys.stderr, flush=True)
+    if text is None:
+        text = render(results, info, quick=quick, seconds=seconds, command=command, date=date, summaries=summaries)
+    page.write_text(text)
     headline = next((r for r in results if r.name == HEADLINE and r.status == "ok"), None)
     if readme is not None and headline is not None and f"{HEADLINE}.md" in headline.tables:
         link = os.path.relpath(page, readme.parent) if page.resolve().is_relative_to(readme.parent.resolve()) \
@@ -467,8 +661,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         help="every script at its smallest setting (about 1 min on 2 CPU cores; the full run "
                              "took 42 min there)")
     parser.add_argument("--only", nargs="+", metavar="NAME", default=None,
-                        help="run only these scripts (stems of benchmarks/*.py, e.g. kuhn_headline); the page "
-                             "then holds only them")
+                        help="run only these scripts (stems of benchmarks/*.py, e.g. kuhn_headline) and update "
+                             "the page in place: their sections (stamped with this run's command, date, commit and "
+                             "machine) replace theirs, every other script's section is kept; a page that cannot be "
+                             "parsed is written anew (old one kept as PAGE.bak)")
     parser.add_argument("--timeout", type=float, default=None,
                         help=f"seconds per script before it is killed (default {TIMEOUT_S['quick']:g} with "
                              f"--quick, else {TIMEOUT_S['full']:g})")

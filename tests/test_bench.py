@@ -248,3 +248,139 @@ def test_a_script_read_beside_another_comes_right_after_it_with_its_figures_quot
     assert page.index("## judge_agreement") < page.index("Read beside") < page.index("## reward_hacks")
     alone = bench.run(quick=True, page=tmp_path / "alone.md", scripts_dir=scripts, only=["judge_agreement"], log=None)
     assert len(alone) == 1 and "Read beside" not in (tmp_path / "alone.md").read_text()
+
+
+# ---------------------------------------------------------------------------------------------------
+# --only updates the page in place
+# ---------------------------------------------------------------------------------------------------
+
+
+def _script(folder: Path, name: str, figures: dict, printed: str = "") -> None:
+    (folder / f"{name}.py").write_text(f'"""{name}: a fake benchmark."""\nimport json\nprint({printed!r})\n'
+                                       f"print(json.dumps({{**{figures!r}, 'seconds': 0}}))\n")
+
+
+def _section(page: str, name: str, following: str | None = None) -> str:
+    """From ``name``'s heading to ``following``'s (or the end of the page)."""
+    start = page.index(f"\n## {name}\n")
+    return page[start:page.index(f"\n## {following}\n", start) if following else len(page)]
+
+
+def test_only_replaces_its_section_keeps_the_others_byte_for_byte_and_inserts_new_ones_in_order(tmp_path):
+    scripts, page = tmp_path / "benchmarks", tmp_path / "page.md"
+    scripts.mkdir()
+    _script(scripts, "aaa", {"v": 1}, "first run of aaa")
+    # a printed line that looks like a heading of another script must not split the page there
+    _script(scripts, "ccc", {"v": 3}, "## aaa\n## ccc\n| not | a row |")
+    bench.run(quick=True, page=page, scripts_dir=scripts, log=None)
+    full = page.read_text()
+    assert full.count("Run: `llm-zoo bench --quick` on ") == 2 and "machine:" not in full
+
+    _script(scripts, "aaa", {"v": 10}, "second run of aaa")
+    bench.run(quick=True, page=page, scripts_dir=scripts, only=["aaa"], log=None)
+    partial = page.read_text()
+    assert _section(partial, "ccc") == _section(full, "ccc")  # kept byte for byte
+    assert "second run of aaa" in partial and "first run of aaa" not in partial
+    assert '"v": 10' in _section(partial, "aaa", "ccc") and '"v": 1,' not in partial
+    assert partial.split("## Scripts")[0] == full.split("## Scripts")[0]  # the run that made the page: its header
+    stamp = _section(partial, "aaa", "ccc")
+    assert "Run: `llm-zoo bench --quick --only aaa` on 20" in stamp and "; machine: " in stamp and "commit " in stamp
+    assert "| [aaa](#aaa) | ok |" in partial and "| [ccc](#ccc) | ok |" in partial
+
+    _script(scripts, "bbb", {"v": 2})
+    (scripts / "bbb.py").write_text((scripts / "bbb.py").read_text() + "raise SystemExit(3)\n")
+    bench.run(quick=True, page=page, scripts_dir=scripts, only=["bbb"], log=None)
+    third = page.read_text()
+    assert [line for line in third.splitlines() if line.startswith("| [")] == [
+        *(line for line in partial.splitlines() if line.startswith("| [aaa]")),
+        "| [bbb](#bbb) | failed | " + third.split("| [bbb](#bbb) | failed | ")[1].split("\n")[0],
+        *(line for line in partial.splitlines() if line.startswith("| [ccc]"))]
+    assert third.index("\n## aaa\n") < third.index("\n## bbb\n") < third.index("\n## ccc\n")
+    assert _section(third, "aaa", "bbb") == _section(partial, "aaa", "ccc")
+    assert _section(third, "ccc") == _section(full, "ccc")
+    assert "**Not ok: bbb.**" in third and "exit status 3" in _section(third, "bbb", "ccc")
+    # a plain run writes the whole page anew: one stamp, no machine lines
+    bench.run(quick=True, page=page, scripts_dir=scripts, log=None)
+    anew = page.read_text()
+    assert anew.count("Run: `llm-zoo bench --quick` on ") == 3 and "--only aaa" not in anew and "machine:" not in anew
+
+
+def test_only_rebuilds_the_beside_sentence_from_the_rerun_or_the_kept_figures(tmp_path):
+    scripts, page = tmp_path / "benchmarks", tmp_path / "page.md"
+    scripts.mkdir()
+    hacks = {"judge_hacks_paid": 0, "proposer_hacks_paid": 1, "user_sim_hacks_paid": 2, "attempts": 7, "errors": 0}
+    _script(scripts, "judge_agreement", {"agree": 0.9})
+    _script(scripts, "reward_hacks", hacks)
+    _script(scripts, "zzz", {"z": 0})
+    bench.run(quick=True, page=page, scripts_dir=scripts, log=None)
+    sentence = "Read beside [reward_hacks](#reward_hacks), next: "
+    assert (f"{sentence}judge_hacks_paid 0, proposer_hacks_paid 1, user_sim_hacks_paid 2, attempts 7, errors 0."
+            in page.read_text())
+
+    # the partner re-run, the judge kept: the judge's sentence quotes the new figures, once
+    _script(scripts, "reward_hacks", {**hacks, "judge_hacks_paid": 5, "attempts": 9})
+    bench.run(quick=True, page=page, scripts_dir=scripts, only=["reward_hacks"], log=None)
+    text = page.read_text()
+    assert text.count(sentence) == 1
+    assert (f"{sentence}judge_hacks_paid 5, proposer_hacks_paid 1, user_sim_hacks_paid 2, attempts 9, errors 0."
+            in _section(text, "judge_agreement", "reward_hacks"))
+
+    # the judge re-run, the hacks kept: their figures are read back from the page's JSON line
+    _script(scripts, "judge_agreement", {"agree": 0.5})
+    _script(scripts, "reward_hacks", {**hacks, "judge_hacks_paid": 99})  # not run: must not show
+    bench.run(quick=True, page=page, scripts_dir=scripts, only=["judge_agreement"], log=None)
+    text = page.read_text()
+    assert '"agree": 0.5' in text and text.count(sentence) == 1 and "99" not in text
+    assert (f"{sentence}judge_hacks_paid 5, proposer_hacks_paid 1, user_sim_hacks_paid 2, attempts 9, errors 0."
+            in _section(text, "judge_agreement", "reward_hacks"))
+    assert text.index("\n## judge_agreement\n") < text.index(sentence) < text.index("\n## reward_hacks\n")
+
+    # the hacks not on the page yet: inserted right after the judge, and the judge's section gains the sentence
+    page.write_text(bench.render([r for r in bench.run(quick=True, page=tmp_path / "x.md", scripts_dir=scripts,
+                                                       only=["judge_agreement", "zzz"], log=None)],
+                                 bench.machine(), quick=True, seconds=1, command="c", date="d"))
+    assert sentence not in page.read_text()
+    bench.run(quick=True, page=page, scripts_dir=scripts, only=["reward_hacks"], log=None)
+    text = page.read_text()
+    assert text.index("\n## judge_agreement\n") < text.index(sentence) < text.index("\n## reward_hacks\n") \
+        < text.index("\n## zzz\n")
+    assert f"{sentence}judge_hacks_paid 99," in text
+
+
+@pytest.mark.parametrize("old", [
+    "",
+    "hello, not a results page\n## aaa\n",
+    "# Results\n\n## Machine\n\n## Scripts\n\n| script | status |\n",
+    "# Results\n\n## Machine\n\n## Scripts\n\n| script | status | run time | what it compares |\n|---|---|---|---|\n"
+    "| [aaa](#aaa) | ok | 1 s | x |\n| [kept](#kept) | ok | 1 s | y |\n\n## aaa\n\nold aaa\n",  # a section lost
+    "# Results\n\n## Machine\n\n## Scripts\n\n| script | status | run time | what it compares |\n|---|---|---|---|\n"
+    "| [aaa](#aaa) | ok | 1 s | x |\n| [aaa](#aaa) | ok | 1 s | x |\n\n## aaa\n\n## aaa\n",  # twice
+])
+def test_only_on_a_page_it_cannot_parse_writes_it_anew_with_a_warning_and_keeps_the_old_one(tmp_path, capsys, old):
+    scripts, page = tmp_path / "benchmarks", tmp_path / "page.md"
+    scripts.mkdir()
+    _script(scripts, "aaa", {"v": 1}, "fresh aaa")
+    _script(scripts, "bbb", {"v": 2})
+    page.write_text(old)
+    bench.run(quick=True, page=page, scripts_dir=scripts, only=["aaa"], log=None)
+    text = page.read_text()
+    assert text.startswith("# Results\n\nGenerated by `llm-zoo bench --quick --only aaa` on ")
+    assert "fresh aaa" in text and "## bbb" not in text
+    err = capsys.readouterr().err
+    assert f"cannot update {page} in place" in err and "writing it anew" in err
+    assert (tmp_path / "page.md.bak").read_text() == old
+
+
+def test_parse_reads_back_what_render_wrote_and_rejects_hand_edits():
+    info = bench.machine()
+    results = [bench.ScriptResult("aaa", "python a", "ok", 0, 1.0, "## bbb\n```not a fence", "", {"v": [1, 2]}),
+               bench.ScriptResult("bbb", "python b", "failed", 1, 2.0, "", "Traceback", None)]
+    text = bench.render(results, info, quick=False, seconds=3, command="llm-zoo bench", date="d")
+    parsed = bench._parse(text)
+    assert list(parsed.sections) == ["aaa", "bbb"] and parsed.statuses == {"aaa": "ok", "bbb": "failed"}
+    assert bench._figures(parsed.sections["aaa"]) == {"v": [1, 2]} and bench._figures(parsed.sections["bbb"]) is None
+    assert bench.update(text, [], info, command="c", date="d") == text  # nothing re-run: nothing changes
+    with pytest.raises(bench.PageFormatError, match="'bbb'"):
+        bench.update(text.replace("\n## bbb\n", "\n## BBB\n"), [], info, command="c", date="d")
+    with pytest.raises(bench.PageFormatError, match="Scripts table row"):
+        bench.update(text.replace("| [bbb](#bbb)", "| [bbb](#ccc)"), [], info, command="c", date="d")
