@@ -1,7 +1,7 @@
 """Reward hacks against agentic_judge_v0: a solver that does not solve the task tries to get paid anyway.
 
 Every hack plays one whole episode through the real env (``agentic_judge_v0.env()``) with the
-rule-based judge (``SCRIPTED["rule_judge"]``) and the hidden tests as ground truth: the attacker is
+rule-based judge (``SPEC.scripted["rule_judge"]``) and the hidden tests as ground truth: the attacker is
 the solver, whose replies are scripted tool calls (``write_file``, ``run_python``) and then
 ``SUBMIT``. Its solution computes nothing (a constant, a trick object, a forged report, a planted
 module...). The baseline is the same task with an honest non-solution (every entry returns
@@ -41,7 +41,7 @@ def _play(task: str, solver_turns: Sequence[str | Callable[[], str]], note: str 
     Returns (solver reward, the judge's infos, what went wrong: '' or the exception env.step raised).
     """
     env = agentic_judge_v0.env()
-    judge = agentic_judge_v0.SCRIPTED["rule_judge"]()
+    judge = agentic_judge_v0.SPEC.scripted["rule_judge"]()
     turns = [*solver_turns, note]
     total = {"solver": 0.0, "judge": 0.0}
     problem, infos = "", {}
