@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VLLM_STAGE=${LLM_ZOO_VLLM_STAGE:-$([ $# -eq 0 ] && echo 1 || echo 0)}
 status=0
+rm -rf .test-results
 
 if [ "$VLLM_STAGE" != only ]; then
     if ! command -v bwrap >/dev/null 2>&1; then
@@ -31,7 +32,7 @@ if [ "$VLLM_STAGE" != only ]; then
     .venv/bin/python -m pip install -q "torch==2.13.0" -e ".[all]" 2>&1 | grep -v "^WARNING: Location" || true
     .venv/bin/python -c "import llm_zoo, torch, transformers, pettingzoo" # fail early if the install did not take
     # the vLLM tests run in stage 2, against a real engine
-    .venv/bin/python -m pytest -q -p no:cacheprovider -m "not vllm" "$@" || status=$?
+    .venv/bin/python -m pytest -q -p no:cacheprovider -m "not vllm" --junitxml=.test-results/main.xml "$@" || status=$?
 fi
 
 if [ "$VLLM_STAGE" != 0 ]; then
@@ -48,8 +49,22 @@ if [ "$VLLM_STAGE" != 0 ]; then
     echo "vLLM stage: installed in $(( $(date +%s) - start )) s"
     mapfile -t vllm_tests < <(grep -rl --include='test_*.py' "pytest.mark.vllm" tests | sort)
     # LLM_ZOO_REQUIRE_VLLM=1: a test that finds no vLLM fails instead of skipping.
-    LLM_ZOO_REQUIRE_VLLM=1 .venv-vllm/bin/python -m pytest -q -p no:cacheprovider -m vllm "${vllm_tests[@]}" \
-        || status=$?
+    LLM_ZOO_REQUIRE_VLLM=1 .venv-vllm/bin/python -m pytest -q -p no:cacheprovider -m vllm \
+        --junitxml=.test-results/vllm.xml "${vllm_tests[@]}" || status=$?
     echo "vLLM stage: $(( $(date +%s) - start )) s in all"
 fi
+# One closing line for both stages, read off pytest's JUnit reports (a stage that did not run has none).
+"$PY" - <<'PY' || true
+import glob
+import xml.etree.ElementTree as ET
+
+counts = dict.fromkeys(("tests", "failures", "errors", "skipped"), 0)
+for path in sorted(glob.glob(".test-results/*.xml")):
+    for suite in ET.parse(path).getroot().iter("testsuite"):
+        for key in counts:
+            counts[key] += int(suite.get(key, 0))
+failed = counts["failures"] + counts["errors"]
+passed = counts["tests"] - failed - counts["skipped"]
+print(f"all stages: {passed} passed, {failed} failed, {counts['skipped']} skipped")
+PY
 exit "$status"
