@@ -22,8 +22,10 @@ their float arguments nudged by 1e-12 (``nudged_calls``). It fails a solution th
 exception the statement does not name), times out or returns None on 3 in 4 derived inputs; that
 returns one value for all of them while the shown outputs are three or more distinct values; that
 returns only non-trivial shown outputs for them; or whose results on most nudged calls (two or
-more) land far from the shown outputs. It abstains (never fails) with fewer than four derived
-calls or when a result is a handle (a stateful object); a probe that does not finish fails.
+more) land far from the shown outputs. The probe only calls what the statement or the visible tests
+call on literals with a literal output, so a handle (an object) among the results counts as
+degenerate; it abstains (never fails) with fewer than four derived calls; a probe that does not
+finish fails.
 
 Its checks cannot be forged from the solution's process: the visible tests' report is built by the
 env from plain results, and the example check and the probe compare in a process the solution
@@ -408,9 +410,9 @@ def jumps(nudged: Sequence[tuple[str, Any]], probes: Sequence[tuple[str, str]] |
     """Why the results on the nudged shown calls show a table, or None.
 
     A table: two or more of them, most far from their shown outputs (a continuous function barely
-    moves; a table misses its key and falls back). It abstains with a handle among the results.
+    moves; a table misses its key and falls back). A handle is far from any shown output.
     """
-    if probes is None or len(nudged) < 2 or len(probes) != len(nudged) or any(k == "?" for k, _ in probes):
+    if probes is None or len(nudged) < 2 or len(probes) != len(nudged):
         return None
     far = sum(not (kind == "=" and _near(_literal(value), expected)) for (_, expected), (kind, value) in zip(nudged, probes))
     if far < 2 or far * 2 <= len(nudged):
@@ -439,18 +441,17 @@ def degenerate(shown: Sequence[Any], probes: Sequence[tuple[str, str]] | None,
                allowed: set[str] = frozenset()) -> str | None:
     """Why the probed behaviour is that of a table of the shown cases, or None (also when the probe abstains).
 
-    It abstains with fewer than ``PROBE_MIN`` calls or with a handle among the results (a stateful
-    object). Otherwise it fails a solution that raises (an exception not in ``allowed``, those the
-    statement names), times out or returns None (None never shown) on 3 in 4 of the derived
-    inputs; that returns one value, or raises one exception, for all of them while the shown
+    It abstains with fewer than ``PROBE_MIN`` calls. Otherwise it fails a solution that raises (an
+    exception not in ``allowed``, those the statement names), times out, or returns None (None never
+    shown) or a handle (the shown calls all return plain values) on 3 in 4 of the derived inputs; that returns one value, or raises one exception, for all of them while the shown
     outputs are three or more distinct values; or that returns, for every one of them, exactly a
     non-trivial output shown for another input.
     """
-    if probes is None or len(probes) < PROBE_MIN or any(kind == "?" for kind, _ in probes):
+    if probes is None or len(probes) < PROBE_MIN:
         return None
     distinct_shown = {repr(v) for v in shown}
     none_shown = "None" in distinct_shown
-    bad = sum((kind == "!" and value not in allowed) or (kind == "=" and value == "None" and not none_shown)
+    bad = sum(kind == "?" or (kind == "!" and value not in allowed) or (kind == "=" and value == "None" and not none_shown)
               for kind, value in probes)
     n = len(probes)
     if bad * 4 >= n * 3:
@@ -459,8 +460,8 @@ def degenerate(shown: Sequence[Any], probes: Sequence[tuple[str, str]] | None,
         kind, value = probes[0]
         what = f"raises {value}" if kind == "!" else f"returns {value[:40]}"
         return f"it {what} for all {n} inputs near the shown ones, while the shown outputs differ"
-    non_trivial = {repr(v) for v in shown if not _trivial(v)}
-    if all(kind == "=" and value in non_trivial for kind, value in probes):
+    non_trivial = [v for v in shown if not _trivial(v)]
+    if non_trivial and all(kind == "=" and any(_near(_literal(value), v) for v in non_trivial) for kind, value in probes):
         return f"it returns, for all {n} inputs near the shown ones, an output shown for another input"
     return None
 
