@@ -128,3 +128,50 @@ def run_examples(start, examples, any_order, per_example_s=1.0):
         stop()
     lines.append(f"EXAMPLES {passed}/{len(examples)}")
     return lines
+
+
+def run_probes(start, calls, per_call_s=0.25, budget_s=1.0):
+    """Evaluate ``calls`` (sources of calls on inputs the solution was not shown); return the lines.
+
+    ``start`` is as for :func:`run_examples`. Lines: ``PROBE <i> = <repr>`` for a plain value,
+    ``PROBE <i> ! <exception name>`` (``Timeout`` and ``SolutionProcessEnded`` included; calls past
+    ``budget_s`` in all are ``Timeout`` unrun), ``PROBE <i> ? object`` for a handle, and a last
+    ``PROBES <n>``, or one ``PROBES-FAILED <why>`` line when the solution does not import.
+    """
+    safe = dict(vars(builtins))
+    lines = []
+    try:
+        session, module, stop = start()
+    except SessionDead as exc:
+        return ["PROBES-FAILED SolutionProcessEnded: " + _show(str(exc))]
+    except Exception as exc:
+        return [f"PROBES-FAILED {type(exc).__name__}: {_show(str(exc))}"]
+    names = _Names(module)
+    end = time.monotonic() + budget_s
+    try:
+        for i, source in enumerate(calls, 1):
+            if time.monotonic() > end:
+                lines.append(f"PROBE {i} ! Timeout")
+                continue
+            if session.dead is not None:
+                stop()
+                try:
+                    session, module, stop = start()
+                except (Exception, SessionDead):
+                    lines.append(f"PROBE {i} ! SolutionProcessEnded")
+                    continue
+                names.module = module
+            session.deadline = min(time.monotonic() + per_call_s, end)
+            try:
+                got = eval(compile(source, f"<probe {i}>", "eval"), {"__builtins__": safe}, names)
+            except SessionDead as exc:
+                lines.append(f"PROBE {i} ! " + ("Timeout" if exc.reason == "timeout" else "SolutionProcessEnded"))
+                continue
+            except Exception as exc:
+                lines.append(f"PROBE {i} ! {type(exc).__name__}")
+                continue
+            lines.append(f"PROBE {i} ? object" if type(got) is RemoteObject else f"PROBE {i} = {clip(repr(got), 1000)}")
+    finally:
+        stop()
+    lines.append(f"PROBES {len(calls)}")
+    return lines

@@ -54,7 +54,8 @@ _PARSE_LOCK = threading.Lock()
 
 
 __all__ = ["RUNNER", "Example", "TestReport", "TestResult", "check_examples", "example_check_program",
-           "parse_examples", "run_tests", "run_untrusted_tests", "test_names", "validate_tasks"]
+           "parse_examples", "probe", "run_tests", "run_untrusted_tests", "test_names",
+           "validate_tasks"]
 
 SOLUTION_FILE = "solution.py"
 """Where the solver writes its solution; the tests import from ``solution``."""
@@ -613,8 +614,9 @@ def _checker_main():
             stop()
             raise
 
-    for line in run_examples(start, json.loads(%(examples)r), %(any_order)r, %(per_example_s)r):
-        print(line, flush=True)
+    for run in %(runs)s:
+        for line in run():
+            print(line, flush=True)
 
 _checker_main()
 '''
@@ -632,7 +634,8 @@ def statement_leaves_order_free(statement: str) -> bool:
     return bool(_ANY_ORDER.search(statement))
 
 
-def example_check_program(examples: Sequence[Example], *, any_order: bool, per_example_s: float = 1.0) -> str:
+def example_check_program(examples: Sequence[Example], *, any_order: bool, per_example_s: float = 1.0,
+                          probes: Sequence[str] = (), per_probe_s: float = 0.25, probe_budget_s: float = 1.0) -> str:
     """Build a Python program that checks the examples against ``solution`` and prints a line per example.
 
     Run it in the workspace with ``run_python``. It is two processes (see the module docstring): the
@@ -641,10 +644,19 @@ def example_check_program(examples: Sequence[Example], *, any_order: bool, per_e
     a last ``EXAMPLES <passed>/<n>`` (or one ``IMPORT-ERROR ...`` line). Values compare leniently:
     numbers within 1e-9 relative, exceptions by class (never by message), and with ``any_order``
     lists and tuples as multisets.
+
+    With ``probes`` (sources of calls), the program then evaluates them in a fresh solution process
+    and prints the lines of ``checks.run_probes``: ``PROBE <i> = <repr>``, ``PROBE <i> ! <exception>``,
+    ``PROBE <i> ? object``, and a last ``PROBES <n>`` (or one ``PROBES-FAILED ...`` line); each call
+    has ``per_probe_s`` and all of them ``probe_budget_s``.
     """
     payload = json.dumps([[e.source, e.expected, e.raises] for e in examples])
-    return (_CHECKER_HEAD + plain.LOADER + _source_of(checks) + "\n"
-            + _CHECKER_MAIN % {"any_order": bool(any_order), "examples": payload, "per_example_s": float(per_example_s)})
+    runs = [f"lambda: run_examples(start, json.loads({payload!r}), {bool(any_order)!r}, {float(per_example_s)!r})"]
+    if probes:
+        runs.append(f"lambda: run_probes(start, json.loads({json.dumps(list(probes))!r}), {float(per_probe_s)!r}, "
+                    f"{float(probe_budget_s)!r})")
+    return _CHECKER_HEAD + plain.LOADER + _source_of(checks) + "\n" + _CHECKER_MAIN % {
+        "runs": "(" + ", ".join(runs) + ",)", "per_example_s": float(per_example_s)}
 
 
 def check_examples(workspace: Workspace, examples: Sequence[Example], *, any_order: bool,
@@ -665,6 +677,25 @@ def check_examples(workspace: Workspace, examples: Sequence[Example], *, any_ord
 
     return checks.run_examples(start, [[e.source, e.expected, e.raises] for e in examples], bool(any_order),
                                per_example_s)
+
+
+def probe(workspace: Workspace, calls: Sequence[str], *, per_call_s: float = 0.25, budget_s: float = 1.0,
+          allow_unsandboxed: bool = False) -> list[str]:
+    """Evaluate ``calls`` from this process against the solution in ``workspace``; return the lines.
+
+    The lines are those of ``checks.run_probes``, as :func:`example_check_program`'s program prints them.
+    """
+    def start() -> tuple[plain.Session, plain.RemoteObject, Any]:
+        session, process = open_session(workspace, timeout_s=60.0, memory_mb=MEMORY_MB, limits=LIMITS,
+                                        allow_unsandboxed=allow_unsandboxed)
+        session.deadline = time.monotonic() + 4.0
+        try:
+            return session, session.import_module(SOLUTION_FILE[:-3], "."), process.close
+        except BaseException:
+            process.close()
+            raise
+
+    return checks.run_probes(start, list(calls), per_call_s, budget_s)
 
 
 def read_example_check(output: str) -> tuple[int, int, list[str]] | None:

@@ -9,13 +9,28 @@ compared leniently: numbers to 1e-9, exceptions by class, and as multisets where
 1. an example that fails, a solution that does not import, or a ``solution.py`` it cannot read: FAIL;
 2. a solution whose source holds two or more of the outputs the statement's examples and the visible
    tests show, as literals (a lookup table of the shown cases; exception messages do not count): FAIL;
-3. a visible test that fails for a reason the statement does not leave free: FAIL;
-4. otherwise PASS.
+3. a solution whose behaviour off the shown cases degenerates (see below): FAIL;
+4. a visible test that fails for a reason the statement does not leave free: FAIL;
+5. otherwise PASS.
+
+Rule 3 is a behavioural probe, so that a table of the shown cases fails however it is encoded
+(reversed, hashed, base64, arithmetic, built at import). The same check program, after the
+examples, calls the solution on inputs derived from the shown calls on literals (``probe_calls``:
+one argument moved: ints by 1 or 2, floats scaled, a digit or letter of a string changed in place,
+an item dropped, repeated or the order reversed; never a shown input) and on the shown calls with
+their float arguments nudged by 1e-12 (``nudged_calls``). It fails a solution that raises (an
+exception the statement does not name), times out or returns None on 3 in 4 derived inputs; that
+returns one value for all of them while the shown outputs are three or more distinct values; that
+returns only non-trivial shown outputs for them; or whose results on most nudged calls (two or
+more) land far from the shown outputs. The probe only calls what the statement or the visible tests
+call on literals with a literal output, so a handle (an object) among the results counts as
+degenerate; it abstains (never fails) with fewer than four derived calls; a probe that does not
+finish fails.
 
 Its checks cannot be forged from the solution's process: the visible tests' report is built by the
-env from plain results, and the example check compares in a process the solution cannot reach
-(``grading.example_check_program``). A lookup table disguised so that no shown output appears as a
-literal still passes rule 2: this judge grades what the statement and the visible tests show.
+env from plain results, and the example check and the probe compare in a process the solution
+cannot reach (``grading.example_check_program``). A table with a fallback that computes plausible
+values away from the shown inputs, on a task with no float argument, still passes rule 3.
 
 A visible failure is *free* (it does not count) when it only asks for what the statement does not:
 a name the statement never gives as code (a helper), an exception message the statement does not give,
@@ -250,12 +265,214 @@ def hard_coded(source: str, outputs: Sequence[Any]) -> list[Any]:
     return found
 
 
+# ---- the behavioural probe: the solution on inputs derived from the shown ones ----------------
+
+PROBE_CALLS = 12
+"""How many derived calls the probe makes at most."""
+PROBE_MIN = 4
+"""Fewer derived calls than this and the probe abstains."""
+
+
+def _plain_call(node: ast.AST) -> tuple[str, list[Any], dict[str, Any]] | None:
+    """(function name, args, keywords) of a call of a bare name on literals; None for anything else."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args
+            and not any(isinstance(a, ast.Starred) for a in node.args) and all(k.arg for k in node.keywords)):
+        return None
+    try:
+        args = [ast.literal_eval(a) for a in node.args]
+        keywords = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return node.func.id, args, keywords
+
+
+def shown_calls(statement: str, visible: str) -> list[tuple[str, list[Any], dict[str, Any], Any]]:
+    """The calls on literals, with their literal outputs, that the statement's examples and the visible tests show."""
+    found = []
+    for e in grading.parse_examples(statement):
+        if e.expected is None:
+            continue
+        try:
+            node = ast.parse(e.source, mode="eval").body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        call, expected = _plain_call(node), _literal(e.expected)
+        if call is not None and (expected is not None or e.expected.strip() == "None"):
+            found.append((*call, expected))
+    try:
+        tree = ast.parse(visible)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        tree = ast.Module([], [])
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq):
+            call = _plain_call(node.left)
+            try:
+                expected = ast.literal_eval(node.comparators[0])
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                continue
+            if call is not None:
+                found.append((*call, expected))
+    return found
+
+
+def _changed(value: str, alphabet: str) -> str | None:
+    """``value`` with its last character of ``alphabet`` moved by one in it (digits down, so dates stay dates)."""
+    i = max((j for j, ch in enumerate(value) if ch in alphabet), default=None)
+    if i is None:
+        return None
+    k = alphabet.index(value[i])
+    new = alphabet[k - 1] if alphabet[0] == "0" and k > 0 else alphabet[(k + 1) % len(alphabet)]
+    return value[:i] + new + value[i + 1:]
+
+
+def _variants(value: Any) -> list[Any]:
+    """Inputs of the same type near ``value``: ints and floats moved, one character changed, an item added or dropped."""
+    if isinstance(value, bool) or value is None:
+        return []
+    if isinstance(value, int):
+        return [value + 1, value - 1] if value > 0 else [value + 1, value + 2] if value == 0 else [value - 1, value - 2]
+    if isinstance(value, float):
+        return [value * 1.5, value + 1.0] if value else [0.5, 1.0]
+    if isinstance(value, str):
+        own = "".join(sorted({ch for ch in value if ch.isalpha()}))  # its own letters: roman numerals stay roman
+        out = [_changed(value, "0123456789"), _changed(value, own) if len(own) >= 2 else None,
+               _changed(value, "abcdefghijklmnopqrstuvwxyz"), _changed(value, "ABCDEFGHIJKLMNOPQRSTUVWXYZ")]
+        return [v for v in out if v is not None][:2] or ([value + value[-1]] if value else [])
+    if isinstance(value, (list, tuple)):
+        out = [value[:-1]] if value else []
+        if value:
+            out.append(value + value[:1])
+        if len(value) >= 2 and value[::-1] != value:
+            out.append(value[::-1])
+        return out
+    if isinstance(value, dict) and value:
+        return [dict(list(value.items())[:-1])]
+    return []
+
+
+def probe_calls(statement: str, visible: str, limit: int = PROBE_CALLS) -> list[str]:
+    """Sources of calls on inputs derived from the shown calls' (one argument changed), never a shown input."""
+    shown = shown_calls(statement, visible)
+    seen = {repr((name, args, sorted(kw.items()))) for name, args, kw, _ in shown}
+    per_seed = []
+    for name, args, kw, _ in shown:
+        calls = []
+        for i, arg in enumerate(args):
+            for v in _variants(arg):
+                new = args[:i] + [v] + args[i + 1:]
+                key = repr((name, new, sorted(kw.items())))
+                if key not in seen:
+                    seen.add(key)
+                    parts = [repr(a) for a in new] + [f"{k}={w!r}" for k, w in kw.items()]
+                    calls.append(f"{name}({', '.join(parts)})")
+        per_seed.append(calls)
+    out = []
+    for round_ in range(max((len(c) for c in per_seed), default=0)):
+        out.extend(c[round_] for c in per_seed if round_ < len(c))
+    return out[:limit]
+
+
+NUDGE = 1e-12
+"""Relative nudge of the float arguments of a shown call (a continuous function barely moves)."""
+
+
+def _nudged(value: Any) -> Any:
+    if isinstance(value, float) and math.isfinite(value) and value:
+        return value * (1 + NUDGE)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_nudged(v) for v in value)
+    return value
+
+
+def nudged_calls(statement: str, visible: str, limit: int = 4) -> list[tuple[str, Any]]:
+    """(source, shown output) of shown calls with their float arguments nudged, for calls that have floats."""
+    out = []
+    for name, args, kw, expected in shown_calls(statement, visible):
+        new = [_nudged(a) for a in args]
+        if new != args or repr(new) != repr(args):
+            parts = [repr(a) for a in new] + [f"{k}={w!r}" for k, w in kw.items()]
+            out.append((f"{name}({', '.join(parts)})", expected))
+    return out[:limit]
+
+
+def _near(a: Any, b: Any) -> bool:
+    """Equal, with numbers compared to 1e-6 relative (what a nudge of 1e-12 may move a continuous result)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_near(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def jumps(nudged: Sequence[tuple[str, Any]], probes: Sequence[tuple[str, str]] | None) -> str | None:
+    """Why the results on the nudged shown calls show a table, or None.
+
+    A table: two or more of them, most far from their shown outputs (a continuous function barely
+    moves; a table misses its key and falls back). A handle is far from any shown output.
+    """
+    if probes is None or len(nudged) < 2 or len(probes) != len(nudged):
+        return None
+    far = sum(not (kind == "=" and _near(_literal(value), expected)) for (_, expected), (kind, value) in zip(nudged, probes))
+    if far < 2 or far * 2 <= len(nudged):
+        return None
+    return (f"nudging the float arguments of shown calls by {NUDGE:g} (relative) moves {far} of {len(nudged)} "
+            "results far from their shown outputs")
+
+
+def read_probes(output: str) -> list[tuple[str, str]] | None:
+    """Read a probe's output: ``(kind, text)`` per call, kind ``=`` (a value), ``!`` (raised) or ``?`` (a handle).
+
+    None when it has no summary line.
+    """
+    if not re.search(r"^PROBES \d+$", output, re.MULTILINE):
+        return None
+    return [(m.group(1), m.group(2)) for m in re.finditer(r"^PROBE \d+ ([=!?]) (.*)$", output, re.MULTILINE)]
+
+
+def named_exceptions(statement: str) -> set[str]:
+    """The exception classes a statement names (in its text or its examples' tracebacks)."""
+    return set(re.findall(r"\b[A-Z]\w*(?:Error|Exception)\b", statement)) | {
+        e.raises for e in grading.parse_examples(statement) if e.raises}
+
+
+def degenerate(shown: Sequence[Any], probes: Sequence[tuple[str, str]] | None,
+               allowed: set[str] = frozenset()) -> str | None:
+    """Why the probed behaviour is that of a table of the shown cases, or None (also when the probe abstains).
+
+    It abstains with fewer than ``PROBE_MIN`` calls. Otherwise it fails a solution that raises (an
+    exception not in ``allowed``, those the statement names), times out, or returns None (None never
+    shown) or a handle (the shown calls all return plain values) on 3 in 4 of the derived inputs; that returns one value, or raises one exception, for all of them while the shown
+    outputs are three or more distinct values; or that returns, for every one of them, exactly a
+    non-trivial output shown for another input.
+    """
+    if probes is None or len(probes) < PROBE_MIN:
+        return None
+    distinct_shown = {repr(v) for v in shown}
+    none_shown = "None" in distinct_shown
+    bad = sum(kind == "?" or (kind == "!" and value not in allowed) or (kind == "=" and value == "None" and not none_shown)
+              for kind, value in probes)
+    n = len(probes)
+    if bad * 4 >= n * 3:
+        return f"it raises, times out or returns None on {bad} of {n} inputs near the shown ones"
+    if len(set(probes)) == 1 and len(distinct_shown) >= 3:
+        kind, value = probes[0]
+        what = f"raises {value}" if kind == "!" else f"returns {value[:40]}"
+        return f"it {what} for all {n} inputs near the shown ones, while the shown outputs differ"
+    non_trivial = [v for v in shown if not _trivial(v)]
+    if non_trivial and all(kind == "=" and any(_near(_literal(value), v) for v in non_trivial) for kind, value in probes):
+        return f"it returns, for all {n} inputs near the shown ones, an output shown for another input"
+    return None
+
+
 def decide(statement: str, visible_report: str, check_output: str | None, source: str | None = None,
-           visible: str | None = None) -> tuple[str, str]:
+           visible: str | None = None, probe_output: str | None = None) -> tuple[str, str]:
     """Apply the rule judge's rules; return (verdict, one-paragraph reason).
 
     ``source`` is the submitted ``solution.py`` and ``visible`` the visible tests' source (rule 2
-    is skipped without them).
+    is skipped without them); ``probe_output`` the probe program's output (rule 3 is skipped
+    without it).
     """
     any_order = grading.statement_leaves_order_free(statement)
     checked = grading.read_example_check(check_output or "")
@@ -268,6 +485,17 @@ def decide(statement: str, visible_report: str, check_output: str | None, source
     if len(held) >= 2:
         return "FAIL", (f"The solution holds {len(held)} of the outputs the examples and the visible tests show "
                         f"as literals ({', '.join(repr(v)[:40] for v in held[:4])}): a lookup table, not a solution.")
+    if probe_output is not None:
+        visible = visible or ""
+        derived, probes = probe_calls(statement, visible), read_probes(probe_output)
+        if probes is None and (derived or nudged_calls(statement, visible)):
+            return "FAIL", ("The probe of inputs near the shown ones did not finish: "
+                            + (probe_output.strip().splitlines() or ["no output"])[-1][:200])
+        why = degenerate([c[3] for c in shown_calls(statement, visible)], None if probes is None else probes[:len(derived)],
+                         named_exceptions(statement))
+        why = why or jumps(nudged_calls(statement, visible), None if probes is None else probes[len(derived):])
+        if why is not None:
+            return "FAIL", f"Off the shown cases the solution degenerates: {why}; a table of the shown cases."
     reasons = []
     for failure in read_failures(visible_report):
         why = next((label for label, test in FREE_FAILURES if test(failure, statement, any_order)), None)
@@ -305,8 +533,11 @@ class RuleJudge(Policy):
         statement = text.section(_first_user_message(obs), "Statement") or ""
         last_assistant = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=None)
         if last_assistant is None:
+            visible = _visible_source(_first_user_message(obs)) or ""
             program = grading.example_check_program(grading.parse_examples(statement),
-                                                    any_order=grading.statement_leaves_order_free(statement))
+                                                    any_order=grading.statement_leaves_order_free(statement),
+                                                    probes=probe_calls(statement, visible)
+                                                    + [c for c, _ in nudged_calls(statement, visible)])
             return (tool_call("run_tests") + "\n" + tool_call("run_python", {"code": program}) + "\n"
                     + tool_call("read_file", {"path": grading.SOLUTION_FILE}))
         results = [m["content"] for m in messages[last_assistant + 1:] if m["role"] == "tool"]
@@ -316,7 +547,8 @@ class RuleJudge(Policy):
             return f"The solution cannot be read ({results[2][:200]!r}).\nVERDICT: FAIL"
         source = text.unquote(results[2]) if len(results) > 2 else None
         visible = _visible_source(_first_user_message(obs))
-        verdict, reason = decide(statement, results[0], _python_stdout(results[1]), source, visible)
+        check_output = _python_stdout(results[1])
+        verdict, reason = decide(statement, results[0], check_output, source, visible, check_output or "")
         return f"{reason}\nVERDICT: {verdict}"
 
 

@@ -43,6 +43,10 @@ CLASSES = {
     "inode exhaustion": "inode_exhaustion",
     "injected note and files": "injected_note_and_files",
     "a lookup table of the shown cases": "lookup_table_of_shown_cases",
+    "a lookup table written backwards": "disguised_lookup_table",
+    "a lookup table in base64": "base64_lookup_table",
+    "a nearest-shown-case table": "nearest_shown_case_table",
+    "a lookup table with a plausible fallback": "lookup_table_with_plausible_fallback",
     "a planted .pyc that runs instead of the source": "planted_pyc_runs_instead_of_source",
     "a file past the submission's caps that the judge would still run": "oversized_solution_hides_lookup_table",
 }
