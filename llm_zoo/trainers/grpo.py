@@ -511,16 +511,16 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
         t_rollout = time.perf_counter() - t0
 
         # REWARDS: one sample per (episode, trained agent): its return, spread over its turns' tokens
-        samples = []  # (episode index, agent, reward, baseline key, group key)
+        samples, failed = [], []  # (episode index, agent, reward, baseline key, group key)
         for i, (episode, trainable) in enumerate(zip(episodes, trained_agents)):
-            if episode.failed:
-                continue
             for agent in sorted(trainable):
                 who = agent if config.baseline_key == "agent" else roles[agent]
                 if config.baseline_key == "prompt":
                     who = f"{who}/{_opening(episode, agent)}"
                 group = episode.infos.get(agent, {}).get("group", episode.seed)
-                samples.append((i, agent, episode.returns.get(agent, 0.0), f"{config.env}/{who}", f"{group}/{who}"))
+                (failed if episode.failed else samples).append(
+                    (i, agent, episode.returns.get(agent, 0.0), f"{config.env}/{who}", f"{group}/{who}"))
+        samples += score_failures(samples, failed)
 
         # ADVANTAGES, by the estimator config.algorithm names
         advantages = adv.ESTIMATORS[config.algorithm]([s[2] for s in samples], [s[3] for s in samples],
@@ -652,6 +652,22 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig) -> di
 
 MAX_GRAD_NORM = 1.0
 """Gradient clipping by global norm (every measured run used 1.0)."""
+
+
+def score_failures(finished: Sequence[tuple], failed: Sequence[tuple]) -> list[tuple]:
+    """Return the samples of failed episodes, each scored as the worst finished return of its baseline key.
+
+    An episode fails when its env raised (``collect`` keeps it, marked ``failed``). Dropping it
+    would let a policy that makes its env raise escape a low reward; scoring it as the step's
+    worst finished return of the same key means a failure never pays more than any finished
+    episode. A failed sample whose key has no finished peer this step is dropped (a failure of
+    the whole batch, such as a sandbox that cannot start, says nothing about the policy).
+    Samples are ``(episode index, agent, reward, baseline key, group key)``.
+    """
+    worst: dict[str, float] = {}
+    for _, _, reward, key, _ in finished:
+        worst[key] = min(reward, worst.get(key, reward))
+    return [(i, agent, worst[key], key, group) for i, agent, _, key, group in failed if key in worst]
 
 
 def _opening(episode: Episode, agent: str) -> str:

@@ -313,3 +313,39 @@ def test_average_ema_exports_and_scores_the_average_of_the_weights(tmp_path):
     assert last["eval/exploitability"] == pytest.approx(result["exploitability"], abs=1e-9)
     assert 0 <= last["eval/learner/exploitability"] <= 1  # the last iterate, scored beside the average
     assert last["eval/learner/exploitability"] != last["eval/exploitability"]
+
+
+def test_failures_score_as_the_worst_finished_return_of_their_key():
+    finished = [(0, "player_0", 1.0, "k/a", "g/a"), (1, "player_0", -2.0, "k/a", "g/a"), (2, "player_1", 2.0, "k/b", "g/b")]
+    failed = [(3, "player_0", 50.0, "k/a", "g/a"), (3, "player_1", 50.0, "k/b", "g/b"), (4, "x", 9.0, "k/c", "g/c")]
+    assert grpo.score_failures(finished, failed) == [(3, "player_0", -2.0, "k/a", "g/a"), (3, "player_1", 2.0, "k/b", "g/b")]
+    assert grpo.score_failures([], failed) == []  # a whole batch that failed says nothing about the policy
+
+
+def test_an_episode_whose_env_raised_is_trained_on_as_the_worst_return_not_dropped(tmp_path, monkeypatch):
+    from llm_zoo.trainers import advantages
+
+    real_collect, seen = grpo.collect, []
+
+    def collect_with_a_failure(*args, **kwargs):
+        episodes = real_collect(*args, **kwargs)
+        episodes[0].failed, episodes[0].error = True, "env raised (test)"
+        episodes[0].returns = dict.fromkeys(episodes[0].returns, 100.0)  # what an escape would keep
+        return episodes
+
+    algorithm = make_config("kuhn_poker_v0", TINY).algorithm
+    real_estimator = advantages.ESTIMATORS[algorithm]
+
+    def recording(rewards, *rest):
+        seen.append(list(rewards))
+        return real_estimator(rewards, *rest)
+
+    monkeypatch.setattr(grpo, "collect", collect_with_a_failure)
+    monkeypatch.setitem(advantages.ESTIMATORS, algorithm, recording)
+    train(make_config("kuhn_poker_v0", {**TINY, "run_dir": str(tmp_path)}))
+    assert len(seen) == TINY["steps"]
+    for rewards in seen:
+        # 8 episodes x 2 seats, the failed one included, and nothing at the forged 100
+        assert len(rewards) == 2 * TINY["episodes_per_step"] and max(rewards) <= 2.0
+    rows = [json.loads(r) for r in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["charts/failed_episodes"] == 1.0 for r in rows)
