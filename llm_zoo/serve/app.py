@@ -15,6 +15,7 @@ own deadline and size cap in the app.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import socket
 import sys
@@ -277,19 +278,9 @@ async def _answer(server: ChatServer, request: protocol.ChatRequest) -> Response
     def sink(event: tuple[Any, ...]) -> None:
         loop.call_soon_threadsafe(events.put_nowait, event)
 
-    job = Job(
-        request.messages,
-        sink,
-        n=request.n,
-        temperature=request.temperature,
-        top_p=request.top_p,
-        max_tokens=request.max_tokens,
-        min_tokens=request.min_tokens,
-        seed=request.seed,
-        top_logprobs=request.top_logprobs,
-        tools=request.tools,
-        stop=request.stop,
-    )
+    # the engine's settings are the request's fields of the same names (the rest shape the response)
+    shared = {f.name for f in dataclasses.fields(Job)} & {f.name for f in dataclasses.fields(request)}
+    job = Job(sink=sink, **{name: getattr(request, name) for name in shared})
     try:
         server.engine.check_running()
         try:
