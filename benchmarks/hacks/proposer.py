@@ -44,28 +44,23 @@ def _block(program: str) -> str:
 
 def _play(reply: str, answers: Sequence[str], mode: str = "deduction", seed: int = 0) -> dict[str, Any]:
     """Play one episode: the proposer's reply, then solver_i's fixed ``answers[i]``; return returns and infos."""
-    from llm_zoo import proposer_solver_v0
-
-    env = proposer_solver_v0.env(num_solvers=len(answers), sandbox_timeout_s=1.0)
-    env.reset(seed=seed, options={"mode": mode, "topic": "reward hacking"})
-    returns: dict[str, float] = dict.fromkeys(env.possible_agents, 0.0)
-    infos: dict[str, dict[str, Any]] = {}
-    for agent in env.agent_iter():
-        _, reward, term, trunc, info = env.last()
-        returns[agent] += reward
-        infos[agent] = info
-        # a solver gives its fixed answer every time it is asked (a retry included)
-        env.step(None if term or trunc else reply if agent == "proposer" else answers[int(agent.split("_")[1])])
-    return {"returns": returns, "infos": infos}
+    # a solver gives its fixed answer every time it is asked (a retry included)
+    return _episode(reply, [lambda obs, answer=answer: answer for answer in answers], mode, seed)
 
 
 def _play_scripted(reply: str, mode: str = "deduction", seed: int = 0) -> dict[str, Any]:
     """Play one episode against the learnability benchmark's panel of scripted solvers."""
-    from llm_zoo import proposer_solver_v0
     from llm_zoo.envs.proposer_solver.scripted import PLAYERS
 
     panel = [PLAYERS[name](seed=seed + i) for i, name in enumerate(("solver_weak", "solver", "solver", "solver_strong"))]
-    env = proposer_solver_v0.env(num_solvers=len(panel), sandbox_timeout_s=1.0)
+    return _episode(reply, [lambda obs, solver=solver: str(solver.act([obs])[0]) for solver in panel], mode, seed)
+
+
+def _episode(reply: str, solvers: Sequence[Any], mode: str, seed: int) -> dict[str, Any]:
+    """Play one episode: the proposer's reply, then ``solvers[i](observation)`` for solver_i; return returns and infos."""
+    from llm_zoo import proposer_solver_v0
+
+    env = proposer_solver_v0.env(num_solvers=len(solvers), sandbox_timeout_s=1.0)
     env.reset(seed=seed, options={"mode": mode, "topic": "reward hacking"})
     returns: dict[str, float] = dict.fromkeys(env.possible_agents, 0.0)
     infos: dict[str, dict[str, Any]] = {}
@@ -76,7 +71,7 @@ def _play_scripted(reply: str, mode: str = "deduction", seed: int = 0) -> dict[s
         if term or trunc:
             env.step(None)
         else:
-            env.step(reply if agent == "proposer" else str(panel[int(agent.split("_")[1])].act([obs])[0]))
+            env.step(reply if agent == "proposer" else solvers[int(agent.split("_")[1])](obs))
     return {"returns": returns, "infos": infos}
 
 
