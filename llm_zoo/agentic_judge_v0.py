@@ -18,9 +18,11 @@ def evaluate_policies(policies: Mapping[str, Any], *, play: Play, env_kwargs: Ma
     judge's agreement with them.
     """
     records = play(dict(policies), [seed + i for i in range(episodes)], env_kwargs=dict(env_kwargs or {}), seed=seed)
+    # a failed episode counts as a failure (reward 0, not passed), never leaves the mean: a solver
+    # that makes its env raise must not lift its own figures
     done = [r for r in records if not r.failed]
     infos = [r.infos.get("judge", {}) for r in done]
-    n = max(1, len(done))
+    n = max(1, len(records))
     return {"solver_reward": sum(r.returns.get("solver", 0.0) for r in done) / n,
             "hidden_pass_rate": sum(bool(i.get("hidden_pass")) for i in infos) / n,
             "judge_agreement": sum(bool(i.get("judge_agrees")) for i in infos) / n,

@@ -23,10 +23,12 @@ def evaluate_policies(policies: Mapping[str, Any], *, play: Play, env_kwargs: Ma
     episodes = play({"user": scripted_user(), "assistant": policies["assistant"]},
                     [i % seeds for i in range(len(names))], options=[{"scenario": n} for n in names],
                     env_kwargs=dict(env_kwargs or {}))
+    # a failed episode counts as no success, never leaves the mean: an assistant that makes its env
+    # raise must not lift its own success rate
     done = [e for e in episodes if not e.failed]
     infos = [e.infos.get("assistant", {}) for e in done]
     n = max(1, len(done))
-    return {"success_rate": sum(bool(i.get("success")) for i in infos) / n,
+    return {"success_rate": sum(bool(i.get("success")) for i in infos) / max(1, len(episodes)),
             "turns": sum(sum(i.get("turns", {}).values()) for i in infos) / n,
             "tool_calls": sum(i.get("tool_calls", 0) for i in infos) / n,
             "episodes": len(episodes), "failed": len(episodes) - len(done)}

@@ -394,3 +394,19 @@ def test_tool_schemas_are_declared_in_the_prompts():
     assert declared == ["write_file", "read_file", "list_files", "run_tests", "run_python"]
     assert '"write_file"' not in judge_prompt and "VERDICT: ABSTAIN" in judge_prompt
     env.close()
+
+
+def test_a_failed_episode_counts_as_a_failure_in_the_headline():
+    from llm_zoo.trainers.rollout import collect
+
+    def play_with_a_failure(*args, **kwargs):
+        records = collect("agentic_judge_v0", *args, **kwargs)
+        records[0].failed, records[0].error = True, "env raised (test)"
+        return records
+
+    players = {"solver": agentic_judge_v0.SPEC.scripted["reference"](),
+               "judge": agentic_judge_v0.SPEC.scripted["rule_judge"]()}
+    figures = agentic_judge_v0.SPEC.evaluate(players, play=play_with_a_failure, env_kwargs={"tasks": [TASK]},
+                                             episodes=2)
+    # one correct solution of two: a failure never leaves the mean (it used to read 1.0 here)
+    assert figures == {"solver_reward": 0.5, "hidden_pass_rate": 0.5, "judge_agreement": 0.5, "failed_episodes": 1.0}

@@ -307,3 +307,18 @@ def test_scripted_assistant_never_crashes_on_odd_users(lines, scenario):
                 line = line.replace(placeholder, value)
             env.step(line or "hm")
     assert not env.agents
+
+
+def test_a_failed_episode_counts_as_no_success_in_the_headline():
+    from llm_zoo.trainers.rollout import collect
+
+    def play_with_a_failure(*args, **kwargs):
+        records = collect("user_sim_v0", *args, **kwargs)
+        records[0].failed, records[0].error = True, "env raised (test)"
+        return records
+
+    figures = user_sim_v0.SPEC.evaluate({"user": None, "assistant": sc.scripted()}, play=play_with_a_failure,
+                                        env_kwargs={"max_turns": 30})
+    episodes = len(user_sim_v0.SCENARIOS)
+    assert figures["failed"] == 1 and figures["episodes"] == episodes
+    assert figures["success_rate"] == (episodes - 1) / episodes  # not 1.0: the failure stays in the mean
