@@ -122,7 +122,11 @@ def _canonical_strategy(policy: Any, env_kwargs: Mapping[str, Any]) -> tuple[dic
     return _renormalise(raw)
 
 
-def sampled_strategy(policy: Any, samples: int = 64, env_kwargs: Mapping[str, Any] | None = None) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+SAMPLES = 64
+"""Replies sampled per info set by the sampled estimate (and what its intervals assume)."""
+
+
+def sampled_strategy(policy: Any, samples: int = SAMPLES, env_kwargs: Mapping[str, Any] | None = None) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
     """Estimate the strategy by sampling ``samples`` replies per info set and parsing them (an estimate)."""
     table, other = {}, {}
     for info_set in theory.INFO_SETS:
@@ -187,7 +191,7 @@ def score_strategy(table: Mapping[str, Mapping[str, float]]) -> dict[str, float]
     }
 
 
-def evaluate(policy: Any, *, method: str = "exact", samples: int = 64,
+def evaluate(policy: Any, *, method: str = "exact", samples: int = SAMPLES,
              env_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Evaluate a model on Kuhn poker: exploitability of its strategy, payoffs, mass off the legal replies.
 
@@ -227,6 +231,6 @@ def evaluate_policies(policies: Mapping[str, Any], *, method: str = "exact",
     for info_set in theory.INFO_SETS:
         t, o = reads[id(policies[f"player_{theory.player_of(info_set)}"])]
         table[info_set], other[info_set] = t[info_set], o[info_set]
-    intervals = {} if method == "exact" else sampled_intervals(table, other, 64)
+    intervals = {} if method == "exact" else sampled_intervals(table, other, SAMPLES)
     return {"method": method, **score_strategy(table), **intervals,
             "other_mass_mean": sum(other.values()) / len(other), "strategy": table}
