@@ -330,7 +330,9 @@ def test_only_rebuilds_the_beside_sentence_from_the_rerun_or_the_kept_figures(tm
     _script(scripts, "reward_hacks", {**hacks, "judge_hacks_paid": 99})  # not run: must not show
     bench.run(quick=True, page=page, scripts_dir=scripts, only=["judge_agreement"], log=None)
     text = page.read_text()
-    assert '"agree": 0.5' in text and text.count(sentence) == 1 and "99" not in text
+    # (the figure itself, not any "99": the page's timings, load and commit can hold those digits)
+    assert '"agree": 0.5' in text and text.count(sentence) == 1
+    assert "judge_hacks_paid 99" not in text and '"judge_hacks_paid": 99' not in text
     assert (f"{sentence}judge_hacks_paid 5, proposer_hacks_paid 1, user_sim_hacks_paid 2, attempts 9, errors 0."
             in _section(text, "judge_agreement", "reward_hacks"))
     assert text.index("\n## judge_agreement\n") < text.index(sentence) < text.index("\n## reward_hacks\n")
