@@ -37,6 +37,19 @@ at the seat's name) may run as separate tries, one per row of the pass, each squ
 size. :func:`plan_tree` picks the tries, and picks them only when their cost, counted in tokens
 and attention pairs, is below both the whole pass and the shared-prefix plan. It needs an
 attention that reads a custom 4D mask as given (transformers' sdpa and eager, no sliding window).
+
+A token budget
+--------------
+Memory of a forward pass grows with its rows times its padded length (activations, KV cache) and,
+in attention, with rows times query length times key length. ``token_budget`` (on
+:func:`completion_logprobs` and :func:`forward_prompts`, and the policy's ``max_forward_tokens``)
+bounds the first: :func:`row_chunks` splits the distinct rows, in order, into chunks whose rows
+times padded length stay within it (a row longer than the budget alone), each chunk scored by its
+own plan; and a pass whose rows times new tokens still exceed it runs its new tokens in column
+chunks on top of the KV cache of the chunks before (:func:`forward_in_chunks`), which bounds the
+attention scores to rows x chunk x keys. Each chunk's tokens attend to exactly what they attend to
+in one pass, so log-probs agree with the unchunked pass to float rounding; ``None`` (the default)
+runs the whole batch as one pass, as before.
 """
 
 from __future__ import annotations
@@ -53,9 +66,9 @@ from llm_zoo.policies.compat import cache_argument, forward_params, keep_logits_
 
 __all__ = [
     "PASS_COST_TOKENS", "PrefixPlan", "PrefixTree", "TreeRows", "allowed_mask", "checkpoints_activations",
-    "common_length", "completion_logprobs", "dedupe", "forward_prompts", "forward_tree", "left_pad", "long_tensor",
-    "one_token_tree_logits", "plan_prefixes", "plan_tree", "position_ids_of", "prefix_tree", "right_pad",
-    "tree_pair_cost", "tree_rows",
+    "common_length", "completion_logprobs", "dedupe", "forward_in_chunks", "forward_prompts", "forward_tree",
+    "left_pad", "long_tensor", "one_token_tree_logits", "plan_prefixes", "plan_tree", "position_ids_of",
+    "prefix_tree", "right_pad", "row_chunks", "tree_pair_cost", "tree_rows",
 ]
 
 
@@ -70,6 +83,7 @@ def completion_logprobs(
     share_prefix: bool = True,
     allowed: Sequence[Sequence[Sequence[int]] | None] | None = None,
     with_all_logps: bool = False,
+    token_budget: int | None = None,
 ) -> tuple[torch.Tensor, ...]:
     """Score completions given prompts by teacher forcing.
 
@@ -99,6 +113,11 @@ def completion_logprobs(
             constrained sampling draws from it.
         with_all_logps: Also return the full log-probability rows ``[batch, max_completion_len,
             vocab]`` (``-inf`` on disallowed tokens), for an exact KL between two models.
+        token_budget: The most tokens (rows x padded length) one forward pass runs: the distinct
+            rows are scored in chunks under it (module docstring), to float rounding the same
+            log-probs. None: one pass. Under gradients every chunk's activations live until the
+            caller's backward, so there it bounds the passes' transient memory (attention scores,
+            logits), not the saved activations: the trainer sizes its micro-batches for those.
 
     Returns:
         ``per_token_logps`` [batch, max_completion_len], float32, and ``completion_mask`` of the
@@ -122,6 +141,87 @@ def completion_logprobs(
     if share_prefix and model.training and torch.is_grad_enabled() and checkpoints_activations(model):
         share_prefix = False
     allowed = list(allowed) if allowed is not None else [None] * len(prompts_ids)
+    if token_budget is not None:
+        if token_budget < 1:
+            raise ValueError(f"completion_logprobs: token_budget must be >= 1 (or None), got {token_budget!r}.")
+        keys: list[Any] = (list(zip(map(tuple, prompts_ids), map(tuple, completions_ids))) if share_prefix
+                           else list(range(len(prompts_ids))))  # without sharing, every row is its own
+        distinct, _ = dedupe(keys)
+        chunks = row_chunks([len(prompts_ids[k] if isinstance(k, int) else k[0]) + width for k in distinct],
+                            token_budget)
+        if len(chunks) > 1:
+            return _chunked_logprobs(model, prompts_ids, completions_ids, allowed, keys, distinct, chunks,
+                                     pad_token_id=pad_token_id, temperature=temperature, with_entropy=with_entropy,
+                                     share_prefix=share_prefix, with_all_logps=with_all_logps, width=width,
+                                     token_budget=token_budget)
+    return _completion_logprobs(model, prompts_ids, completions_ids, allowed, pad_token_id=pad_token_id,
+                                temperature=temperature, with_entropy=with_entropy, share_prefix=share_prefix,
+                                with_all_logps=with_all_logps, width=width, device=device,
+                                token_budget=token_budget)
+
+
+def _chunked_logprobs(model: PreTrainedModel, prompts_ids: Sequence[Sequence[int]],
+                      completions_ids: Sequence[Sequence[int]], allowed: list[Any], keys: list[tuple],
+                      distinct: list[tuple], chunks: list[list[int]], *, width: int, **kwargs: Any,
+                      ) -> tuple[torch.Tensor, ...]:
+    """Score the rows of ``completion_logprobs`` chunk by chunk (``chunks``: indices into ``distinct``), each
+    chunk padded to the batch's completion ``width``; return the outputs in the rows' order."""
+    chunk_of = {}
+    for c, members in enumerate(chunks):
+        for m in members:
+            chunk_of[distinct[m]] = c
+    rows_of: list[list[int]] = [[] for _ in chunks]
+    for i, key in enumerate(keys):
+        rows_of[chunk_of[key]].append(i)
+    device = next(model.parameters()).device
+    parts, order = [], []
+    for rows in rows_of:
+        parts.append(_completion_logprobs(
+            model, [prompts_ids[i] for i in rows], [completions_ids[i] for i in rows], [allowed[i] for i in rows],
+            width=width, device=device, **kwargs))
+        order.extend(rows)
+    inverse = torch.empty(len(order), dtype=torch.long)
+    inverse[torch.tensor(order)] = torch.arange(len(order))
+    inverse = inverse.to(device)
+    return tuple(torch.cat(tensors)[inverse] for tensors in zip(*parts))
+
+
+def row_chunks(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
+    """Split rows (their token counts ``lengths``), in order, into chunks of at most ``token_budget`` padded tokens.
+
+    A chunk costs its row count times its longest row, as a padded pass runs it; a row is added to
+    the current chunk while that stays within the budget, else it starts the next chunk. A row
+    longer than the budget makes a chunk of its own (its pass then runs in column chunks,
+    :func:`forward_in_chunks`). Returns lists of row indices that cover every row once, in order.
+    """
+    chunks: list[list[int]] = []
+    longest = 0
+    for i, n in enumerate(lengths):
+        if chunks and (len(chunks[-1]) + 1) * max(longest, n) <= token_budget:
+            chunks[-1].append(i)
+            longest = max(longest, n)
+        else:
+            chunks.append([i])
+            longest = n
+    return chunks
+
+
+def _completion_logprobs(
+    model: PreTrainedModel,
+    prompts_ids: Sequence[Sequence[int]],
+    completions_ids: Sequence[Sequence[int]],
+    allowed: list[Any],
+    *,
+    pad_token_id: int,
+    temperature: float,
+    with_entropy: bool,
+    share_prefix: bool,
+    with_all_logps: bool,
+    width: int,
+    device: torch.device,
+    token_budget: int | None,
+) -> tuple[torch.Tensor, ...]:
+    """One chunk of :func:`completion_logprobs` (its arguments checked), completions padded to ``width``."""
     tree_logits = one_token_tree_logits(model, prompts_ids, completions_ids, device) if share_prefix else None
     if tree_logits is not None:
         prompts, completions, row_of = list(prompts_ids), list(completions_ids), None
@@ -144,6 +244,7 @@ def completion_logprobs(
             completions=(completion_ids, completion_mask),
             share_prefix=share_prefix,
             use_cache=False,
+            token_budget=token_budget,
         )
         # The logit at position i predicts token i + 1: the last width + 1 positions minus the final one.
         logits = out.logits[:, -(width + 1) : -1, :].float() / temperature  # [distinct, width, vocab]
@@ -216,13 +317,15 @@ def forward_prompts(
     completions: tuple[torch.Tensor, torch.Tensor] | None = None,
     share_prefix: bool,
     use_cache: bool,
+    token_budget: int | None = None,
 ) -> tuple[Any, torch.Tensor]:
     """Run left-padded prompts, then ``completions`` (right-padded ids and mask), through ``model``.
 
     With ``share_prefix``, when :func:`plan_prefixes` finds prefixes worth sharing, a first pass
     runs each shared prefix once and its KV cache is copied out to the prompts of its group; the
     returned pass then runs the rest of each prompt (left-padded) and the completions, on top of
-    that cache. Logits are kept for the last ``1 + completion width`` positions.
+    that cache. Logits are kept for the last ``1 + completion width`` positions. A pass whose rows
+    times new tokens exceed ``token_budget`` runs in column chunks (:func:`forward_in_chunks`).
 
     Returns:
         The model output of the last pass, and its attention mask [batch, cache + new positions].
@@ -234,12 +337,9 @@ def forward_prompts(
         input_ids, attention_mask = left_pad(prompts, pad_token_id, device)
     else:
         prefix_ids, prefix_mask = left_pad(plan.prefixes, pad_token_id, device)
-        first = model(
-            input_ids=prefix_ids,
-            attention_mask=prefix_mask,
-            position_ids=position_ids_of(prefix_mask),
+        first = forward_in_chunks(
+            model, prefix_ids, prefix_mask, position_ids_of(prefix_mask), keep=1, token_budget=token_budget,
             use_cache=True,
-            **keep_logits_kwargs(model, 1),
         )
         groups = torch.tensor(plan.group_of, device=device)
         cache = getattr(first, cache_arg)
@@ -255,15 +355,55 @@ def forward_prompts(
     if plan is not None:
         position_ids = position_ids + torch.tensor(plan.shared, device=device)[:, None]
         attention_mask = torch.cat([prefix_mask[groups], attention_mask], dim=1)
-    out = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids,
-        use_cache=use_cache or plan is not None,
-        **kwargs,
-        **keep_logits_kwargs(model, 1 + (0 if completions is None else completions[0].shape[1])),
+    out = forward_in_chunks(
+        model, input_ids, attention_mask, position_ids, keep=1 + (0 if completions is None else completions[0].shape[1]),
+        token_budget=token_budget, use_cache=use_cache or plan is not None, **kwargs,
     )
     return out, attention_mask
+
+
+def forward_in_chunks(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    *,
+    keep: int,
+    token_budget: int | None,
+    use_cache: bool,
+    **kwargs: Any,
+) -> Any:
+    """Run ``input_ids`` [rows, new] through ``model``, in column chunks of at most ``token_budget`` tokens.
+
+    ``attention_mask`` covers the KV cache passed in ``kwargs`` (if any) and the new tokens;
+    ``position_ids`` the new tokens. Each chunk runs on top of the cache of what came before it,
+    so every token attends to what it attends to in one pass: a chunk's attention scores are
+    rows x chunk x keys instead of rows x new x keys. The output is the last chunk's, its
+    ``logits`` those of the last ``keep`` new positions (as ``logits_to_keep=keep`` gives them)
+    and its cache (when one was asked for, or chunks ran) the whole sequence's. ``token_budget``
+    None, or a pass within it, is one ordinary call.
+    """
+    rows, new = input_ids.shape
+    step = new if token_budget is None else max(1, token_budget // max(1, rows))
+    if step >= new:
+        return model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                     use_cache=use_cache, **kwargs, **keep_logits_kwargs(model, keep))
+    cache_arg = cache_argument(model)
+    past = attention_mask.shape[1] - new  # columns of the mask that the cache holds
+    pieces: list[torch.Tensor] = []
+    out = None
+    for start in range(0, new, step):
+        end = min(new, start + step)
+        wanted = max(0, end - max(start, new - keep))  # this chunk's positions among the last `keep`
+        out = model(input_ids=input_ids[:, start:end], attention_mask=attention_mask[:, : past + end],
+                    position_ids=position_ids[:, start:end], use_cache=True, **kwargs,
+                    **keep_logits_kwargs(model, max(1, wanted)))
+        kwargs[cache_arg] = getattr(out, cache_arg)
+        if wanted:
+            pieces.append(out.logits[:, -wanted:])
+    assert out is not None
+    out.logits = torch.cat(pieces, dim=1)
+    return out
 
 
 @dataclass

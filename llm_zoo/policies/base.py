@@ -32,6 +32,18 @@ Observation = Mapping[str, Any]
 _REPR_TEXT_CHARS = 60
 
 
+class PromptTooLong(ValueError):  # noqa: N818 - names the situation, as rollout's _TooLong does
+    """Some observations of a batch encode to prompts longer than the policy takes (its ``max_prompt_tokens``).
+
+    ``rows`` are their indices in the batch: :func:`llm_zoo.trainers.rollout.collect` ends those
+    episodes (failed, with this message) and plays the rest of the batch on.
+    """
+
+    def __init__(self, message: str, rows: Sequence[int]) -> None:
+        super().__init__(message)
+        self.rows = tuple(rows)
+
+
 class Reply(str):
     """A policy's reply: the text itself, plus optional per-reply training records.
 

@@ -17,6 +17,17 @@ recompute exactly the same quantity with one teacher-forced forward pass
 The teacher-forced scoring pass that the trainer and the evaluators use, with its shared-prefix
 and token-tree planning and the padding helpers, is :mod:`llm_zoo.scoring`; the sampler runs its
 prompts through the same plans. Version shims are in :mod:`llm_zoo.policies.compat`.
+
+Bounded memory
+--------------
+``max_forward_tokens`` bounds what one forward pass runs, whatever the batch: sampling splits the
+distinct prompts, in order, into chunks whose rows times (padded prompt + ``max_new_tokens``) stay
+within it (:func:`llm_zoo.scoring.row_chunks`), and samples each chunk in turn (its own prefill,
+KV cache and decode loop), a prompt longer than the budget prefilling in column chunks; scoring
+(:meth:`TransformersPolicy.logprobs_of`) splits the same way. ``max_prompt_tokens`` refuses longer
+prompts before any forward pass: :meth:`TransformersPolicy.act` raises
+:class:`~llm_zoo.policies.base.PromptTooLong` naming the rows, and ``collect`` ends those episodes
+as failed and plays the rest on.
 """
 
 from __future__ import annotations
@@ -32,7 +43,7 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from llm_zoo.policies.base import Observation, Policy, Reply
+from llm_zoo.policies.base import Observation, Policy, PromptTooLong, Reply
 from llm_zoo.policies.compat import DynamicLayer, cache_argument, keep_logits_kwargs, override
 from llm_zoo.policies.constraints import allowed_next, legal_paths
 from llm_zoo.scoring import (
@@ -44,6 +55,7 @@ from llm_zoo.scoring import (
     long_tensor,
     plan_tree,
     position_ids_of,
+    row_chunks,
 )
 
 __all__ = ["TransformersPolicy", "completion_logprobs"]
@@ -78,6 +90,11 @@ class TransformersPolicy(Policy):
         constrain: Sample only the replies an observation lists in ``legal_actions``
             (:mod:`llm_zoo.policies.constraints`); observations without them are unconstrained.
             The reported log-probs are then those of the constrained distribution.
+        max_prompt_tokens: Longest prompt taken, in tokens; :meth:`act` raises
+            :class:`~llm_zoo.policies.base.PromptTooLong` for the observations whose prompt is
+            longer. None: no limit.
+        max_forward_tokens: The most tokens (rows x padded length) one forward pass runs, in
+            sampling and scoring (module docstring); None: the whole batch in one pass.
     """
 
     def __init__(
@@ -94,6 +111,8 @@ class TransformersPolicy(Policy):
         dtype: torch.dtype | None = None,
         share_prefix: bool = True,
         constrain: bool = False,
+        max_prompt_tokens: int | None = None,
+        max_forward_tokens: int | None = None,
     ) -> None:
         if temperature < 0:
             raise ValueError(
@@ -103,6 +122,9 @@ class TransformersPolicy(Policy):
             raise ValueError(f"TransformersPolicy: top_p must be in (0, 1], got {top_p!r}.")
         if max_new_tokens < 1:
             raise ValueError(f"TransformersPolicy: max_new_tokens must be >= 1, got {max_new_tokens!r}.")
+        for label, value in (("max_prompt_tokens", max_prompt_tokens), ("max_forward_tokens", max_forward_tokens)):
+            if value is not None and value < 1:
+                raise ValueError(f"TransformersPolicy: {label} must be >= 1 or None (no limit), got {value!r}.")
         if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError(
                 "TransformersPolicy needs a tokenizer with a chat template (tokenizer.chat_template is None); "
@@ -114,6 +136,8 @@ class TransformersPolicy(Policy):
         self.max_new_tokens = int(max_new_tokens)
         self.share_prefix = bool(share_prefix)
         self.constrain = bool(constrain)
+        self.max_prompt_tokens = None if max_prompt_tokens is None else int(max_prompt_tokens)
+        self.max_forward_tokens = None if max_forward_tokens is None else int(max_forward_tokens)
         self.device = torch.device(device if device is not None else _default_device())
         self.model = model.to(self.device) if dtype is None else model.to(self.device, dtype=dtype)
         self.tokenizer = tokenizer
@@ -172,9 +196,17 @@ class TransformersPolicy(Policy):
         if not observations:
             return []
         prompts = self.encode_prompts(observations)
+        if self.max_prompt_tokens is not None:
+            too_long = [i for i, p in enumerate(prompts) if len(p) > self.max_prompt_tokens]
+            if too_long:
+                raise PromptTooLong(
+                    f"{self.name}: the prompt of observation(s) {too_long[:10]} is {len(prompts[too_long[0]])} tokens, "
+                    f"over max_prompt_tokens={self.max_prompt_tokens}; raise max_prompt_tokens (config field "
+                    "max_prompt_tokens, within memory_limit_gb) or shorten the env's prompts (fewer turns).",
+                    too_long)
         paths = [self.legal_paths(obs) for obs in observations] if self.constrain else None
         with _eval_mode(self.model), torch.inference_mode():
-            completions, logprobs = self._sample(prompts, paths)
+            completions, logprobs = self._sample_in_chunks(prompts, paths)
         distinct, row_of = dedupe(map(tuple, completions))  # one-token replies repeat a lot
         decoded = self.tokenizer.batch_decode([list(c) for c in distinct], skip_special_tokens=True)
         texts = [decoded[i] for i in row_of]
@@ -246,6 +278,7 @@ class TransformersPolicy(Policy):
                 completions_ids,
                 pad_token_id=self.pad_token_id,
                 temperature=self.temperature or 1.0,
+                token_budget=self.max_forward_tokens,
             )
         lengths = mask.sum(dim=1).tolist()
         return [row[:n] for row, n in zip(per_token.float().tolist(), lengths)]
@@ -291,6 +324,35 @@ class TransformersPolicy(Policy):
             cache[key] = tuple(legal_paths(self.tokenizer, replies, self.eos_token_ids[0], self.max_new_tokens))
         return cache[key]
 
+    def _sample_in_chunks(
+        self, prompts: list[list[int]], paths: Sequence[Sequence[tuple[int, ...]] | None] | None = None
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """:meth:`_sample` over chunks of the prompts within ``max_forward_tokens`` (module docstring), in order.
+
+        Rows with the same prompt go to the chunk of its first row, so a chunk shares what it can.
+        """
+        budget = self.max_forward_tokens
+        if budget is None:
+            return self._sample(prompts, paths)
+        distinct, row_of = dedupe(map(tuple, prompts))
+        chunks = row_chunks([len(p) + self.max_new_tokens for p in distinct], budget)
+        if len(chunks) == 1:
+            return self._sample(prompts, paths)
+        chunk_of = [0] * len(distinct)
+        for c, members in enumerate(chunks):
+            for m in members:
+                chunk_of[m] = c
+        rows_of: list[list[int]] = [[] for _ in chunks]
+        for i, d in enumerate(row_of):
+            rows_of[chunk_of[d]].append(i)
+        completions: list[list[int]] = [[] for _ in prompts]
+        logprobs: list[list[float]] = [[] for _ in prompts]
+        for rows in rows_of:
+            part = self._sample([prompts[i] for i in rows], None if paths is None else [paths[i] for i in rows])
+            for i, c, lp in zip(rows, *part, strict=True):
+                completions[i], logprobs[i] = c, lp
+        return completions, logprobs
+
     def _sample(
         self, prompts: list[list[int]], paths: Sequence[Sequence[tuple[int, ...]] | None] | None = None
     ) -> tuple[list[list[int]], list[list[float]]]:
@@ -313,6 +375,7 @@ class TransformersPolicy(Policy):
                 device,
                 share_prefix=self.share_prefix,
                 use_cache=self.max_new_tokens > 1,  # one-token replies need no cache after the prompt
+                token_budget=self.max_forward_tokens,
             )
             last_logits = out.logits[:, -1, :]
         # rows -> their distinct prompt; None when every prompt is distinct

@@ -45,6 +45,7 @@ from llm_zoo.trainers import advantages as adv
 from llm_zoo.trainers import presets
 from llm_zoo.trainers.checkpoint import latest_checkpoint, load_checkpoint, resume_dir, save_checkpoint
 from llm_zoo.trainers.evaluation import headline_evaluator
+from llm_zoo.trainers.memory import micro_batches, preflight
 from llm_zoo.trainers.rollout import collect
 from llm_zoo.trainers.selfplay import (
     SCHEDULES,
@@ -135,6 +136,15 @@ class TrainConfig:
     """Upper clip of the importance ratio (1 + epsilon_high)."""
     micro_batch_size: int = 64
     """Sequences per forward/backward; gradients accumulate over a step's micro-batches."""
+    max_prompt_tokens: int = 4096
+    """Longest prompt a learner runs, in tokens: an observation whose prompt is longer ends its episode as
+    failed (scored as the step's worst finished return of its key: never more than finishing)."""
+    max_forward_tokens: int = 16384
+    """Most tokens (rows x padded length) of one forward pass: rollouts, scoring and the update's
+    micro-batches are split under it, so a pass's memory is bounded whatever the batch."""
+    memory_limit_gb: float = 3.5
+    """Budget of the run's estimated peak memory (trainers/memory.py), checked before the first step;
+    a setting over it is refused, naming the fields to lower. 0 skips the check."""
     aggregation: str = "token"
     """token (mean over the batch's completion tokens), sequence (mean of per-sequence means),
     or constant (sum over tokens / (sequences * max_new_tokens))."""
@@ -194,7 +204,7 @@ class TrainConfig:
             if getattr(self, name) not in allowed:
                 raise ValueError(f"config.{name} must be one of {allowed}; got {getattr(self, name)!r}")
         for name in ("steps", "episodes_per_step", "group_size", "max_new_tokens", "micro_batch_size",
-                     "rollout_batch_size", "rotate_every", "pool_size"):
+                     "rollout_batch_size", "rotate_every", "pool_size", "max_prompt_tokens", "max_forward_tokens"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"config.{name} must be >= 1; got {getattr(self, name)!r}")
         if self.episodes_per_step % self.group_size:
@@ -204,6 +214,8 @@ class TrainConfig:
             raise ValueError(f"config.reference_ema must be in [0, 1]; got {self.reference_ema!r}")
         if not 0.0 <= self.average_ema < 1.0:
             raise ValueError(f"config.average_ema must be in [0, 1) (0: no average); got {self.average_ema!r}")
+        if not self.memory_limit_gb >= 0.0:
+            raise ValueError(f"config.memory_limit_gb must be >= 0 (0: no check); got {self.memory_limit_gb!r}")
         if not 0.0 <= self.p_latest <= 1.0:
             raise ValueError(f"config.p_latest must be in [0, 1]; got {self.p_latest!r}")
         if not 0.0 < self.vllm_gpu_memory_utilization < 1.0:
@@ -403,7 +415,8 @@ def make_learner(name: str, config: TrainConfig, device: torch.device, index: in
     tokenizer, model = build_tokenizer_and_model(config, seed=config.seed + index, spec=spec)
     policy = TransformersPolicy(model, tokenizer, name=name, temperature=config.temperature, top_p=config.top_p,
                                 max_new_tokens=config.max_new_tokens, device=device,
-                                constrain=config.constrain_to_legal)
+                                constrain=config.constrain_to_legal, max_prompt_tokens=config.max_prompt_tokens,
+                                max_forward_tokens=config.max_forward_tokens)
     optimizer = torch.optim.AdamW(policy.model.parameters(), lr=config.lr, weight_decay=0.0)
     reference = None
     if config.beta:
@@ -464,6 +477,8 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
                              f"its players are {sorted(players)}")
     learners = {name: make_learner(name, config, device, i, spec)
                 for i, name in enumerate(sorted(set(policy_of.values()) - scripted))}
+    if learners:  # a setting that cannot fit is refused here, before the first step
+        preflight(config, next(iter(learners.values())).model.config, learners=len(learners))
     rae_state, start = adv.RAEState(), 0
     if resume and (ckpt := latest_checkpoint(run_dir)) is not None:
         start, rae_state = load_checkpoint(ckpt, learners)
@@ -608,8 +623,7 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig) -> di
     model.train()
     learner.optimizer.zero_grad(set_to_none=True)
     total_loss = 0.0
-    for start in range(0, len(batch), config.micro_batch_size):
-        mb = batch[start:start + config.micro_batch_size]
+    for mb in micro_batches(batch, config.micro_batch_size, config.max_forward_tokens):
         prompts, completions = [b.prompt_ids for b in mb], [b.completion_ids for b in mb]
         allowed = [b.allowed for b in mb]
         # SCORE the completions under the current weights (with grad), then under the reference
@@ -624,7 +638,7 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig) -> di
             with torch.no_grad():
                 ref, _, *ref_all = completion_logprobs(learner.reference, prompts, completions, pad_token_id=pad,
                                                        temperature=temperature, allowed=allowed,
-                                                       with_all_logps=exact)
+                                                       with_all_logps=exact, token_budget=config.max_forward_tokens)
             if exact:
                 kl = exact_kl(mb_all[0], ref_all[0])
         per_token_loss, stats = per_token_policy_loss(

@@ -33,7 +33,7 @@ import numpy as np
 from pettingzoo import AECEnv
 
 from llm_zoo.episode import Episode, Turn
-from llm_zoo.policies.base import Observation, Policy, Reply
+from llm_zoo.policies.base import Observation, Policy, PromptTooLong, Reply
 
 __all__ = ["collect"]
 
@@ -488,9 +488,22 @@ def _name(policy: Policy) -> str:
 
 
 def _act(policy: Policy, observations: list[Observation]) -> list[Reply | str | _Failure]:
-    """Call ``policy`` on the batch; if it raises, retry one observation at a time."""
+    """Call ``policy`` on the batch; if it raises, retry one observation at a time.
+
+    A :class:`PromptTooLong` fails the rows it names, with its message (their episodes end as failed,
+    as an episode past ``max_steps`` does, and are scored as failures), and the rest go on as one batch.
+    """
     try:
         replies = policy.act(observations)
+    except PromptTooLong as exc:
+        rows = set(exc.rows)
+        if not rows or not rows <= set(range(len(observations))):
+            raise RuntimeError(f"policy {_name(policy)!r} raised PromptTooLong naming rows {sorted(rows)[:10]} of a "
+                               f"batch of {len(observations)}; it must name some of the batch's rows") from exc
+        rest = [i for i in range(len(observations)) if i not in rows]
+        answers = dict(zip(rest, _act(policy, [observations[i] for i in rest]) if rest else []))
+        return [answers[i] if i in answers else _Failure(f"the prompt was too long for the policy: {exc}")
+                for i in range(len(observations))]
     except Exception:
         if len(observations) == 1:
             return [_Failure(traceback.format_exc())]

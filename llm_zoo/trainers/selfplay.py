@@ -34,7 +34,8 @@ def frozen_copy(policy: TransformersPolicy, name: str,
     return TransformersPolicy(model.eval().requires_grad_(False), policy.tokenizer, name=name,
                               temperature=policy.temperature, top_p=policy.top_p,
                               max_new_tokens=policy.max_new_tokens, device=policy.device,
-                              constrain=policy.constrain)
+                              constrain=policy.constrain, max_prompt_tokens=policy.max_prompt_tokens,
+                              max_forward_tokens=policy.max_forward_tokens)
 
 
 def add_snapshot(pool: Pool, step: int, model: torch.nn.Module, size: int) -> None:

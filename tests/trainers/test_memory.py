@@ -1,0 +1,121 @@
+"""Tests for llm_zoo.trainers.memory: the estimate bounds measured peaks, and a setting that cannot fit is refused."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from llm_zoo.trainers.grpo import Sample, make_config, train  # noqa: E402
+from llm_zoo.trainers.memory import estimate, micro_batches, pass_bytes, preflight  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+MEASURE = textwrap.dedent("""
+    import json, resource, sys, torch
+    from llm_zoo.models import build_byte_tokenizer, build_tiny_model
+    from llm_zoo.scoring import completion_logprobs
+    torch.set_num_threads(1)
+    rows, prompt, new, hidden, grad = map(int, sys.argv[1:6])
+    tok = build_byte_tokenizer()
+    model = build_tiny_model(tok, hidden_size=hidden)
+    g = torch.Generator().manual_seed(0)
+    # ragged prompts: a padded batch, whose attention mask is materialised
+    prompts = [torch.randint(0, 256, (prompt - (i % 3),), generator=g).tolist() for i in range(rows)]
+    completions = [torch.randint(0, 256, (new,), generator=g).tolist() for _ in range(rows)]
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if grad:
+        model.train()
+        logps, mask, entropy = completion_logprobs(model, prompts, completions, pad_token_id=tok.pad_token_id,
+                                                   with_entropy=True)
+        (logps.sum() + entropy.sum()).backward()
+    else:
+        with torch.inference_mode():
+            completion_logprobs(model, prompts, completions, pad_token_id=tok.pad_token_id)
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"grown": (after - before) * 1024, "config": model.config.to_dict()}))
+""")
+
+
+@pytest.mark.parametrize("rows,prompt,new,hidden,grad", [
+    (4, 1500, 32, 64, True),
+    (2, 2500, 16, 128, True),
+    (12, 300, 64, 64, True),
+    (4, 3000, 16, 64, False),
+])
+def test_the_estimate_of_a_pass_bounds_its_measured_peak(rows, prompt, new, hidden, grad):
+    # one pass in a fresh process: how far its peak RSS grows past the model and inputs it starts with
+    out = subprocess.run([sys.executable, "-c", MEASURE, *map(str, (rows, prompt, new, hidden, int(grad)))],
+                         capture_output=True, text=True, timeout=300, check=True, cwd=ROOT)
+    measured = json.loads(out.stdout)
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(**measured["config"])
+    from llm_zoo.trainers.memory import model_shape
+
+    estimated = pass_bytes(model_shape(config), rows, prompt + new, prompt + new, grad=grad, logits=new)
+    assert measured["grown"] > 20 * 2**20  # the pass was measured at all
+    assert measured["grown"] <= estimated, (measured["grown"] / 2**20, estimated / 2**20)
+    assert estimated <= 8 * measured["grown"]  # an upper bound, not an absurd one
+
+
+def test_a_run_that_cannot_fit_is_refused_before_its_first_step_naming_the_field(tmp_path):
+    config = make_config("kuhn_poker_v0", {"steps": 1, "episodes_per_step": 4, "micro_batch_size": 4,
+                                           "max_prompt_tokens": 60000, "max_forward_tokens": 240000,
+                                           "run_dir": str(tmp_path / "run"), "progress": False,
+                                           "tensorboard": False})
+    with pytest.raises(ValueError, match="memory_limit_gb") as info:
+        train(config)
+    message = str(info.value)
+    assert "max_forward_tokens" in message and "max_prompt_tokens" in message and "--set" in message
+    assert not (tmp_path / "run" / "metrics.jsonl").exists() or not (tmp_path / "run" / "metrics.jsonl").read_text()
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_the_defaults_fit_and_a_lower_limit_refuses_them():
+    from llm_zoo.models import build_byte_tokenizer, build_tiny_model
+
+    model_config = build_tiny_model(build_byte_tokenizer()).config
+    for env in ("kuhn_poker_v0", "agentic_judge_v0", "proposer_solver_v0", "user_sim_v0"):
+        config = make_config(env)
+        found = preflight(config, model_config)
+        assert 0 < found.total <= config.memory_limit_gb * 2**30
+    config = make_config("agentic_judge_v0", {"memory_limit_gb": found.gib / 2})
+    with pytest.raises(ValueError, match="over memory_limit_gb"):
+        preflight(config, model_config)
+    assert preflight(make_config("agentic_judge_v0", {"memory_limit_gb": 0.0}), model_config).total > 0
+
+
+def test_the_estimate_grows_with_what_it_bounds():
+    from llm_zoo.models import build_byte_tokenizer, build_tiny_model
+
+    model_config = build_tiny_model(build_byte_tokenizer()).config
+    base = estimate(make_config("user_sim_v0"), model_config)
+    assert estimate(make_config("user_sim_v0", {"max_prompt_tokens": 8192}), model_config).total > base.total
+    assert estimate(make_config("user_sim_v0", {"max_forward_tokens": 65536}), model_config).total > base.total
+    # but not with the batch: the passes are split under max_forward_tokens
+    big = estimate(make_config("user_sim_v0", {"rollout_batch_size": 512, "micro_batch_size": 512}), model_config)
+    assert big.total == base.total
+
+
+def sample(prompt: int, completion: int, tag: int = 0) -> Sample:
+    return Sample([tag] * prompt, [1] * completion, [0.0] * completion, 1.0)
+
+
+def test_micro_batches_split_under_the_budget_and_keep_what_fits_whole():
+    batch = [sample(100, 10, i) for i in range(8)]
+    assert micro_batches(batch, 4, None) == [batch[:4], batch[4:]]
+    assert micro_batches(batch, 8, 10_000) == [batch]  # fits: one micro-batch, as before
+    split = micro_batches(batch, 8, 250)  # two rows of 110 tokens a pass
+    assert [len(mb) for mb in split] == [2, 2, 2, 2]
+    assert [s for mb in split for s in mb] == batch
+    # repeated rows cost once: eight copies of one row fit a budget of one row
+    same = [sample(100, 10) for _ in range(8)]
+    assert micro_batches(same, 8, 110) == [same]
