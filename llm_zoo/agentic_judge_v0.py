@@ -7,26 +7,33 @@ from typing import Any
 
 from llm_zoo.envs.agentic_judge.env import ENV_ID, env, raw_env
 from llm_zoo.envs.agentic_judge.scripted import PLAYERS
-from llm_zoo.spec import EnvSpec, Play
+from llm_zoo.spec import EnvSpec, Play, eval_seeds, mean_interval, wilson_interval
 
 
 def evaluate_policies(policies: Mapping[str, Any], *, play: Play, env_kwargs: Mapping[str, Any] | None = None,
-                      episodes: int = 8, seed: int = 12345, **_: Any) -> dict[str, float]:
-    """Play ``episodes`` episodes with the given agent -> policy mapping; return the headline rates.
+                      episodes: int = 8, seed: int = 0, **_: Any) -> dict[str, Any]:
+    """Play ``episodes`` episodes on held-out seeds with the given agent -> policy mapping; return the headline rates.
 
-    Returns the mean solver reward, the share of submissions that pass the hidden tests, and the
-    judge's agreement with them.
+    Episode ``i`` plays seed ``EVAL_SEED_BASE + seed + i`` (:func:`llm_zoo.spec.eval_seeds`). The
+    headline is ``hidden_pass_rate``, the share of episodes whose submission passes the hidden
+    tests, with its 95% Wilson interval; beside it the mean solver reward (normal interval) and
+    the judge's agreement with the hidden tests (Wilson).
     """
-    records = play(dict(policies), [seed + i for i in range(episodes)], env_kwargs=dict(env_kwargs or {}), seed=seed)
+    seeds = eval_seeds(episodes, seed)
+    records = play(dict(policies), seeds, env_kwargs=dict(env_kwargs or {}), seed=seed)
     # a failed episode counts as a failure (reward 0, not passed), never leaves the mean: a solver
     # that makes its env raise must not lift its own figures
-    done = [r for r in records if not r.failed]
-    infos = [r.infos.get("judge", {}) for r in done]
-    n = max(1, len(records))
-    return {"solver_reward": sum(r.returns.get("solver", 0.0) for r in done) / n,
-            "hidden_pass_rate": sum(bool(i.get("hidden_pass")) for i in infos) / n,
-            "judge_agreement": sum(bool(i.get("judge_agrees")) for i in infos) / n,
-            "failed_episodes": float(len(records) - len(done))}
+    infos = [{} if r.failed else r.infos.get("judge", {}) for r in records]
+    rewards = [0.0 if r.failed else float(r.returns.get("solver", 0.0)) for r in records]
+    passed = sum(bool(i.get("hidden_pass")) for i in infos)
+    agrees = sum(bool(i.get("judge_agrees")) for i in infos)
+    n = len(records)
+    return {"headline": "hidden_pass_rate", "hidden_pass_rate": passed / max(1, n),
+            "interval": wilson_interval(passed, n), "interval_method": "wilson",
+            "episodes": n, "seeds": [seeds[0], seeds[-1]] if seeds else [],
+            "solver_reward": sum(rewards) / max(1, n), "solver_reward_interval": mean_interval(rewards),
+            "judge_agreement": agrees / max(1, n), "judge_agreement_interval": wilson_interval(agrees, n),
+            "failed_episodes": float(sum(r.failed for r in records))}
 
 
 SPEC = EnvSpec(

@@ -154,7 +154,7 @@ def _eval(args: argparse.Namespace) -> int:
     from llm_zoo.trainers.evaluation import evaluate_checkpoint
 
     result = evaluate_checkpoint(args.env, args.checkpoint, episodes=args.episodes, method=args.method,
-                                 seed=args.seed)
+                                 seed=args.seed, headline_episodes=args.headline_episodes)
     print(json.dumps(result, indent=2, default=str))
     return 0
 
@@ -257,10 +257,14 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true", help="continue from the run dir's latest checkpoint")
     train.set_defaults(func=_train)
 
-    evaluate = sub.add_parser("eval", help="evaluate a checkpoint: the env's exact metric and play against baselines")
+    evaluate = sub.add_parser("eval", help="evaluate a checkpoint: the env's headline metric on held-out seeds, "
+                              "with its 95%% interval, as JSON (symmetric games: also against baselines)")
     evaluate.add_argument("env", type=env_argument, help=ENV_ARGUMENT_HELP)
     evaluate.add_argument("--checkpoint", required=True, help="a checkpoint directory (runs/.../checkpoints/step_N)")
-    evaluate.add_argument("--episodes", type=int, default=500, help="episodes played against each baseline")
+    evaluate.add_argument("--episodes", type=int, default=500,
+                          help="games against each scripted player (symmetric games such as kuhn_poker_v0)")
+    evaluate.add_argument("--headline-episodes", type=int, default=None,
+                          help="episodes of the env's headline evaluation (default: the env's own count)")
     evaluate.add_argument("--method", choices=("exact", "sampled"), default="exact",
                           help="exact: strategy from log-probs; sampled: an estimate, for models that reason first")
     evaluate.add_argument("--seed", type=int, default=0, help="seed of the evaluation games")

@@ -21,12 +21,29 @@ A package outside llm_zoo may instead name its spec under the entry-point group 
 
 The built-in envs are registered by name -> ``"module:SPEC"`` when ``llm_zoo`` is imported and
 their modules load on first lookup, so ``import llm_zoo`` stays light.
+
+Headline evaluations
+--------------------
+An env's ``evaluate`` plays held-out seeds: episode ``i`` of an evaluation is reset with seed
+``EVAL_SEED_BASE + i`` (:func:`eval_seeds`). Training draws its env seeds from ``[0, 2**31)``
+(``rng.randrange(2**31)`` in the trainer), so no training episode ever plays an evaluation seed.
+What ``llm-zoo eval`` reads from the mapping an ``evaluate`` returns (:data:`HEADLINE_KEYS`):
+
+- ``"headline"``: the name of the headline metric, itself a key of the mapping with a float value;
+- ``"interval"``: its 95% interval ``[low, high]`` (:func:`wilson_interval` for a rate over
+  episodes, :func:`mean_interval` for a mean; an exact metric gives ``[value, value]``);
+- ``"interval_method"``: how it was computed (``"wilson"``, ``"normal"``, ``"exact"``, ...);
+- ``"episodes"``: how many episodes were played (0 for an exact reading);
+- ``"seeds"``: ``[first, last]`` of the seeds played (``[]`` when none were).
+
+Other keys (secondary metrics, with their own ``<name>_interval``) are passed through.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import math
 import re
 import types
 from collections.abc import Callable, Mapping, Sequence
@@ -38,8 +55,48 @@ from pettingzoo import AECEnv
 
 from llm_zoo.episode import Episode
 
-__all__ = ["ENTRY_POINT_GROUP", "ENV_ARGUMENT_HELP", "EnvSpec", "Play", "env_argument", "env_spec", "make_env", "pettingzoo_id", "register",
-           "register_lazy", "registered"]
+__all__ = ["ENTRY_POINT_GROUP", "ENV_ARGUMENT_HELP", "EVAL_SEED_BASE", "HEADLINE_KEYS", "EnvSpec", "Play", "env_argument",
+           "env_spec", "eval_seeds", "make_env", "mean_interval", "pettingzoo_id", "register", "register_lazy", "registered",
+           "wilson_interval"]
+
+EVAL_SEED_BASE = 2**31
+"""Evaluation seeds start here; no training seed reaches them (training draws from ``[0, 2**31)``)."""
+
+HEADLINE_KEYS = ("headline", "interval", "interval_method", "episodes", "seeds")
+"""The keys ``llm-zoo eval`` reads from a headline evaluation (module docstring), besides the metric itself."""
+
+Z95 = 1.959963984540054
+"""The 97.5th percentile of the standard normal: a two-sided 95% interval."""
+
+
+def eval_seeds(episodes: int, start: int = 0) -> list[int]:
+    """Return the held-out seeds of an evaluation's episodes: ``EVAL_SEED_BASE + start + i``."""
+    return [EVAL_SEED_BASE + start + i for i in range(episodes)]
+
+
+def wilson_interval(successes: float, trials: int) -> list[float]:
+    """Return the 95% Wilson score interval of a rate (``successes`` of ``trials``); [0, 1] with no trials."""
+    if trials <= 0:
+        return [0.0, 1.0]
+    p = successes / trials
+    denominator = 1 + Z95**2 / trials
+    centre = (p + Z95**2 / (2 * trials)) / denominator
+    half = Z95 * math.sqrt(p * (1 - p) / trials + Z95**2 / (4 * trials**2)) / denominator
+    # at p = 0 (p = 1) the bound is exactly 0 (1); the arithmetic would leave a rounding error there
+    return [0.0 if p <= 0 else max(0.0, centre - half), 1.0 if p >= 1 else min(1.0, centre + half)]
+
+
+def mean_interval(values: Sequence[float]) -> list[float]:
+    """Return the 95% normal interval of the mean of independent ``values`` (the mean twice with fewer than 2)."""
+    n = len(values)
+    if n == 0:
+        return [math.nan, math.nan]
+    mean = sum(values) / n
+    if n < 2:
+        return [mean, mean]
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    return [mean - Z95 * std / math.sqrt(n), mean + Z95 * std / math.sqrt(n)]
+
 
 ENTRY_POINT_GROUP = "llm_zoo.envs"
 """The entry-point group third-party packages list their specs under (value ``"module:SPEC"``)."""

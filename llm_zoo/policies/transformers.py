@@ -286,11 +286,13 @@ class TransformersPolicy(Policy):
     def next_token_logprobs(self, prompts_ids: Sequence[Sequence[int]], *, chunk: int = 256) -> torch.Tensor:
         """Return the tempered log-probs of the token after each prompt, ``[rows, vocab]`` on the CPU.
 
-        One plain left-padded pass per ``chunk`` prompts (no prefix sharing), at this policy's
+        One plain left-padded pass per ``chunk`` prompts (fewer where ``max_forward_tokens`` binds; no prefix sharing), at this policy's
         temperature (1 when greedy): what an exact reading of a model's strategy enumerates from
         (:mod:`llm_zoo.envs.kuhn_poker.evaluate`).
         """
         temperature = self.temperature or 1.0
+        if self.max_forward_tokens is not None and prompts_ids:  # fewer rows a pass, within the token budget
+            chunk = max(1, min(chunk, self.max_forward_tokens // max(len(p) for p in prompts_ids)))
         out = []
         with torch.inference_mode():
             for start in range(0, len(prompts_ids), chunk):

@@ -1,4 +1,4 @@
-"""Evaluate trained policies: the env's exact headline metric, and games against scripted players."""
+"""Evaluate trained policies: the env's headline metric on held-out seeds with its interval, and games against scripted players."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import llm_zoo
 from llm_zoo.policies.base import Policy
-from llm_zoo.spec import EnvSpec
+from llm_zoo.spec import EVAL_SEED_BASE, EnvSpec, wilson_interval
 from llm_zoo.trainers.rollout import collect
 
 _Z95 = statistics.NormalDist().inv_cdf(0.975)
@@ -93,34 +93,104 @@ def load_run_policies(checkpoint: str | Path, *, seed: int = 0) -> tuple[dict[st
         policies[path.name] = TransformersPolicy.from_pretrained(
             path, name=path.name, temperature=config.get("temperature", 1.0), top_p=config.get("top_p", 1.0),
             max_new_tokens=config.get("max_new_tokens", 64), seed=seed + i,
-            constrain=config.get("constrain_to_legal", False))
+            constrain=config.get("constrain_to_legal", False), max_prompt_tokens=config.get("max_prompt_tokens"),
+            max_forward_tokens=config.get("max_forward_tokens"))
     return config, policies
 
 
+HEADLINE_PREFERENCE = ("exploitability", "success_rate", "hidden_pass_rate", "valid_task_rate", "win_rate",
+                       "mean_payoff")
+"""The metric ``llm-zoo eval`` reports when an env's evaluate does not name its ``headline``: the first of these it returns."""
+
+
+def headline_summary(figures: Mapping[str, Any], *, method: str = "exact") -> dict[str, Any]:
+    """Read the headline of an env's evaluation: ``metric``, ``value``, ``interval``, ``interval_method``,
+    ``episodes``, ``seeds`` (the keys of :data:`llm_zoo.spec.HEADLINE_KEYS`, where the env gives them).
+
+    Tolerant of evaluations that give less: without ``headline`` the metric is the first of
+    :data:`HEADLINE_PREFERENCE` present (else the first float); without ``interval`` it is read from
+    ``<metric>_interval`` or ``<metric>_ci95``, else an exact reading (``method`` "exact" and no
+    episodes) gets ``[value, value]``, a rate in [0, 1] over ``episodes`` its Wilson interval, and
+    anything else None, with ``interval_method`` saying so. ``seeds`` is None when the env does not say.
+    """
+    metric = figures.get("headline")
+    if not isinstance(metric, str) or not isinstance(figures.get(metric), (int, float)):
+        metric = next((k for k in HEADLINE_PREFERENCE if isinstance(figures.get(k), (int, float))), None)
+    if metric is None:
+        metric = next((k for k, v in figures.items() if isinstance(v, float)), None)
+    if metric is None:
+        raise ValueError(f"the env's evaluation returned no numeric metric to report; its keys: {sorted(figures)[:20]}")
+    value = float(figures[metric])
+    episodes = figures.get("episodes")
+    episodes = int(episodes) if isinstance(episodes, (int, float)) else None
+    interval = figures.get("interval") if figures.get("headline") == metric else None
+    kind = figures.get("interval_method") if interval is not None else None
+    for key in (f"{metric}_interval", f"{metric}_ci95"):
+        if interval is None and figures.get(key) is not None:
+            interval = figures[key]
+            kind = "normal" if key.endswith("_interval") else "95% interval given by the env (sampled estimate)"
+    if interval is None:
+        if figures.get("method", method) == "exact" and not episodes:
+            interval, kind = [value, value], "exact (computed, not sampled: zero width)"
+        elif episodes and 0.0 <= value <= 1.0:
+            interval, kind = wilson_interval(value * episodes, episodes), "wilson (from the rate and the episode count)"
+        else:
+            kind = "none (the env's evaluation gives no interval)"
+    seeds = figures.get("seeds")
+    if seeds is None and figures.get("method", method) == "exact" and not episodes:
+        seeds = []
+    return {"metric": metric, "value": value, "interval": None if interval is None else [float(x) for x in interval],
+            "interval_method": kind, "episodes": 0 if episodes is None and seeds == [] else episodes, "seeds": seeds}
+
+
+def scored_weights(config: Mapping[str, Any]) -> str:
+    """Say which weights a checkpoint's ``policies/`` hold: the average of the learner's (``average_ema`` > 0) or its own."""
+    ema = float(config.get("average_ema", 0.0) or 0.0)
+    return f"average (average_ema={ema:g})" if ema > 0 else "last iterate"
+
+
 def evaluate_checkpoint(env: str, checkpoint: str | Path, *, episodes: int = 500, method: str = "exact",
-                        seed: int = 0) -> dict[str, Any]:
-    """Evaluate a checkpoint: the env's exact metric (when it has one) and play against its scripted players."""
+                        seed: int = 0, headline_episodes: int | None = None) -> dict[str, Any]:
+    """Evaluate a checkpoint: the env's headline metric on held-out seeds, with its 95% interval, as a dict.
+
+    The result names the metric (``metric``, ``value``, ``interval``, ``interval_method``), the
+    ``episodes`` and ``seeds`` it played (from :data:`llm_zoo.spec.EVAL_SEED_BASE` on; none for an
+    exact reading), and the ``weights`` scored (the weights' average, or the last iterate); the env's
+    own figures follow under their names. ``headline_episodes`` sets the env evaluation's episode
+    count (its default when None). In a symmetric game (one role for every seat) each seat also plays
+    ``episodes`` games against each scripted player (``versus``, seeds ``EVAL_SEED_BASE + seed`` on).
+    """
     config, by_name = load_run_policies(checkpoint, seed=seed)
     if config.get("env", env) != env:
         raise ValueError(f"the checkpoint was trained on {config['env']!r}, not {env!r}")
     env_kwargs = config.get("env_kwargs", {})
     probe = llm_zoo.make_env(env, **env_kwargs).unwrapped
     mapping = config.get("policies", {})
-    seat_policy = {}
+    spec = llm_zoo.env_spec(env)
+    players = spec.scripted
+    seat_policy: dict[str, Any] = {}
     for agent in probe.possible_agents:
         name = mapping.get(agent, mapping.get(probe.role_of(agent), "main"))
-        seat_policy[agent] = by_name.get(name) or next(iter(by_name.values()))
-    spec = llm_zoo.env_spec(env)
-    result: dict[str, Any] = {"env": env, "checkpoint": str(checkpoint)}
+        if name.startswith("scripted:") and name.removeprefix("scripted:") in players:  # a frozen seat of the run
+            seat_policy[agent] = players[name.removeprefix("scripted:")](seed=seed)
+        else:
+            seat_policy[agent] = by_name.get(name) or next(iter(by_name.values()))
+    result: dict[str, Any] = {"env": env, "checkpoint": str(checkpoint), "weights": scored_weights(config)}
     evaluate = headline_evaluator(env)
     if evaluate is not None:
-        result.update(evaluate(seat_policy, method=method, env_kwargs=env_kwargs))
+        options: dict[str, Any] = {"method": method, "env_kwargs": env_kwargs}
+        if headline_episodes is not None:
+            options["episodes"] = headline_episodes
+        figures = evaluate(seat_policy, **options)
+        result.update(headline_summary(figures, method=method))
+        result.update({k: v for k, v in figures.items() if k not in result and k != "headline"})
         if method != "exact":
             result["method"] = "sampled estimate"
     versus = {}
-    for name, factory in sorted(spec.scripted.items()):
-        versus[name] = play_against(env, seat_policy, factory(seed=seed), episodes=episodes, seed=seed,
-                                    env_kwargs=env_kwargs)
+    if len({probe.role_of(a) for a in probe.possible_agents}) == 1:
+        for name, factory in sorted(players.items()):
+            versus[name] = play_against(env, seat_policy, factory(seed=seed), episodes=episodes,
+                                        seed=EVAL_SEED_BASE + seed, env_kwargs=env_kwargs)
     result["versus"] = versus
     if versus:
         result["note"] = (f"versus: sampled, the mean payoff of {episodes} games against each scripted player "

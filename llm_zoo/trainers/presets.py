@@ -66,8 +66,14 @@ KUHN_POKER_V0: dict[str, Any] = {
 """The main job (``llm-zoo train kuhn_poker_v0``); each choice measured in docs/kuhn_selfplay.md."""
 
 AGENTIC_JUDGE_V0: dict[str, Any] = {
-    # a reply is a tool call with a short file, or a verdict: long enough for real models, short for tiny ones
-    "max_new_tokens": 256,
+    # `llm-zoo train agentic_judge_v0` with no arguments is a CPU run of the tiny byte-level model that
+    # finishes within 15 minutes under 4 GiB on a 2-core laptop (issue 16; the figures are in the README):
+    # 6 steps of 8 episodes. From random weights the tiny solver writes no valid tool call in that budget;
+    # a warm start (issue 17) or a real model (`--set model=DIR steps=200 max_new_tokens=256`) is what learns.
+    "steps": 6,
+    # a reply is a tool call with a short file, or a verdict: a real model wants 256 or more; each decode
+    # step of the tiny model re-reads a 4k-token prompt, so 128 halves the rollout's cost
+    "max_new_tokens": 128,
     # every episode runs a few sandboxed programs; groups of 4 solvers share a task (GRPO's comparison)
     "episodes_per_step": 8,
     "group_size": 4,
@@ -81,7 +87,10 @@ PROPOSER_SOLVER_V0: dict[str, Any] = {
     # The comparison groups come from the env (solvers of one problem, proposers of one topic).
     "algorithm": "hgrpo",
     # Short replies and small batches: with the byte-level tiny model a step stays a CPU smoke run;
-    # a real model needs max_new_tokens of several hundred.
+    # a real model needs max_new_tokens of several hundred. `llm-zoo train proposer_solver_v0` with no
+    # arguments: 4 steps and the headline evaluation (16 episodes) in about 2 minutes under 0.6 GB (issue
+    # 16, README). From random weights every proposal is invalid, so no step carries a learning signal;
+    # more steps would not change that: a warm start (issue 17) or a real model does.
     "max_new_tokens": 48,
     "steps": 4,
     "episodes_per_step": 4,
