@@ -47,7 +47,7 @@ from llm_zoo.trainers.checkpoint import latest_checkpoint, save_checkpoint
 from llm_zoo.trainers.rollout import collect
 
 __all__ = ["SFT_PRESETS", "SFTConfig", "SFTRows", "build_tokenizer_and_model", "check_stage_fields", "init_checkpoint",
-           "make_sft_config", "micro_batches", "policy_name", "sft", "sft_loss", "teachers_of", "tokenize_rows",
+           "make_sft_config", "micro_batches", "play_traces", "policy_name", "sft", "sft_loss", "teachers_of", "tokenize_rows",
            "token_nll", "warm_start"]
 
 # ---------------------------------------------------------------------------------------------
@@ -414,6 +414,24 @@ class _Fitted:
         return self
 
 
+def play_traces(config: SFTConfig, teachers: Mapping[str, Sequence[str]] | None = None) -> list[Episode]:
+    """Play ``config.episodes`` episodes with every seat a scripted player (:func:`teachers_of`); return them all.
+
+    The env seeds are drawn from ``[2**20, 2**31)`` under ``config.seed``, away from the small seeds
+    evaluations use; ``config.options`` are cycled over the episodes.
+    """
+    spec = llm_zoo.env_spec(config.env)
+    if teachers is None:
+        teachers = teachers_of(config, spec, _agents(config, spec)[0])
+    rng = random.Random(f"{config.seed}/sft/traces")
+    seeds = [rng.randrange(2**20, 2**31) for _ in range(config.episodes)]
+    players = {n: spec.scripted[n](seed=config.seed) for names in teachers.values() for n in names}
+    seating = [{key: players[rng.choice(list(names))] for key, names in teachers.items()} for _ in seeds]
+    options = [config.options[i % len(config.options)] for i in range(len(seeds))] if config.options else None
+    return collect(config.env, seating, seeds, batch_size=config.rollout_batch_size, options=options,
+                   env_kwargs=config.env_kwargs, seed=config.seed)
+
+
 def sft(config: SFTConfig) -> dict[str, Any]:
     """Fit ``config.role``'s policy to traces of the env's scripted players; return the summary (also summary.json).
 
@@ -438,13 +456,7 @@ def sft(config: SFTConfig) -> dict[str, Any]:
     _write_config(run_dir, config)
 
     # TRACES: every seat a scripted player; a list of teachers draws one per episode
-    rng = random.Random(f"{config.seed}/sft/traces")
-    seeds = [rng.randrange(2**20, 2**31) for _ in range(config.episodes)]  # far from the small eval seeds
-    players = {n: spec.scripted[n](seed=config.seed) for names in teachers.values() for n in names}
-    seating = [{key: players[rng.choice(names)] for key, names in teachers.items()} for _ in seeds]
-    options = [config.options[i % len(config.options)] for i in range(len(seeds))] if config.options else None
-    episodes = collect(config.env, seating, seeds, batch_size=config.rollout_batch_size, options=options,
-                       env_kwargs=config.env_kwargs, seed=config.seed)
+    episodes = play_traces(config, teachers)
     finished = [e for e in episodes if not e.failed]
     if not finished:
         raise RuntimeError(f"sft: every one of the {len(episodes)} trace episodes failed; the first error: "
