@@ -194,16 +194,11 @@ def _copy(values: Mapping[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 
 
-def _selected(config: SFTConfig, spec: EnvSpec) -> set[str]:
-    names = {r.strip() for r in config.role.split(",") if r.strip()} or {spec.learning_roles[0]}
-    return names
-
-
 def _agents(config: SFTConfig, spec: EnvSpec) -> tuple[dict[str, str], list[str]]:
     """Return (agent -> role of every agent, the agents whose turns are fitted); refuse an unknown role."""
     probe = llm_zoo.make_env(config.env, **config.env_kwargs).unwrapped
     roles = {a: probe.role_of(a) for a in probe.possible_agents}
-    wanted = _selected(config, spec)
+    wanted = {r.strip() for r in config.role.split(",") if r.strip()} or {spec.learning_roles[0]}
     unknown = sorted(wanted - set(roles) - set(roles.values()))
     if unknown:
         raise ValueError(f"sft config.role names {unknown}, which {config.env} does not have; its roles are "
@@ -217,7 +212,12 @@ def policy_name(config: SFTConfig, roles: Mapping[str, str], agents: Sequence[st
     if len(names) != 1:
         raise ValueError(f"sft config.role {config.role!r} covers agents that config.policies maps to different "
                          f"policies {sorted(names)}; fit one policy at a time (--role one of {sorted(agents)})")
-    return names.pop()
+    name = names.pop()
+    if name.startswith("scripted:"):  # grpo.SCRIPTED_PREFIX: train seats a scripted player there, not a model
+        raise ValueError(f"sft config.policies seats the scripted player {name!r} where {sorted(agents)} play, so "
+                         f"train would never load a model for them; name their policy, e.g. --set "
+                         f"'policies={{{roles[agents[0]]}: {roles[agents[0]]}_model}}'")
+    return name
 
 
 def teachers_of(config: SFTConfig, spec: EnvSpec, roles: Mapping[str, str]) -> dict[str, list[str]]:

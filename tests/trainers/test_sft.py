@@ -274,6 +274,8 @@ def test_config_errors_name_the_field():
         make_sft_config("kuhn_poker_v0", {"epoch": 2})
     with pytest.raises(ValueError, match="different policies"):  # the main job: one model per seat
         sft.sft(make_sft_config("kuhn_poker_v0", {"role": "player", **QUICK}))
+    with pytest.raises(ValueError, match="seats the scripted player 'scripted:scripted'"):  # user_sim's frozen user
+        sft.sft(make_sft_config("user_sim_v0", {"role": "user", **QUICK}))
     with pytest.raises(ValueError, match="config.sft sets"):
         grpo.make_config("kuhn_poker_v0", {"sft": {"role": "player_0"}})
 
