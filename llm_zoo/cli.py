@@ -1,4 +1,4 @@
-"""The ``llm-zoo`` command line: play, train, eval, plot, serve, crossplay and bench."""
+"""The ``llm-zoo`` command line: play, train, sft, eval, plot, serve, crossplay and bench."""
 
 from __future__ import annotations
 
@@ -55,11 +55,11 @@ def _play(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_sets(pairs: Sequence[str]) -> dict[str, object]:
+def _parse_sets(pairs: Sequence[str], cls: type | None = None) -> dict[str, object]:
     """Read ``--set KEY=VALUE`` pairs: VALUE as YAML (``3``, ``0.5``, ``true``, ``[a, b]``, ``{k: v}``).
 
-    A field of type ``str`` takes VALUE's text as it is, so that ``--set model=1.10`` or a path with
-    a colon stays text.
+    A field of type ``str`` (of ``cls``, the config dataclass: ``TrainConfig`` unless given) takes
+    VALUE's text as it is, so that ``--set model=1.10`` or a path with a colon stays text.
     """
     import typing
 
@@ -67,7 +67,7 @@ def _parse_sets(pairs: Sequence[str]) -> dict[str, object]:
 
     from llm_zoo.trainers.grpo import TrainConfig
 
-    hints = typing.get_type_hints(TrainConfig)
+    hints = typing.get_type_hints(cls or TrainConfig)
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -148,6 +148,63 @@ def _final_line(env: str, result: dict, scored: str, last: dict[str, float], run
     if also:
         text += f"; the last iterate: {', '.join(also)}"
     return f"{text}. Run directory {run_dir} (curves: llm-zoo plot {run_dir})"
+
+
+def _sft(args: argparse.Namespace) -> int:
+    import yaml
+
+    from llm_zoo.configdoc import check_overrides
+    from llm_zoo.trainers.sft import SFTConfig, make_sft_config, sft
+
+    overrides: dict[str, object] = {}
+    if args.config:
+        with open(args.config) as f:
+            loaded = yaml.safe_load(f) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{args.config} must hold a mapping of SFT config fields (KEY: VALUE lines); "
+                             f"got {type(loaded).__name__}")
+        overrides.update(check_overrides(SFTConfig, loaded, source=args.config))
+    overrides.update(check_overrides(SFTConfig, _parse_sets(args.set, SFTConfig), source="--set"))
+    overrides["role"] = args.role
+    if args.run_dir:
+        overrides["run_dir"] = args.run_dir
+    config = make_sft_config(args.env, overrides)
+    if not config.run_dir:  # named here, so that it can be printed before the run starts
+        import dataclasses
+        import time
+
+        config = dataclasses.replace(config, run_dir=f"runs/{config.env}-sft-{time.strftime('%Y%m%d-%H%M%S')}")
+    print(f"llm-zoo sft {config.env} --role {config.role}: run directory {config.run_dir}", file=sys.stderr,
+          flush=True)
+    summary = sft(config)
+    print(json.dumps(summary, indent=2, default=str), flush=True)
+    val = (f"val loss {summary['val_loss']:.4f} (from {summary['val_loss_initial']:.4f} before)"
+           if summary["val_loss"] is not None else f"train loss {summary['train_loss']:.4f} (no held-out split)")
+    print(f"llm-zoo sft {config.env}: {val}; policy {summary['policy']!r} in {summary['checkpoint']} "
+          f"(start RL from it: llm-zoo train {config.env} --set init={config.run_dir})", file=sys.stderr)
+    return 0
+
+
+class _SFTHelp(argparse.Action):
+    """``-h/--help`` of ``sft``: the options, then every SFT config field with ENV's defaults."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0,
+                         help="show this help, with every SFT config field (its type, default and meaning) and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        from llm_zoo.configdoc import describe
+        from llm_zoo.trainers.sft import SFTConfig, make_sft_config
+
+        env = getattr(namespace, "env", None)
+        config, whose = (make_sft_config(env), f"{env}'s defaults") if env else (
+            SFTConfig(), "the dataclass defaults; give ENV before --help for an env's")
+        parser.epilog = (f"config fields (llm_zoo.trainers.sft.SFTConfig; {whose}):\n"
+                         "  set them with --set KEY=VALUE (VALUE read as YAML) or in a YAML file given to --config;\n"
+                         "  --set wins over --config, and both over the env's defaults.\n\n" + describe(config))
+        parser.print_help()
+        parser.exit()
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -256,6 +313,18 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--run-dir", help="where the run writes (default runs/<env>-<time>)")
     train.add_argument("--resume", action="store_true", help="continue from the run dir's latest checkpoint")
     train.set_defaults(func=_train)
+
+    fit = sub.add_parser("sft", help="fit a role's policy to traces of the env's scripted players (warm start)",
+                         add_help=False, description="Fit a role's policy to traces of the env's scripted players "
+                         "(supervised, loss on the role's tokens only); the config fields are listed below.")
+    fit.add_argument("-h", "--help", action=_SFTHelp)
+    fit.add_argument("env", type=env_argument, help=ENV_ARGUMENT_HELP)
+    fit.add_argument("--role", required=True, help="the role (or agent) whose turns are fitted, e.g. assistant")
+    fit.add_argument("--config", metavar="YAML", help="YAML file of SFT config fields (KEY: VALUE lines; see below)")
+    fit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override an SFT config field, VALUE read as YAML, e.g. --set episodes=128 (repeatable)")
+    fit.add_argument("--run-dir", help="where the run writes (default runs/<env>-sft-<time>)")
+    fit.set_defaults(func=_sft)
 
     evaluate = sub.add_parser("eval", help="evaluate a checkpoint: the env's exact metric and play against baselines")
     evaluate.add_argument("env", type=env_argument, help=ENV_ARGUMENT_HELP)

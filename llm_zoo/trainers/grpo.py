@@ -42,7 +42,7 @@ from llm_zoo.policies.transformers import TransformersPolicy
 from llm_zoo.scoring import completion_logprobs
 from llm_zoo.spec import EnvSpec
 from llm_zoo.trainers import advantages as adv
-from llm_zoo.trainers import presets
+from llm_zoo.trainers import presets, sft
 from llm_zoo.trainers.checkpoint import latest_checkpoint, load_checkpoint, resume_dir, save_checkpoint
 from llm_zoo.trainers.evaluation import headline_evaluator
 from llm_zoo.trainers.rollout import collect
@@ -96,6 +96,15 @@ class TrainConfig:
     """Std of the tiny model's weight initialisation."""
     model_zero_head: bool = False
     """Start the tiny model's output layer at zero: a uniform first policy whatever the seed."""
+    init: str = ""
+    """Start the learners from trained weights: a checkpoint directory or a run directory (its latest
+    checkpoint) of `llm-zoo sft` or `train`, holding policies/NAME for every learner; or sft: run the SFT
+    stage first (fields in config.sft, written under RUN_DIR/sft) and start from it. Empty = fresh
+    weights. --resume takes precedence (the run's checkpoint is loaded, init is not read)."""
+    sft: dict[str, Any] = field(default_factory=dict)
+    """Fields of the SFT stage that init=sft runs (llm_zoo.trainers.sft.SFTConfig, e.g. {episodes: 128,
+    epochs: 2}; `llm-zoo sft ENV --help` lists them). The fields both configs have (model, env_kwargs,
+    policies, seed, ...) are this run's unless set here; role and run_dir are the stage's own."""
     policies: dict[str, str] = field(default_factory=dict)
     """Role or agent -> policy name; roles not named get the policy "main". A name "scripted:NAME"
     seats the env's scripted player NAME there (frozen), e.g. {"user": "scripted:scripted"}."""
@@ -211,6 +220,7 @@ class TrainConfig:
                              f"got {self.vllm_gpu_memory_utilization!r}")
         if self.env not in llm_zoo.registered():
             raise ValueError(f"config.env must be a registered env, one of {llm_zoo.registered()}; got {self.env!r}")
+        sft.check_stage_fields(self.sft)
 
 
 def make_config(env: str = "kuhn_poker_v0", overrides: Mapping[str, Any] | None = None) -> TrainConfig:
@@ -399,9 +409,14 @@ def build_tokenizer_and_model(config: TrainConfig, seed: int, spec: EnvSpec | No
 
 
 def make_learner(name: str, config: TrainConfig, device: torch.device, index: int,
-                 spec: EnvSpec | None = None) -> Learner:
-    """Build a learner: model, sampling policy, AdamW, and a frozen reference when ``beta > 0``."""
-    tokenizer, model = build_tokenizer_and_model(config, seed=config.seed + index, spec=spec)
+                 spec: EnvSpec | None = None, init: Path | None = None) -> Learner:
+    """Build a learner: model, sampling policy, AdamW, and a frozen reference when ``beta > 0``.
+
+    ``init``: a policy directory to load the weights and tokenizer from (``config.init``); the
+    reference and the weights' average then start from those weights too.
+    """
+    source = config if init is None else dataclasses.replace(config, model=str(init))
+    tokenizer, model = build_tokenizer_and_model(source, seed=config.seed + index, spec=spec)
     policy = TransformersPolicy(model, tokenizer, name=name, temperature=config.temperature, top_p=config.top_p,
                                 max_new_tokens=config.max_new_tokens, device=device,
                                 constrain=config.constrain_to_legal)
@@ -463,8 +478,12 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
         if name[len(SCRIPTED_PREFIX):] not in players:
             raise ValueError(f"config.policies names {name!r}, but {config.env} has no such scripted player; "
                              f"its players are {sorted(players)}")
-    learners = {name: make_learner(name, config, device, i, spec)
-                for i, name in enumerate(sorted(set(policy_of.values()) - scripted))}
+    names = sorted(set(policy_of.values()) - scripted)
+    init = {}
+    if config.init and not resume:  # a resumed run loads its own checkpoint instead
+        init = (sft.warm_start(config, run_dir, policy_of, names, roles) if config.init == "sft"
+                else sft.init_checkpoint(config.init, names))
+    learners = {name: make_learner(name, config, device, i, spec, init.get(name)) for i, name in enumerate(names)}
     rae_state, start = adv.RAEState(), 0
     if resume and (ckpt := latest_checkpoint(run_dir)) is not None:
         start, rae_state = load_checkpoint(ckpt, learners)

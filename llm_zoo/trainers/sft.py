@@ -1,0 +1,656 @@
+"""Supervised warm start: fit a role's policy to traces of the env's scripted players.
+
+Reads top to bottom: the config, the per-env teachers, then the stages of :func:`sft`:
+TRACES (every seat a scripted player, episodes played by :func:`~llm_zoo.trainers.rollout.collect`)
+-> ROWS (the Episode SFT export, :func:`~llm_zoo.episode.export_chat_jsonl`, one conversation per
+agent, so one sequence carries all of the role's turns) -> SPLIT (a held-out share of the
+episodes) -> TOKENS (the learner's tokenizer's chat template with ``return_assistant_tokens_mask``:
+the role's turns are the ``assistant`` messages of its own transcript, and only they carry loss)
+-> FIT (token-level mean negative log-likelihood, micro-batches bounded by a token budget, logits
+computed in chunks for the loss positions only) -> LOG and CHECKPOINT, in the layout of
+:mod:`~llm_zoo.trainers.checkpoint`, so ``llm-zoo eval ENV --checkpoint DIR`` and ``llm-zoo
+train ENV --set init=DIR`` read it.
+
+The loss is the one trl's ``SFTTrainer`` computes with ``assistant_only_loss=True``: the sum of
+``-log p(token | prefix)`` over the batch's assistant tokens divided by their count
+(``tests/trainers/test_sft.py`` checks the two agree on a batch to 1e-4).
+
+The model is built as the trainer builds it (``grpo.build_tokenizer_and_model``: a local model
+directory, or the env's tokenizer and a tiny model of the configured shape); this module sits below
+``grpo`` (the trainer runs it for ``init: sft``), so it builds with :func:`build_tokenizer_and_model`
+here, which a test holds equal to the trainer's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint as recompute
+
+import llm_zoo
+from llm_zoo.episode import Episode, export_chat_jsonl
+from llm_zoo.spec import EnvSpec
+from llm_zoo.trainers import presets
+from llm_zoo.trainers.advantages import RAEState
+from llm_zoo.trainers.checkpoint import latest_checkpoint, save_checkpoint
+from llm_zoo.trainers.rollout import collect
+
+__all__ = ["SFT_PRESETS", "SFTConfig", "SFTRows", "build_tokenizer_and_model", "check_stage_fields", "init_checkpoint",
+           "make_sft_config", "micro_batches", "play_traces", "policy_name", "sft", "sft_loss", "teachers_of", "tokenize_rows",
+           "token_nll", "warm_start"]
+
+# ---------------------------------------------------------------------------------------------
+# CONFIG
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SFTConfig:
+    """Everything an SFT run needs; every field has a default. The model fields, ``env_kwargs`` and
+    ``policies`` start from the env's training preset (so the fitted model is the one ``train``
+    builds), then :data:`SFT_PRESETS`, a config file and ``--set`` apply."""
+
+    env: str = "kuhn_poker_v0"
+    """Versioned env name."""
+    role: str = ""
+    """The role (or agent) whose turns are fitted, or several comma-separated that one policy serves;
+    empty = the env's first learning role."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the env the traces are played in (default: the env's training preset's)."""
+    options: list[dict[str, Any]] = field(default_factory=list)
+    """Reset options of the trace episodes, cycled over them (episode i gets options[i % len]), e.g.
+    [{scenario: refund_late}, {scenario: reset_password}] to take traces from some scenarios only; empty = none."""
+    teachers: dict[str, str | list[str]] = field(default_factory=dict)
+    """Role (or agent) -> the env's scripted player seated there, by name, or a list of names, one drawn
+    per episode; roles not named get the env's default (SFT_PRESETS)."""
+    episodes: int = 256
+    """Trace episodes played (failed ones are left out)."""
+    val_fraction: float = 0.1
+    """Share of the trace episodes held out for the validation loss (split by episode)."""
+    seed: int = 0
+    """Seed of the traces, the split, the shuffles and the tiny model's initialisation."""
+
+    model: str = "tiny"
+    """tiny (the model train builds for the env, offline) or a local model directory."""
+    model_hidden_size: int = 64
+    """Width of the tiny model."""
+    model_layers: int = 2
+    """Layers of the tiny model."""
+    model_init_std: float = 0.02
+    """Std of the tiny model's weight initialisation."""
+    model_zero_head: bool = False
+    """Start the tiny model's output layer at zero."""
+    policies: dict[str, str] = field(default_factory=dict)
+    """Role or agent -> policy name, as train reads it; the checkpoint holds the fitted role's policy
+    under that name (policies.get(role, "main"))."""
+
+    epochs: int = 3
+    """Passes over the training conversations."""
+    batch_size: int = 16
+    """Conversations per optimiser step (the loss is the mean over their role tokens)."""
+    max_tokens_per_micro_batch: int = 8192
+    """Token budget of one forward/backward (padded length x sequences); a longer sequence runs alone."""
+    max_length: int = 0
+    """Truncate each sequence to this many tokens, keeping its start (0: no truncation)."""
+    lr: float = 1e-3
+    """Learning rate (AdamW, constant after warm-up)."""
+    warmup_steps: int = 0
+    """Linear warm-up steps."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping by global norm (0: none)."""
+
+    run_dir: str = ""
+    """Where the run writes; empty = runs/<env>-sft-<time>."""
+    eval_every: int = 0
+    """Validation loss every this many steps (and before the first and after the last); 0 = only those."""
+    checkpoint_every: int = 0
+    """Write a checkpoint every this many steps (and at the end); 0 = only at the end."""
+    keep_checkpoints: int = 1
+    """Most checkpoints kept on disk."""
+    rollout_batch_size: int = 16
+    """Envs run side by side while the traces are played."""
+    device: str = "auto"
+    """auto (cuda if available), cpu or cuda."""
+    threads: int = 0
+    """torch CPU threads; 0 = torch's default."""
+    progress: bool = True
+    """Show a progress bar."""
+    tensorboard: bool = True
+    """Also write TensorBoard event files (when tensorboard is installed)."""
+
+    def __post_init__(self) -> None:
+        for name in ("episodes", "epochs", "batch_size", "max_tokens_per_micro_batch", "rollout_batch_size",
+                     "keep_checkpoints"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"sft config.{name} must be >= 1; got {getattr(self, name)!r}")
+        for name in ("max_length", "warmup_steps", "eval_every", "checkpoint_every", "threads"):
+            if int(getattr(self, name)) < 0:
+                raise ValueError(f"sft config.{name} must be >= 0; got {getattr(self, name)!r}")
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise ValueError(f"sft config.val_fraction must be in [0, 1); got {self.val_fraction!r}")
+        if self.lr <= 0 or self.weight_decay < 0 or self.max_grad_norm < 0:
+            raise ValueError(f"sft config: lr must be > 0, weight_decay and max_grad_norm >= 0; got lr={self.lr!r}, "
+                             f"weight_decay={self.weight_decay!r}, max_grad_norm={self.max_grad_norm!r}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"sft config.device must be auto, cpu or cuda; got {self.device!r}")
+        if self.env not in llm_zoo.registered():
+            raise ValueError(f"sft config.env must be a registered env, one of {llm_zoo.registered()}; "
+                             f"got {self.env!r}")
+        bad = {k: v for k, v in self.teachers.items() if isinstance(v, list) and not v}
+        if bad:
+            raise ValueError(f"sft config.teachers: a list of names must name at least one player; got {bad!r}")
+        if any(not isinstance(o, Mapping) for o in self.options):
+            raise ValueError(f"sft config.options must be a list of reset-option mappings; got {self.options!r:.200}")
+
+
+SHARED_WITH_TRAIN = ("env_kwargs", "seed", "model", "model_hidden_size", "model_layers", "model_init_std",
+                     "model_zero_head", "policies", "device", "threads", "progress", "tensorboard")
+"""Fields SFTConfig shares with TrainConfig (same names and meaning): the env's training preset and
+``train``'s own config set them, so the warm start fits the model RL goes on with."""
+
+SFT_PRESETS: dict[str, dict[str, Any]] = {
+    "kuhn_poker_v0": {"teachers": {"player": "nash"}},
+    # the solver's traces mix correct and wrong solutions, so a warm-started solver samples both
+    "agentic_judge_v0": {"teachers": {"solver": ["reference", "alternative", "wrong"], "judge": "rule_judge"}},
+    "proposer_solver_v0": {"teachers": {"proposer": "proposer", "solver": "solver"}},
+    # one scripted player plays both seats: the faithful user and the assistant that solves the scenario
+    "user_sim_v0": {"teachers": {"user": "scripted", "assistant": "scripted"}},
+}
+"""Env name -> SFT fields over the dataclass defaults (the teachers of each role)."""
+
+
+def make_sft_config(env: str = "kuhn_poker_v0", overrides: Mapping[str, Any] | None = None) -> SFTConfig:
+    """Build an SFT config: dataclass defaults, the env's training preset's shared fields, :data:`SFT_PRESETS`, ``overrides``."""
+    from llm_zoo.configdoc import check_overrides
+
+    train_preset = presets.preset(env)
+    values: dict[str, Any] = {k: train_preset[k] for k in SHARED_WITH_TRAIN if k in train_preset}
+    values.update(_copy(SFT_PRESETS.get(env, {})))
+    values.update(check_overrides(SFTConfig, dict(overrides or {}), source="the sft config"))
+    values["env"] = env
+    return SFTConfig(**check_overrides(SFTConfig, values, source="the sft config"))
+
+
+def _copy(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: (dict(v) if isinstance(v, Mapping) else list(v) if isinstance(v, list) else v)
+            for k, v in values.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# HELPERS: who is fitted, by whom, under which name; the model; tokens and the loss
+# ---------------------------------------------------------------------------------------------
+
+
+def _selected(config: SFTConfig, spec: EnvSpec) -> set[str]:
+    names = {r.strip() for r in config.role.split(",") if r.strip()} or {spec.learning_roles[0]}
+    return names
+
+
+def _agents(config: SFTConfig, spec: EnvSpec) -> tuple[dict[str, str], list[str]]:
+    """Return (agent -> role of every agent, the agents whose turns are fitted); refuse an unknown role."""
+    probe = llm_zoo.make_env(config.env, **config.env_kwargs).unwrapped
+    roles = {a: probe.role_of(a) for a in probe.possible_agents}
+    wanted = _selected(config, spec)
+    unknown = sorted(wanted - set(roles) - set(roles.values()))
+    if unknown:
+        raise ValueError(f"sft config.role names {unknown}, which {config.env} does not have; its roles are "
+                         f"{sorted(set(roles.values()))} and its agents {sorted(roles)} (--role ROLE)")
+    return roles, [a for a in roles if a in wanted or roles[a] in wanted]
+
+
+def policy_name(config: SFTConfig, roles: Mapping[str, str], agents: Sequence[str]) -> str:
+    """Return the policy name train gives the fitted agents (``policies``: agent, then role, then "main")."""
+    names = {config.policies.get(a, config.policies.get(roles[a], "main")) for a in agents}
+    if len(names) != 1:
+        raise ValueError(f"sft config.role {config.role!r} covers agents that config.policies maps to different "
+                         f"policies {sorted(names)}; fit one policy at a time (--role one of {sorted(agents)})")
+    return names.pop()
+
+
+def teachers_of(config: SFTConfig, spec: EnvSpec, roles: Mapping[str, str]) -> dict[str, list[str]]:
+    """Return seat key (role, or an agent named in ``teachers``) -> the scripted players drawn from there.
+
+    A role missing from ``teachers`` and :data:`SFT_PRESETS` gets the scripted player named after it,
+    or the env's only scripted player.
+    """
+    given = {**SFT_PRESETS.get(config.env, {}).get("teachers", {}), **config.teachers}
+    players = sorted(spec.scripted)
+    out: dict[str, list[str]] = {}
+    for key, names in given.items():
+        if key not in roles and key not in roles.values():
+            raise ValueError(f"sft config.teachers names {key!r}, which is neither a role "
+                             f"{sorted(set(roles.values()))} nor an agent {sorted(roles)} of {config.env}")
+        out[key] = [names] if isinstance(names, str) else list(names)
+    for role in sorted(set(roles.values())):
+        if role in out or all(a in out for a, r in roles.items() if r == role):
+            continue
+        if role in spec.scripted or len(players) == 1:
+            out[role] = [role if role in spec.scripted else players[0]]
+        else:
+            raise ValueError(f"sft config.teachers has no scripted player for the role {role!r} of {config.env}; "
+                             f"set teachers: {{{role}: NAME}} with NAME one of {players}")
+    for key, names in out.items():
+        missing = [n for n in names if n not in spec.scripted]
+        if missing:
+            raise ValueError(f"sft config.teachers[{key!r}] names {missing}, not scripted players of {config.env}; "
+                             f"its players are {players}")
+    return out
+
+
+def build_tokenizer_and_model(config: Any, seed: int, spec: EnvSpec | None = None):
+    """Return (tokenizer, model) as ``grpo.build_tokenizer_and_model`` does: a local model directory, or
+    the env's tokenizer (word-level over its corpus if it has one, else bytes) and a tiny model.
+
+    ``config`` is any config with the model fields (``SFTConfig`` or ``TrainConfig``).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from llm_zoo import models
+
+    if config.model != "tiny":
+        path = Path(config.model)
+        if not path.is_dir():
+            raise FileNotFoundError(f"config.model must be 'tiny' or a local model directory; {path} is not one")
+        return AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    corpus = (spec or llm_zoo.env_spec(config.env)).corpus
+    tokenizer = models.build_word_tokenizer(corpus()) if corpus else models.build_byte_tokenizer()
+    model = models.build_tiny_model(tokenizer, hidden_size=config.model_hidden_size, num_layers=config.model_layers,
+                                    initializer_range=config.model_init_std, seed=seed,
+                                    zero_head=config.model_zero_head)
+    return tokenizer, model
+
+
+@dataclass
+class SFTRows:
+    """Tokenized conversations: per row its token ids and its loss mask (1 on the role's own tokens)."""
+
+    input_ids: list[list[int]]
+    loss_mask: list[list[int]]
+    """1 where the token is part of an ``assistant`` message (the role's reply and its end-of-turn token)."""
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def tokens(self) -> int:
+        """Loss-carrying tokens over all rows."""
+        return sum(sum(m[1:]) for m in self.loss_mask)  # the first token is never predicted
+
+
+def tokenize_rows(tokenizer: Any, rows: Sequence[Mapping[str, Any]], max_length: int = 0) -> SFTRows:
+    """Tokenize chat records (``{"messages": [...]}``) with the chat template; mask = the assistant tokens.
+
+    The template marks what the model writes with ``{% generation %}``, so
+    ``return_assistant_tokens_mask`` gives exactly the assistant messages' tokens (as trl reads them).
+
+    Raises:
+        ValueError: The template marks no assistant token in a row (a template without ``{% generation %}``).
+    """
+    ids, masks = [], []
+    for i, row in enumerate(rows):
+        out = tokenizer.apply_chat_template(list(row["messages"]), tokenize=True, return_dict=True,
+                                            return_assistant_tokens_mask=True)
+        row_ids, mask = list(out["input_ids"]), list(out["assistant_masks"])
+        if max_length:
+            row_ids, mask = row_ids[:max_length], mask[:max_length]
+        if not any(mask[1:]):
+            raise ValueError(f"sft: row {i} has no assistant token to learn (after max_length={max_length} "
+                             "truncation); the tokenizer's chat template must mark assistant replies with "
+                             "{% generation %}, and max_length must leave some of them")
+        ids.append(row_ids)
+        masks.append(mask)
+    return SFTRows(ids, masks)
+
+
+LOGIT_CHUNK_FLOATS = 2**25
+"""Most logits (rows x vocabulary) one chunk of the loss materialises: 128 MiB in float32."""
+
+
+def token_nll(model: torch.nn.Module, input_ids: Sequence[Sequence[int]], loss_mask: Sequence[Sequence[int]],
+              *, pad_token_id: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Return ``-log p(token | prefix)`` of every loss token of a micro-batch, flat, in row order ([N]),
+    and whether the model's argmax is that token ([N], bool).
+
+    The rows are right-padded and position ids count from 0 in each; the decoder runs once, then the output layer runs only on the
+    hidden states that predict a loss token, in chunks of at most :data:`LOGIT_CHUNK_FLOATS` logits,
+    each recomputed in the backward pass rather than kept: a [B, T, V] tensor never exists.
+    """
+    width = max(map(len, input_ids))
+    ids = torch.full((len(input_ids), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(ids, dtype=torch.bool)
+    for i, (row, row_mask) in enumerate(zip(input_ids, loss_mask)):
+        ids[i, :len(row)] = torch.tensor(row)
+        mask[i, :len(row)] = torch.tensor(row_mask, dtype=torch.bool)
+    ids, mask = ids.to(device), mask.to(device)
+    # No attention mask: the pads come after every real token, which causal attention never lets a real
+    # token see, so the real tokens' outputs are those of a masked pass; and without a padding mask
+    # sdpa takes its fused causal kernel instead of a [B, T, T] mask (4x faster at 11k tokens, batch 2).
+    hidden = model.base_model(input_ids=ids).last_hidden_state  # [B, T, H]
+    targets_mask = mask[:, 1:]  # position t predicts token t + 1
+    h = hidden[:, :-1][targets_mask]  # [N, H]
+    targets = ids[:, 1:][targets_mask]  # [N]
+    head = model.get_output_embeddings()
+    rows = max(1, LOGIT_CHUNK_FLOATS // head.weight.shape[0])
+    nll, hits = [hidden.new_zeros(0)], [torch.zeros(0, dtype=torch.bool, device=hidden.device)]
+    for start in range(0, h.shape[0], rows):
+        part, hit = recompute(_chunk_nll, head, h[start:start + rows], targets[start:start + rows],
+                              use_reentrant=False)
+        nll.append(part)
+        hits.append(hit)
+    return torch.cat(nll), torch.cat(hits)
+
+
+def _chunk_nll(head: torch.nn.Module, h: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = head(h).float()  # [n, V]
+    return F.cross_entropy(logits, targets, reduction="none"), logits.argmax(dim=-1) == targets
+
+
+def micro_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Group row indices (longest first) so that each group's padded size (rows x longest) stays within ``budget``."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and (len(groups[-1]) + 1) * lengths[groups[-1][0]] <= budget:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def sft_loss(model: torch.nn.Module, rows: SFTRows, indices: Sequence[int], *, pad_token_id: int,
+             budget: int, device: torch.device | str = "cpu", backward: bool = False) -> tuple[float, int, int]:
+    """Return (mean NLL over the loss tokens of ``rows[indices]``, their count, how many are the model's argmax).
+
+    The mean is over the batch's tokens, as trl's (each micro-batch's sum divided by the batch's
+    count); with ``backward`` the gradients of that mean accumulate on the model.
+    """
+    total = sum(sum(rows.loss_mask[i][1:]) for i in indices)
+    loss_sum, correct = 0.0, 0
+    for group in micro_batches([len(rows.input_ids[i]) for i in indices], budget):
+        chosen = [indices[g] for g in group]
+        nll, hits = token_nll(model, [rows.input_ids[i] for i in chosen], [rows.loss_mask[i] for i in chosen],
+                              pad_token_id=pad_token_id, device=device)
+        if backward:
+            (nll.sum() / max(1, total)).backward()
+        loss_sum += float(nll.detach().sum())
+        correct += int(hits.sum())
+    return loss_sum / max(1, total), total, correct
+
+
+# ---------------------------------------------------------------------------------------------
+# THE RUN
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Fitted:
+    """The fitted policy as :func:`~llm_zoo.trainers.checkpoint.save_checkpoint` reads a learner."""
+
+    model: torch.nn.Module
+    tokenizer: Any
+    optimizer: torch.optim.Optimizer
+    reference: None = None
+    average: None = None
+    pool: list = field(default_factory=list)
+
+    @property
+    def policy(self) -> _Fitted:
+        return self
+
+    @property
+    def trained(self) -> _Fitted:
+        return self
+
+
+def play_traces(config: SFTConfig, teachers: Mapping[str, Sequence[str]] | None = None) -> list[Episode]:
+    """Play ``config.episodes`` episodes with every seat a scripted player (:func:`teachers_of`); return them all.
+
+    The env seeds are drawn from ``[2**20, 2**31)`` under ``config.seed``, away from the small seeds
+    evaluations use; ``config.options`` are cycled over the episodes.
+    """
+    spec = llm_zoo.env_spec(config.env)
+    if teachers is None:
+        teachers = teachers_of(config, spec, _agents(config, spec)[0])
+    rng = random.Random(f"{config.seed}/sft/traces")
+    seeds = [rng.randrange(2**20, 2**31) for _ in range(config.episodes)]
+    players = {n: spec.scripted[n](seed=config.seed) for names in teachers.values() for n in names}
+    seating = [{key: players[rng.choice(list(names))] for key, names in teachers.items()} for _ in seeds]
+    options = [config.options[i % len(config.options)] for i in range(len(seeds))] if config.options else None
+    return collect(config.env, seating, seeds, batch_size=config.rollout_batch_size, options=options,
+                   env_kwargs=config.env_kwargs, seed=config.seed)
+
+
+def sft(config: SFTConfig) -> dict[str, Any]:
+    """Fit ``config.role``'s policy to traces of the env's scripted players; return the summary (also summary.json).
+
+    The summary holds ``run_dir``, ``checkpoint`` (a directory ``train --set init=DIR`` and
+    ``llm-zoo eval --checkpoint DIR`` read), ``policy`` (the name it is saved under), the
+    validation loss before and after (``val_loss_initial``, ``val_loss``), the last step's
+    ``train_loss``, and the counts of episodes, conversations and tokens.
+    """
+    from llm_zoo.trainers.logging import MetricsLogger, progress_bar
+
+    t_start = time.perf_counter()
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    device = torch.device("cuda" if config.device == "auto" and torch.cuda.is_available()
+                          else ("cpu" if config.device == "auto" else config.device))
+    spec = llm_zoo.env_spec(config.env)
+    roles, fitted_agents = _agents(config, spec)
+    name = policy_name(config, roles, fitted_agents)
+    teachers = teachers_of(config, spec, roles)
+    run_dir = Path(config.run_dir or f"runs/{config.env}-sft-{time.strftime('%Y%m%d-%H%M%S')}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _write_config(run_dir, config)
+
+    # TRACES: every seat a scripted player; a list of teachers draws one per episode
+    episodes = play_traces(config, teachers)
+    finished = [e for e in episodes if not e.failed]
+    if not finished:
+        raise RuntimeError(f"sft: every one of the {len(episodes)} trace episodes failed; the first error: "
+                           f"{(episodes[0].error or '')[-400:]!r}")
+
+    # SPLIT by episode, then ROWS: one conversation per fitted agent (the Episode SFT export)
+    order = list(range(len(finished)))
+    random.Random(f"{config.seed}/sft/split").shuffle(order)
+    n_val = min(len(finished) - 1, max(1, round(config.val_fraction * len(finished)))) if config.val_fraction else 0
+    val_eps = [finished[i] for i in sorted(order[:n_val])]
+    train_eps = [finished[i] for i in sorted(order[n_val:])]
+    data = run_dir / "data"
+    data.mkdir(exist_ok=True)
+    export_chat_jsonl(data / "train.jsonl", train_eps, per="conversation", agents=fitted_agents)
+    export_chat_jsonl(data / "val.jsonl", val_eps, per="conversation", agents=fitted_agents)
+    train_rows, val_rows = _read_rows(data / "train.jsonl"), _read_rows(data / "val.jsonl")
+    if not train_rows:
+        raise RuntimeError(f"sft: the traces hold no turn of {sorted(fitted_agents)} (config.role={config.role!r})")
+    clipped = _clipped_transcripts(train_eps + val_eps, fitted_agents)
+
+    # TOKENS
+    tokenizer, model = build_tokenizer_and_model(config, seed=config.seed, spec=spec)
+    model.to(device)
+    train_tok = tokenize_rows(tokenizer, train_rows, config.max_length)
+    val_tok = tokenize_rows(tokenizer, val_rows, config.max_length)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    steps_per_epoch = math.ceil(len(train_tok) / config.batch_size)
+    steps = config.epochs * steps_per_epoch
+    logger = MetricsLogger(run_dir, tensorboard=config.tensorboard)
+    bar = progress_bar(total=steps, initial=0, desc=f"sft {config.env}:{name}") if config.progress else None
+    fitted = _Fitted(model, tokenizer, optimizer)
+
+    def validate() -> dict[str, float]:
+        if not len(val_tok):
+            return {}
+        model.eval()
+        with torch.no_grad():
+            loss, n, right = sft_loss(model, val_tok, range(len(val_tok)), pad_token_id=pad,
+                                      budget=config.max_tokens_per_micro_batch, device=device)
+        return {"losses/val": loss, "charts/val_token_accuracy": right / max(1, n)}
+
+    first = validate()
+    logger.log(0, {**first, "data/train_conversations": len(train_tok), "data/val_conversations": len(val_tok),
+                   "data/train_tokens": train_tok.tokens(), "data/val_tokens": val_tok.tokens(),
+                   "data/clipped_transcripts": clipped})
+    last: dict[str, float] = dict(first)
+    step = 0
+    # FIT: epochs of shuffled batches; a step's loss is the mean over its batch's role tokens
+    for epoch in range(config.epochs):
+        order = list(range(len(train_tok)))
+        random.Random(f"{config.seed}/sft/epoch/{epoch}").shuffle(order)
+        for start in range(0, len(order), config.batch_size):
+            t0 = time.perf_counter()
+            lr = config.lr * min(1.0, (step + 1) / config.warmup_steps) if config.warmup_steps else config.lr
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            model.train()
+            optimizer.zero_grad(set_to_none=True)
+            loss, n_tokens, right = sft_loss(model, train_tok, order[start:start + config.batch_size],
+                                             pad_token_id=pad, budget=config.max_tokens_per_micro_batch,
+                                             device=device, backward=True)
+            grad_norm = (torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+                         if config.max_grad_norm else torch.tensor(math.nan))
+            optimizer.step()
+            step += 1
+            metrics = {"losses/train": loss, "charts/train_token_accuracy": right / max(1, n_tokens),
+                       "charts/lr": lr, "charts/epoch": epoch + (start + config.batch_size) / len(order),
+                       "losses/grad_norm": float(grad_norm), "perf/tokens": n_tokens,
+                       "perf/step_s": time.perf_counter() - t0}
+            if (config.eval_every and step % config.eval_every == 0) or step == steps:
+                metrics.update(validate())
+            logger.log(step, metrics)
+            last.update(metrics)
+            if (config.checkpoint_every and step % config.checkpoint_every == 0) and step != steps:
+                save_checkpoint(run_dir, step, {name: fitted}, RAEState(), config.keep_checkpoints)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix({"loss": f"{loss:.3f}", **({"val": f"{last['losses/val']:.3f}"}
+                                                          if "losses/val" in last else {})}, refresh=False)
+    if bar is not None:
+        bar.close()
+    logger.close()
+    model.eval()
+    ckpt = save_checkpoint(run_dir, step, {name: fitted}, RAEState(), config.keep_checkpoints)
+    summary = {"run_dir": str(run_dir), "checkpoint": str(ckpt), "policy": name, "role": config.role,
+               "agents": fitted_agents, "steps": step,
+               "train_loss": last.get("losses/train"), "val_loss_initial": first.get("losses/val"),
+               "val_loss": last.get("losses/val"), "val_token_accuracy": last.get("charts/val_token_accuracy"),
+               "episodes": len(episodes), "failed_episodes": len(episodes) - len(finished),
+               "train_episodes": len(train_eps), "val_episodes": len(val_eps),
+               "train_conversations": len(train_tok), "val_conversations": len(val_tok),
+               "train_tokens": train_tok.tokens(), "val_tokens": val_tok.tokens(),
+               "seconds": time.perf_counter() - t_start}
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _clipped_transcripts(episodes: Sequence[Episode], agents: Sequence[str]) -> int:
+    """Count the fitted conversations whose last transcript shows fewer replies than the agent made.
+
+    An env that drops old messages from the observation shows the agent only its recent turns; the
+    conversation export then fits those alone (warned once).
+    """
+    clipped = 0
+    for episode in episodes:
+        for agent in agents:
+            turns = episode.turns_of(agent)
+            if turns and sum(m.get("role") == "assistant" for m in turns[-1].messages) + 1 < len(turns):
+                clipped += 1
+    if clipped:
+        warnings.warn(f"sft: {clipped} transcripts show the agent fewer of its replies than it made (the env "
+                      "clips its observations); those conversations fit only the replies shown", stacklevel=3)
+    return clipped
+
+
+def _write_config(run_dir: Path, config: SFTConfig) -> None:
+    # the sampling fields llm-zoo eval reads off a run's config.json (its defaults unless the env's preset sets them)
+    sampling = {k: v for k, v in presets.preset(config.env).items()
+                if k in ("temperature", "top_p", "max_new_tokens", "constrain_to_legal")}
+    data = {**dataclasses.asdict(config), **sampling, "stage": "sft"}
+    (run_dir / "config.json").write_text(json.dumps(data, indent=2))
+    try:
+        import yaml
+    except ImportError:
+        return
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+# ---------------------------------------------------------------------------------------------
+# STARTING TRAIN FROM A CHECKPOINT (train's init field)
+# ---------------------------------------------------------------------------------------------
+
+
+def init_checkpoint(path: str | Path, names: Sequence[str]) -> dict[str, Path]:
+    """Return learner name -> its policy directory in a checkpoint (or a run directory's latest checkpoint).
+
+    Raises:
+        FileNotFoundError: ``path`` is neither a checkpoint (``policies/`` inside) nor a run with one.
+        ValueError: The checkpoint has no policy of one of ``names`` (the message lists those it has).
+    """
+    path = Path(path)
+    ckpt = path if (path / "policies").is_dir() else latest_checkpoint(path)
+    if ckpt is None:
+        raise FileNotFoundError(f"config.init: {path} is neither a checkpoint directory (with policies/ inside) nor "
+                                f"a run directory holding checkpoints/latest; give a run of `llm-zoo sft` or "
+                                f"`llm-zoo train`, or one of its checkpoints/step_N")
+    have = sorted(p.name for p in (ckpt / "policies").iterdir() if p.is_dir())
+    missing = [n for n in names if n not in have]
+    if missing:
+        raise ValueError(f"config.init: {ckpt} has no policy named {missing} (it has {have}); the learners are "
+                         f"{sorted(names)}: fit that policy (llm-zoo sft ENV --role ROLE, whose checkpoint names it "
+                         f"policies.get(ROLE, 'main')) or map the roles to {have} with config.policies")
+    return {n: ckpt / "policies" / n for n in names}
+
+
+STAGE_OWN = ("env", "role", "run_dir")
+"""SFT fields that ``init: sft`` sets itself: the training run's env, each learner's agents, RUN_DIR/sft."""
+
+
+def check_stage_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Return ``train``'s ``config.sft`` with its values coerced; refuse unknown fields and those the stage sets.
+
+    Raises:
+        ValueError: A key is not an :class:`SFTConfig` field (the nearest are suggested) or is one of
+            :data:`STAGE_OWN`, or a value does not fit its field's type.
+    """
+    from llm_zoo.configdoc import check_overrides
+
+    own = sorted(set(fields) & set(STAGE_OWN))
+    if own:
+        raise ValueError(f"config.sft sets {own}, which the SFT stage of train sets itself (the run's env, each "
+                         f"learner's agents, RUN_DIR/sft); drop them from config.sft")
+    return check_overrides(SFTConfig, fields, source="config.sft")
+
+
+def warm_start(train_config: Any, run_dir: Path, policy_of: Mapping[str, str], learners: Sequence[str],
+               roles: Mapping[str, str]) -> dict[str, Path]:
+    """Run the SFT stage for every learner of a training run (``init: sft``); return name -> policy directory.
+
+    Each learner is fitted on the turns of the agents it serves, with the training run's shared
+    fields (:data:`SHARED_WITH_TRAIN`) and then ``train_config.sft``; the run writes to
+    ``run_dir/sft`` (``run_dir/sft/NAME`` for each of several learners).
+    """
+    shared = {k: getattr(train_config, k) for k in SHARED_WITH_TRAIN}
+    out = {}
+    for name in learners:
+        agents = [a for a in policy_of if policy_of[a] == name]
+        overrides = {**shared, **dict(train_config.sft), "role": ",".join(agents),
+                     "run_dir": str(run_dir / "sft" / name if len(learners) > 1 else run_dir / "sft")}
+        summary = sft(make_sft_config(train_config.env, overrides))
+        out[name] = Path(summary["checkpoint"]) / "policies" / name
+    return out

@@ -1,0 +1,384 @@
+"""The SFT warm start: loss on the role's tokens only (and equal to trl's), the split, the run dir, train's init."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import llm_zoo  # noqa: E402
+from llm_zoo.trainers import grpo, sft  # noqa: E402
+from llm_zoo.trainers.rollout import collect  # noqa: E402
+from llm_zoo.trainers.sft import (  # noqa: E402
+    build_tokenizer_and_model,
+    init_checkpoint,
+    make_sft_config,
+    micro_batches,
+    play_traces,
+    sft_loss,
+    token_nll,
+    tokenize_rows,
+)
+
+QUICK = {"progress": False, "tensorboard": False, "threads": 1}
+"""Settings of every run here: no bar, no TensorBoard, one thread."""
+
+TEACHERS = {"kuhn_poker_v0": {"player": "nash"}, "user_sim_v0": {"user": "scripted", "assistant": "scripted"},
+            "agentic_judge_v0": {"solver": "reference", "judge": "rule_judge"},
+            "proposer_solver_v0": {"proposer": "proposer", "solver": "solver"}}
+
+
+def _episodes(env: str, n: int, **env_kwargs):
+    spec = llm_zoo.env_spec(env)
+    return collect(env, {k: spec.scripted[v](seed=0) for k, v in TEACHERS[env].items()}, list(range(n)),
+                   env_kwargs=env_kwargs, seed=0)
+
+
+def _rows(episodes, role: str, cut: int | None = None):
+    out = []
+    for i, episode in enumerate(episodes):
+        agents = [a for a, r in episode.roles.items() if role in (a, r)]
+        for record in episode.to_chat("conversation", agents):
+            out.append({"messages": record["messages"][: None if cut is None else cut + 2 * (i % 2)]})
+    return out
+
+
+# ---- the rows: the role's turns are the assistant messages of its own transcript ---------------
+
+
+@pytest.mark.parametrize("env", sorted(TEACHERS))
+def test_the_conversation_export_holds_exactly_the_agents_own_replies_as_assistant_messages(env):
+    episodes = _episodes(env, 2)
+    for episode in episodes:
+        assert not episode.failed, episode.error
+        for record in episode.to_chat("conversation"):
+            own = [t.reply for t in episode.turns_of(record["agent"])]
+            assert [m["content"] for m in record["messages"] if m["role"] == "assistant"] == own
+            assert record["messages"][-1]["role"] == "assistant"
+
+
+def test_the_loss_mask_covers_the_roles_replies_and_nothing_else():
+    from llm_zoo import models
+
+    tokenizer = models.build_byte_tokenizer()
+    rows = _rows(_episodes("user_sim_v0", 1), "assistant")
+    tok = tokenize_rows(tokenizer, rows)
+    ids, mask = tok.input_ids[0], tok.loss_mask[0]
+    replies = [m["content"] for m in rows[0]["messages"] if m["role"] == "assistant"]
+    masked = tokenizer.decode([t for t, m in zip(ids, mask) if m])
+    assert masked == "".join(r + models.IM_END for r in replies)
+    assert sum(mask) < len(mask) / 2  # the prompts, the user's lines and tool results are most of it
+
+    # another role's text changes: the role's masked tokens are the same ids, in the same number
+    changed = {"messages": [dict(m, content=m["content"] + " and more words") if m["role"] == "user" else m
+                            for m in rows[0]["messages"]]}
+    tok2 = tokenize_rows(tokenizer, [changed])
+    assert len(tok2.input_ids[0]) > len(ids)
+    assert [t for t, m in zip(tok2.input_ids[0], tok2.loss_mask[0]) if m] == [t for t, m in zip(ids, mask) if m]
+
+
+def test_another_roles_tokens_carry_no_loss():
+    # a user message after the role's last reply cannot change any earlier logit (causal), so the
+    # per-token loss of the role must stay bit-identical whatever that message says
+    config = make_sft_config("kuhn_poker_v0", {"role": "player_0", "model_zero_head": False})
+    tokenizer, model = build_tokenizer_and_model(config, seed=0)
+    base = _rows(_episodes("kuhn_poker_v0", 1), "player_0")[0]["messages"]
+    values = []
+    for tail in ("", "You bet . Say [call] or [fold] .", "[check] [bet] [call] [fold] " * 5):
+        messages = base + ([{"role": "user", "content": tail}] if tail else [])
+        tok = tokenize_rows(tokenizer, [{"messages": messages}])
+        with torch.no_grad():
+            nll, _ = token_nll(model, tok.input_ids, tok.loss_mask, pad_token_id=tokenizer.pad_token_id)
+        values.append(nll)
+    assert values[0].numel() == sum(tok.loss_mask[0][1:]) > 0
+    for other in values[1:]:  # equal to float rounding (a longer sequence tiles the kernels differently)
+        assert other.shape == values[0].shape and torch.allclose(other, values[0], rtol=0, atol=1e-5)
+    assert values[0].std() > 0.1  # a real distribution, not a uniform one where every value is the same
+    # the check can fail: the role's own last reply changed, its loss values change
+    own = base[:-1] + [{"role": "assistant", "content": "[fold]" if base[-1]["content"] != "[fold]" else "[call]"}]
+    tok = tokenize_rows(tokenizer, [{"messages": own}])
+    with torch.no_grad():
+        changed, _ = token_nll(model, tok.input_ids, tok.loss_mask, pad_token_id=tokenizer.pad_token_id)
+    assert not torch.allclose(changed, values[0], rtol=0, atol=1e-3)
+
+
+def test_micro_batches_stay_within_the_token_budget_and_cover_every_row():
+    lengths = [50, 10, 300, 40, 40, 120, 9000]
+    groups = micro_batches(lengths, budget=200)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    for group in groups:
+        assert len(group) == 1 or len(group) * max(lengths[i] for i in group) <= 200
+    assert [6] in groups and [2] in groups  # longer than the budget: alone
+
+
+# ---- the reference: trl's SFTTrainer with assistant_only_loss -----------------------------------
+
+
+@pytest.mark.parametrize("env,role,shape", [("kuhn_poker_v0", "player_0", {"model_zero_head": False, "model_init_std": 0.5}),
+                                            ("user_sim_v0", "assistant", {"model_init_std": 0.1})])
+def test_the_loss_equals_trls_assistant_only_loss_on_a_batch(env, role, shape, tmp_path):
+    pytest.importorskip("trl")
+    from datasets import Dataset
+    from trl import SFTConfig as TrlSFTConfig
+    from trl import SFTTrainer
+
+    config = make_sft_config(env, {"role": role, **shape})
+    # rows of different lengths (user_sim's cut to a few messages, its system prompt is most of them)
+    long = env == "user_sim_v0"  # 7-8k byte tokens a row even when cut: three rows
+    rows = _rows(_episodes(env, 3 if long else 6, **config.env_kwargs), role, cut=3 if long else None)
+    tokenizer, model = build_tokenizer_and_model(config, seed=0)
+    model.train()  # dropout is 0 in the tiny models, so train and eval modes agree
+    mine = tokenize_rows(tokenizer, rows)
+    assert len(set(map(len, mine.input_ids))) > 1  # padding is exercised
+    # a small budget: the batch runs as several micro-batches, each a sum over the batch's token count
+    budget = 2 * max(map(len, mine.input_ids))
+    assert len(micro_batches([len(r) for r in mine.input_ids], budget)) > 1
+    loss, n_tokens, _ = sft_loss(model, mine, range(len(rows)), pad_token_id=tokenizer.pad_token_id, budget=budget)
+
+    trainer = SFTTrainer(model=model, processing_class=tokenizer, train_dataset=Dataset.from_list(rows),
+                         args=TrlSFTConfig(output_dir=str(tmp_path), assistant_only_loss=True, max_length=None,
+                                           report_to="none", per_device_train_batch_size=len(rows), use_cpu=True))
+    data = trainer.train_dataset
+    assert [list(x) for x in data["input_ids"]] == mine.input_ids
+    for labels, mask, ids in zip(data["labels"], mine.loss_mask, mine.input_ids):
+        assert [t if m else -100 for t, m in zip(ids, mask)] == list(labels)
+    batch = trainer.data_collator([data[i] for i in range(len(data))])
+    assert int((batch["labels"][:, 1:] != -100).sum()) == n_tokens
+    with torch.no_grad():
+        reference = float(trainer.compute_loss(model, batch))
+    assert abs(loss - reference) < 1e-4, (loss, reference)
+    assert abs(loss - math.log(len(tokenizer))) > 0.05  # not the uniform model's loss, which any mask would give
+
+
+# ---- the run --------------------------------------------------------------------------------
+
+
+def _kuhn(tmp_path: Path, **overrides):
+    values = {"role": "player_0", "episodes": 48, "epochs": 1, "batch_size": 16, "val_fraction": 0.25,
+              "run_dir": str(tmp_path / "sft"), **QUICK, **overrides}
+    return make_sft_config("kuhn_poker_v0", values)
+
+
+@pytest.fixture(scope="module")
+def kuhn_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("kuhn_sft")
+    config = _kuhn(root, policies={}, episodes=160, epochs=4, lr=3e-3)
+    return config, sft.sft(config)
+
+
+def test_the_validation_split_is_disjoint_by_episode(kuhn_run):
+    config, summary = kuhn_run
+    data = Path(summary["run_dir"]) / "data"
+    train = [json.loads(line) for line in (data / "train.jsonl").read_text().splitlines()]
+    val = [json.loads(line) for line in (data / "val.jsonl").read_text().splitlines()]
+    train_seeds, val_seeds = {r["seed"] for r in train}, {r["seed"] for r in val}
+    assert train_seeds.isdisjoint(val_seeds)
+    assert len(train_seeds | val_seeds) == summary["episodes"] - summary["failed_episodes"] == 160
+    assert len(val_seeds) == round(config.val_fraction * 160) == summary["val_episodes"]
+    assert {r["agent"] for r in train + val} == {"player_0"}
+    assert summary["train_conversations"] == len(train) and summary["val_conversations"] == len(val)
+    assert min(train_seeds | val_seeds) >= 2**20  # away from the small seeds evaluations play
+
+
+def test_sft_lowers_the_validation_loss_on_kuhn(kuhn_run):
+    _, summary = kuhn_run
+    assert summary["val_loss"] < 0.5 * summary["val_loss_initial"], summary
+    assert summary["val_token_accuracy"] > 0.6
+
+
+def test_the_run_directory_has_trains_layout(kuhn_run):
+    config, summary = kuhn_run
+    run = Path(summary["run_dir"])
+    for name in ("config.json", "config.yaml", "metrics.jsonl", "summary.json"):
+        assert (run / name).is_file(), name
+    saved = json.loads((run / "config.json").read_text())
+    assert saved["env"] == "kuhn_poker_v0" and saved["role"] == "player_0" and saved["episodes"] == 160
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["step"] == 0 and "losses/val" in rows[0]
+    assert rows[-1]["step"] == summary["steps"] and {"losses/train", "losses/val"} <= set(rows[-1])
+    assert rows[-1]["losses/val"] == pytest.approx(summary["val_loss"])
+    ckpt = Path(summary["checkpoint"])
+    assert ckpt == run / "checkpoints" / (run / "checkpoints" / "latest").read_text().strip()
+    assert summary["policy"] == "main"
+    policy = ckpt / "policies" / "main"
+    assert (policy / "model.safetensors").is_file() and (policy / "tokenizer_config.json").is_file()
+    assert (ckpt / "main.trainer.pt").is_file() and (ckpt / "state.json").is_file()
+
+    # the trainer's loader reads it (into a learner built as train builds one)
+    from llm_zoo.trainers.checkpoint import load_checkpoint
+
+    tconfig = grpo.make_config("kuhn_poker_v0", {"policies": {}})
+    learner = grpo.make_learner("main", tconfig, torch.device("cpu"), 0)
+    step, _ = load_checkpoint(ckpt, {"main": learner})
+    assert step == summary["steps"]
+    from safetensors.torch import load_file
+
+    weights = load_file(str(policy / "model.safetensors"))
+    for key, value in learner.model.state_dict().items():
+        assert torch.equal(value, weights[key]), key
+
+
+def test_llm_zoo_eval_reads_the_checkpoint(kuhn_run):
+    from llm_zoo.trainers.evaluation import evaluate_checkpoint
+
+    _, summary = kuhn_run
+    result = evaluate_checkpoint("kuhn_poker_v0", summary["checkpoint"], episodes=8)
+    assert 0.0 <= result["exploitability"] <= 1.0 and set(result["versus"]) == {"nash", "random", "card"}
+
+
+@pytest.mark.parametrize("env", sorted(TEACHERS))
+def test_the_tiny_model_is_the_one_train_builds(env):
+    config = make_sft_config(env)
+    tconfig = grpo.make_config(env)
+    tok_a, model_a = build_tokenizer_and_model(config, seed=3)
+    tok_b, model_b = grpo.build_tokenizer_and_model(tconfig, seed=3)
+    assert tok_a.get_vocab() == tok_b.get_vocab() and tok_a.chat_template == tok_b.chat_template
+    state_b = model_b.state_dict()
+    assert all(torch.equal(v, state_b[k]) for k, v in model_a.state_dict().items())
+
+
+# ---- traces: teachers and options -----------------------------------------------------------
+
+
+def test_a_list_of_teachers_draws_one_per_episode_and_every_seat_is_scripted(tmp_path):
+    config = _kuhn(tmp_path, episodes=24, teachers={"player_0": ["nash", "random"], "player_1": "card"})
+    episodes = play_traces(config)
+    seated = {e.policies["player_0"] for e in episodes}
+    assert len(seated) == 2 and {e.policies["player_1"] for e in episodes} == {"card"}
+    assert all(t.completion_ids is None for e in episodes for t in e.turns)  # no model played
+
+
+def test_options_restrict_the_traces_to_some_scenarios():
+    from llm_zoo import user_sim_v0
+
+    scenarios = list(user_sim_v0.SCENARIOS)[:2]
+    config = make_sft_config("user_sim_v0", {"role": "assistant", "episodes": 4,
+                                             "options": [{"scenario": s} for s in scenarios]})
+    episodes = play_traces(config)
+    assert [e.options for e in episodes] == [{"scenario": s} for s in scenarios] * 2
+
+
+def test_config_errors_name_the_field():
+    with pytest.raises(ValueError, match="config.role names"):
+        sft.sft(make_sft_config("kuhn_poker_v0", {"role": "dealer", **QUICK}))
+    with pytest.raises(ValueError, match="teachers"):
+        play_traces(make_sft_config("kuhn_poker_v0", {"teachers": {"player": "shark"}}))
+    with pytest.raises(ValueError, match="val_fraction"):
+        make_sft_config("kuhn_poker_v0", {"val_fraction": 1.0})
+    with pytest.raises(ValueError, match="did you mean 'epochs'"):
+        make_sft_config("kuhn_poker_v0", {"epoch": 2})
+    with pytest.raises(ValueError, match="different policies"):  # the main job: one model per seat
+        sft.sft(make_sft_config("kuhn_poker_v0", {"role": "player", **QUICK}))
+    with pytest.raises(ValueError, match="config.sft sets"):
+        grpo.make_config("kuhn_poker_v0", {"sft": {"role": "player_0"}})
+
+
+# ---- train's init ---------------------------------------------------------------------------
+
+
+TRAIN = {"steps": 1, "episodes_per_step": 8, "rollout_batch_size": 8, "eval_every": 0, "sample_every": 0,
+         "progress": False, "tensorboard": False, "threads": 1, "policies": {}}
+
+
+def _weights(policy_dir: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(Path(policy_dir) / "model.safetensors"))
+
+
+def test_make_learner_loads_the_init_weights_into_policy_reference_and_average(kuhn_run):
+    _, summary = kuhn_run
+    config = grpo.make_config("kuhn_poker_v0", {**TRAIN, "init": summary["run_dir"], "beta": 0.1,
+                                                "average_ema": 0.9})
+    paths = init_checkpoint(config.init, ["main"])
+    assert paths["main"] == Path(summary["checkpoint"]) / "policies" / "main"
+    learner = grpo.make_learner("main", config, torch.device("cpu"), 0, init=paths["main"])
+    weights = _weights(paths["main"])
+    fresh = grpo.make_learner("main", config, torch.device("cpu"), 0)
+    for model in (learner.model, learner.reference, learner.average.model):
+        assert all(torch.equal(v, weights[k]) for k, v in model.state_dict().items())
+    assert not all(torch.equal(v, weights[k]) for k, v in fresh.model.state_dict().items())
+
+
+def test_train_starts_from_the_init_checkpoint(kuhn_run, tmp_path):
+    _, summary = kuhn_run
+    # lr 0: the step changes nothing, so the run's checkpoint holds exactly the weights it started from
+    config = grpo.make_config("kuhn_poker_v0", {**TRAIN, "init": summary["checkpoint"], "lr": 0.0,
+                                                "run_dir": str(tmp_path / "rl")})
+    grpo.train(config)
+    started = _weights(tmp_path / "rl" / "checkpoints" / "step_000001" / "policies" / "main")
+    fitted = _weights(Path(summary["checkpoint"]) / "policies" / "main")
+    assert started.keys() == fitted.keys()
+    assert all(torch.equal(started[k], fitted[k]) for k in fitted)
+
+
+def test_init_errors_say_what_the_directory_holds(kuhn_run, tmp_path):
+    _, summary = kuhn_run
+    with pytest.raises(ValueError, match=r"no policy named \['seat_0'\].*it has \['main'\]"):
+        init_checkpoint(summary["run_dir"], ["seat_0", "main"])
+    with pytest.raises(FileNotFoundError, match="neither a checkpoint directory"):
+        init_checkpoint(tmp_path, ["main"])
+
+
+def test_init_sft_runs_the_stage_first_and_resume_takes_precedence(tmp_path):
+    run = tmp_path / "rl"
+    config = grpo.make_config("kuhn_poker_v0", {**TRAIN, "lr": 0.0, "run_dir": str(run), "init": "sft",
+                                                "sft": {"episodes": 24, "epochs": 1, "lr": 1e-2}})
+    grpo.train(config)
+    summary = json.loads((run / "sft" / "summary.json").read_text())
+    assert summary["policy"] == "main" and summary["agents"] == ["player_0", "player_1"]
+    fitted = _weights(Path(summary["checkpoint"]) / "policies" / "main")
+    started = _weights(run / "checkpoints" / "step_000001" / "policies" / "main")
+    assert all(torch.equal(started[k], fitted[k]) for k in fitted)
+    sft_config = json.loads((run / "sft" / "config.json").read_text())
+    assert sft_config["episodes"] == 24 and sft_config["model_hidden_size"] == config.model_hidden_size
+
+    # resume: the run's checkpoint is loaded and init is not read (its SFT run is gone, and not rerun)
+    import shutil
+
+    shutil.rmtree(run / "sft")
+    grpo.train(grpo.make_config("kuhn_poker_v0", {**TRAIN, "steps": 2, "lr": 0.0, "run_dir": str(run),
+                                                  "init": "sft"}), resume=True)
+    assert not (run / "sft").exists()
+    resumed = _weights(run / "checkpoints" / "step_000002" / "policies" / "main")
+    assert all(torch.equal(resumed[k], fitted[k]) for k in fitted)
+
+
+# ---- the command line -----------------------------------------------------------------------
+
+
+def test_cli_sft_prints_the_run_directory_and_a_final_line(tmp_path, capsys):
+    from llm_zoo.cli import main
+
+    code = main(["sft", "kuhn_poker_v0", "--role", "player_1", "--set", "episodes=16", "--set", "epochs=1",
+                 "--set", "progress=false", "--set", "tensorboard=false", "--run-dir", str(tmp_path / "cli")])
+    out, err = capsys.readouterr()
+    assert code == 0
+    summary = json.loads(out)
+    assert summary["policy"] == "seat_1" and Path(summary["checkpoint"]).is_dir()
+    assert f"run directory {tmp_path / 'cli'}" in err
+    last = err.strip().splitlines()[-1]
+    assert "val loss" in last and summary["checkpoint"] in last and f"--set init={tmp_path / 'cli'}" in last
+
+
+def test_cli_sft_help_lists_the_config_fields(capsys):
+    from llm_zoo.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["sft", "user_sim_v0", "--help"])
+    out = capsys.readouterr().out
+    assert "--role" in out and "val_fraction: float = 0.1" in out
+    assert "teachers:" in out and "'assistant': 'scripted'" in out  # the env's defaults
+    assert "max_tokens_per_micro_batch" in out
+
+
+def test_cli_train_help_documents_init():
+    from llm_zoo.cli import config_help
+
+    text = config_help("kuhn_poker_v0")
+    assert "init: str = ''" in text and "sft: dict[str, Any] = {}" in text
