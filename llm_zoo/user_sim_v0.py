@@ -2,36 +2,85 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+import statistics
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llm_zoo.envs.user_sim.env import ENV_ID, SCENARIOS, env, raw_env
-from llm_zoo.envs.user_sim.scripted import PLAYERS, scripted_user
+from llm_zoo.envs.user_sim import scripted
+from llm_zoo.envs.user_sim.scripted import PLAYERS, USERS, ScriptedPolicy
 from llm_zoo.envs.user_sim.text import STOP
-from llm_zoo.spec import EnvSpec, Play
+from llm_zoo.spec import EVAL_SEED_BASE, EnvSpec, Play
+
+WARM_START_SCENARIOS = ("cancel_mistake", "cancel_shipped_refused", "order_address_pending",
+                        "default_address_only", "payment_to_paypal", "return_window_expired")
+"""The held-in templates: the warm start's traces come from these only; the other templates are held
+out (the evaluation reports the two apart, so that generalisation is measured)."""
+
+_Z95 = statistics.NormalDist().inv_cdf(0.975)
+
+
+def wilson_interval(successes: int, n: int, z: float = _Z95) -> tuple[float, float]:
+    """Return the Wilson score interval (95% by default) of a binomial proportion; (0, 1) when ``n`` is 0."""
+    if n <= 0:
+        return (0.0, 1.0)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def _rate(flags: Sequence[bool]) -> dict[str, Any]:
+    low, high = wilson_interval(sum(flags), len(flags))
+    return {"rate": sum(flags) / max(1, len(flags)), "ci95": [low, high], "episodes": len(flags)}
 
 
 def evaluate_policies(policies: Mapping[str, Any], *, play: Play, env_kwargs: Mapping[str, Any] | None = None,
-                      seeds: int = 1, **_: Any) -> dict[str, Any]:
-    """Success rate of ``policies["assistant"]`` against the scripted user, over every scenario x ``seeds``.
+                      seeds: int = 1, user: str = "scripted", held_in: Sequence[str] = WARM_START_SCENARIOS,
+                      **_: Any) -> dict[str, Any]:
+    """Success rate of ``policies["assistant"]`` against a scripted user, over every template x ``seeds``.
 
-    The user seat is always the scripted user (whatever ``policies["user"]`` is), so the figure
-    measures the assistant alone. Returns ``success_rate``, ``turns`` and ``tool_calls`` (means per
-    episode) and ``episodes``.
+    The user seat is always a scripted user simulator, ``user`` (a name in ``USERS``:
+    ``"scripted"``, the one the trainer uses, or ``"scripted_paraphrase"``, the same goals in other
+    words), whatever ``policies["user"]`` is, so the figure measures the assistant alone. The
+    templates are those the env draws from (``env_kwargs["scenarios"]``, default all); episode ``i``
+    of a template runs on the evaluation seed ``EVAL_SEED_BASE + i``, never a training seed.
+
+    Returns ``success_rate`` (the headline, all templates) with its 95% Wilson interval
+    (``success_ci95``), the same for the ``held_in`` templates (the warm start's) and the
+    ``held_out`` ones (``held_in_success``, ``held_out_success`` and their ``_ci95``),
+    ``turns`` and ``tool_calls`` (means per finished episode), ``episodes``, ``failed`` (a failed
+    episode counts as a failure), ``user`` and the ``eval_seeds`` used.
     """
-    names = [n for n in SCENARIOS for _ in range(seeds)]
-    episodes = play({"user": scripted_user(), "assistant": policies["assistant"]},
-                    [i % seeds for i in range(len(names))], options=[{"scenario": n} for n in names],
-                    env_kwargs=dict(env_kwargs or {}))
+    if user not in USERS:
+        raise ValueError(f"user must be one of {sorted(USERS)} (the user simulator to evaluate against); got {user!r}")
+    kwargs = dict(env_kwargs or {})
+    names = list(kwargs.get("scenarios") or SCENARIOS)
+    eval_seeds = [EVAL_SEED_BASE + i for i in range(seeds)]
+    simulator = ScriptedPolicy("none", "scripted" if user == "scripted" else "paraphrase", name=user)
+    order = [(n, s) for n in names for s in eval_seeds]
+    episodes = play({"user": simulator, "assistant": policies["assistant"]}, [s for _, s in order],
+                    options=[{"scenario": n} for n, _ in order], env_kwargs=kwargs)
     # a failed episode counts as no success, never leaves the mean: an assistant that makes its env
     # raise must not lift its own success rate
-    done = [e for e in episodes if not e.failed]
-    infos = [e.infos.get("assistant", {}) for e in done]
-    n = max(1, len(done))
-    return {"success_rate": sum(bool(i.get("success")) for i in infos) / max(1, len(episodes)),
-            "turns": sum(sum(i.get("turns", {}).values()) for i in infos) / n,
-            "tool_calls": sum(i.get("tool_calls", 0) for i in infos) / n,
-            "episodes": len(episodes), "failed": len(episodes) - len(done)}
+    success = [not e.failed and bool(e.infos.get("assistant", {}).get("success")) for e in episodes]
+    infos = [e.infos.get("assistant", {}) for e in episodes if not e.failed]
+    done = max(1, len(infos))
+    held = set(held_in)
+    split = {"held_in": [ok for (n, _), ok in zip(order, success) if n in held],
+             "held_out": [ok for (n, _), ok in zip(order, success) if n not in held]}
+    result: dict[str, Any] = {}
+    for key, flags in (("success", success), *((f"{k}_success", v) for k, v in split.items())):
+        rate = _rate(flags)
+        result["success_rate" if key == "success" else key] = rate["rate"]
+        result[f"{key}_ci95"] = rate["ci95"]
+        result[f"{key.removesuffix('_success')}_episodes" if key != "success" else "episodes"] = rate["episodes"]
+    result.update({"turns": sum(sum(i.get("turns", {}).values()) for i in infos) / done,
+                   "tool_calls": sum(i.get("tool_calls", 0) for i in infos) / done,
+                   "failed": len(episodes) - len(infos), "user": user, "eval_seeds": eval_seeds,
+                   "held_in_templates": sorted(held & set(names))})
+    return result
 
 
 SPEC = EnvSpec(
@@ -40,8 +89,11 @@ SPEC = EnvSpec(
     roles=("user", "assistant"),
     learning_roles=("assistant",),  # the user is a frozen simulator
     scripted=PLAYERS,
+    corpus=scripted.corpus,
+    corpus_tokenizer="bpe",  # tool calls must come back byte for byte
     evaluate=evaluate_policies,
     description="a support assistant with tools and a simulated customer with a hidden goal",
 )
 
-__all__ = ["ENV_ID", "SCENARIOS", "SPEC", "STOP", "env", "evaluate_policies", "raw_env"]
+__all__ = ["ENV_ID", "SCENARIOS", "SPEC", "STOP", "WARM_START_SCENARIOS", "env", "evaluate_policies", "raw_env",
+           "wilson_interval"]

@@ -336,6 +336,10 @@ class TextEnv(AECEnv):
         """Return the tools ``agent`` may call in this episode (none by default)."""
         return ()
 
+    def describe_tools(self, agent: str, tools: Sequence[Tool]) -> str:
+        """Return the text appended to ``agent``'s system prompt to declare ``tools`` (JSON schemas by default)."""
+        return tools_prompt(tools)
+
     def forfeit_rewards(self, agent: str) -> dict[str, float]:
         """Return the rewards that end an episode in which ``agent`` forfeited (-1 to it by default)."""
         return {agent: -1.0}
@@ -456,7 +460,7 @@ class TextEnv(AECEnv):
             prompt = self.system_prompt(agent)
             tools = self.tools(agent)
             if tools:  # else the prompt may stay the very str the memo below holds, its hash computed
-                prompt += tools_prompt(tools)
+                prompt += self.describe_tools(agent, tools)
             memo = _sanitize_prompt if len(prompt) <= _PROMPT_MEMO_CHARS else sanitize
             self._messages[agent].insert(0, {"role": "system", "content": memo(prompt, self.max_message_chars)})
         self.agent_selection = first

@@ -87,6 +87,7 @@ AGENTS = ("user", "assistant")
 REWARD_RANGE = (0.0, 1.0)  # before turn penalties and forfeits
 SCENARIOS = tuple(scenarios.TEMPLATES)
 USER_REWARDS = ("success", "zero")
+PROMPTS = ("full", "compact")
 
 
 class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the class raw_env
@@ -99,6 +100,10 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
         user_reward: ``"success"`` (the user shares the assistant's success) or ``"zero"``.
         forfeit_penalty: reward lost by an agent who forfeits after too many empty replies.
         world_customers: background customers in each generated world.
+        prompt: the assistant's system prompt: ``"full"`` (policies, tools as JSON schemas) or
+            ``"compact"`` (role, date, the consent rule, tools by name and argument names): about
+            a sixth of the length, for small models; the tools enforce the policies either way.
+        scenarios: the templates an episode draws from when ``reset`` names none (default: all).
         **kwargs: the base options of :class:`llm_zoo.envs.core.TextEnv` (``render_mode``,
             ``max_retries``, ``max_tool_calls``, ...).
     """
@@ -107,7 +112,8 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
     possible_agents = list(AGENTS)
 
     def __init__(self, *, max_turns: int = 40, turn_penalty: float = 0.0, user_reward: str = "success",
-                 forfeit_penalty: float = 0.0, world_customers: int = 8, **kwargs: Any) -> None:
+                 forfeit_penalty: float = 0.0, world_customers: int = 8, prompt: str = "full",
+                 scenarios: Sequence[str] | None = None, **kwargs: Any) -> None:
         if not isinstance(max_turns, int) or isinstance(max_turns, bool) or max_turns < 1:
             raise ValueError(f"max_turns must be an integer >= 1; got {max_turns!r}")
         for name, value in (("turn_penalty", turn_penalty), ("forfeit_penalty", forfeit_penalty)):
@@ -117,6 +123,14 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
             raise ValueError(f"user_reward must be one of {USER_REWARDS}; got {user_reward!r}")
         if not isinstance(world_customers, int) or isinstance(world_customers, bool) or world_customers < 0:
             raise ValueError(f"world_customers must be an integer >= 0; got {world_customers!r}")
+        if prompt not in PROMPTS:
+            raise ValueError(f"prompt must be one of {PROMPTS}; got {prompt!r}")
+        if isinstance(scenarios, str) or (scenarios is not None and (
+                not scenarios or not set(scenarios) <= set(SCENARIOS))):
+            raise ValueError("scenarios must be a non-empty list of template ids from user_sim_v0.SCENARIOS; got "
+                             f"{scenarios!r:.200}")
+        self.prompt = prompt
+        self.scenarios = SCENARIOS if scenarios is None else tuple(scenarios)
         self.max_turns = max_turns
         self.turn_penalty = float(turn_penalty)
         self.user_reward = user_reward
@@ -132,7 +146,12 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
     # ---- hooks ----------------------------------------------------------------------------
 
     def system_prompt(self, agent: str) -> str:
-        return text.user_prompt(self.scenario) if agent == "user" else text.assistant_prompt()
+        if agent == "user":
+            return text.user_prompt(self.scenario)
+        return text.assistant_prompt() if self.prompt == "full" else text.compact_assistant_prompt()
+
+    def describe_tools(self, agent: str, tools: Sequence[Tool]) -> str:
+        return super().describe_tools(agent, tools) if self.prompt == "full" else text.compact_tools(tools)
 
     def tools(self, agent: str) -> Sequence[Tool]:
         return self._tools if agent == "assistant" else ()
@@ -140,7 +159,7 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
     def start(self, rng: random.Random, options: Mapping[str, Any] | None) -> str:
         name = (options or {}).get("scenario")
         if name is None:
-            name = rng.choice(SCENARIOS)
+            name = rng.choice(self.scenarios)
         elif name not in scenarios.TEMPLATES:
             raise ValueError(f"options['scenario'] must be one of user_sim_v0.SCENARIOS; got {name!r}")
         self._shop = world.generate(rng, self.world_customers)

@@ -41,16 +41,18 @@ and strings seen in the conversation, and otherwise says one of a few stock supp
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from llm_zoo.envs.core import parse_tool_calls
+from llm_zoo.envs.user_sim import env as env_module
 from llm_zoo.envs.user_sim import text, world
-from llm_zoo.envs.user_sim.scenarios import Task
+from llm_zoo.envs.user_sim.scenarios import PERSONAS, Task
 from llm_zoo.policies.base import Observation, Reply, SeededPolicy
 
 ORDER_RE = re.compile(r"#W\d{7}")
@@ -198,15 +200,44 @@ def _reason_goal(task: Task, fallback: bool) -> str | None:
 
 
 class ScriptedUser:
-    """Plays the user of a user_sim scenario from its system prompt; see the module docstring."""
+    """Plays the user of a user_sim scenario from its system prompt; see the module docstring.
+
+    The wording hooks (the class attributes below, :meth:`voice`, :meth:`announce`, :meth:`say_answer`,
+    :meth:`say_fallback`) are what :class:`ParaphrasedUser` rewords; the reading of the assistant's
+    messages and the decisions stay the same.
+    """
+
+    NEXT = NEXT_TASK
+    FALLBACK = FALLBACK
+    INSIST = INSIST
+    ACCEPT = ACCEPT
+    AS_I_SAID = "As I said, "
+
+    def voice(self, persona: Mapping[str, str]) -> Mapping[str, str]:
+        """Return the persona's words: ``hello``, ``ack``, ``yes`` (an explicit consent) and ``bye``."""
+        return persona
+
+    def announce(self, task: Task) -> str:
+        """Return the sentence that opens ``task``."""
+        return _announce(task)
+
+    def say_answer(self, task: Task, fallback: bool, topic: str) -> str | None:
+        """Return the answer to a question on ``topic`` about ``task``, or None if the task has none."""
+        return self._answer(task, fallback, topic)
+
+    def say_fallback(self, what: str, destination: str = "") -> str:
+        """Return the words of a fallback: ``keep``, ``cancel``, ``return`` or ``refund`` (to ``destination``)."""
+        return {"keep": "I'll keep it as it is.", "cancel": "please cancel the whole order instead; I no longer need it.",
+                "return": "I'd like to return it instead.",
+                "refund": f"please refund it to the {destination} instead."}[what]
 
     def reply(self, messages: Sequence[dict[str, str]]) -> str:
         """Return the user's next message for the transcript ``messages``."""
         brief = text.parse_brief(messages[0]["content"])
-        persona = brief.persona
+        persona = self.voice(brief.persona)
         own = [m["content"] for m in messages[1:] if m["role"] == "assistant"]
         if not own:
-            return f"{persona['hello']} {_announce(brief.tasks[0])}"
+            return f"{persona['hello']} {self.announce(brief.tasks[0])}"
         state = self._state(own, len(brief.tasks))
         task = brief.tasks[state.index]
         last = messages[-1]["content"] if messages[-1]["role"] == "user" else ""
@@ -214,31 +245,32 @@ class ScriptedUser:
         requests = [s.lower() for s in _sentences(last) if s.rstrip().endswith("?") or _has(s.lower(), REQUEST_CUES)]
         asked = {topic for topic, cues in TOPICS.items() for s in requests if _cue_in(s, topic, cues)}
         if "identity" in asked:
-            return self._identity(brief, " ".join(requests))
+            return self.say_identity(brief, " ".join(requests))
         confirm = _has(low, CONFIRM_CUES)
         if _has(low, UNAVAILABLE_CUES) or (_has(low, REFUSAL_CUES) and not confirm):
             return self._refused(brief, task, state, low)
         if confirm:
             problem = self._judge(task, state.fallback, low)
             return problem or persona["yes"]
-        answers = [self._answer(task, state.fallback, topic) for topic in TOPICS if topic in asked]
+        answers = [self.say_answer(task, state.fallback, topic) for topic in TOPICS if topic in asked]
         answers = [a for a in answers if a]
         if answers:
             return " ".join(([persona["ack"]] if persona["ack"] else []) + answers)
         kind = _effective_kind(task, state.fallback)
         if _has(low, DONE_CUES) and _has(low, ACTION_WORDS[kind]):
             return self._next(brief, state.index, "")
-        return "As I said, " + _announce(task)[0].lower() + _announce(task)[1:]
+        opening = self.announce(task)
+        return self.AS_I_SAID + opening[0].lower() + opening[1:]
 
-    @staticmethod
-    def _state(own: Sequence[str], n_tasks: int) -> _UserState:
-        index = min(sum(NEXT_TASK in m for m in own), n_tasks - 1)
-        starts = [i for i, m in enumerate(own) if NEXT_TASK in m]
+    def _state(self, own: Sequence[str], n_tasks: int) -> _UserState:
+        index = min(sum(self.NEXT in m for m in own), n_tasks - 1)
+        starts = [i for i, m in enumerate(own) if self.NEXT in m]
         since = own[starts[-1]:] if starts else own
-        return _UserState(index, any(FALLBACK in m for m in since), any(INSIST in m for m in since))
+        return _UserState(index, any(self.FALLBACK in m for m in since), any(self.INSIST in m for m in since))
 
     @staticmethod
-    def _identity(brief: text.Brief, asked: str) -> str:
+    def say_identity(brief: text.Brief, asked: str) -> str:
+        """Return the answer to an identity question: the email, or the full name and zip code."""
         ident = brief.identity
         email = ident.get("email", "")
         if "@" in email and ("email" in asked or "e-mail" in asked or "zip" not in asked):
@@ -250,24 +282,22 @@ class ScriptedUser:
         """Move on after a task ends: announce the next one, or say goodbye."""
         lead = f"{lead} " if lead else ""
         if index + 1 < len(brief.tasks):
-            return f"{lead}{NEXT_TASK}{_announce(brief.tasks[index + 1])}"
-        return f"{lead}{brief.persona['bye']} {text.STOP}"
+            return f"{lead}{self.NEXT}{self.announce(brief.tasks[index + 1])}"
+        return f"{lead}{self.voice(brief.persona)['bye']} {text.STOP}"
 
     def _refused(self, brief: text.Brief, task: Task, state: _UserState, low: str) -> str:
         if not state.fallback:
             if task.kind == "exchange" and _has(low, UNAVAILABLE_CUES):
                 code = task.fact("if unavailable")
                 if code == "keep":
-                    return self._next(brief, state.index, f"{FALLBACK}I'll keep it as it is.")
-                if code == "cancel":
-                    return f"{FALLBACK}please cancel the whole order instead; I no longer need it."
-                return f"{FALLBACK}I'd like to return it instead."
+                    return self._next(brief, state.index, self.FALLBACK + self.say_fallback("keep"))
+                return self.FALLBACK + self.say_fallback("cancel" if code == "cancel" else "return")
             destination = task.fact("if refund refused")
             if task.kind == "return" and destination and "refund" in low:
-                return f"{FALLBACK}please refund it to the {destination} instead."
+                return self.FALLBACK + self.say_fallback("refund", destination)
         if task.fact("if refused") == "insist once, then accept" and not state.insisted:
-            return INSIST
-        return self._next(brief, state.index, ACCEPT)
+            return self.INSIST
+        return self._next(brief, state.index, self.ACCEPT)
 
     @staticmethod
     def _answer(task: Task, fallback: bool, topic: str) -> str | None:
@@ -298,7 +328,7 @@ class ScriptedUser:
         """Return None if the proposal matches the task, else the user's "no" with what it wants."""
         kind = _effective_kind(task, fallback)
         want = "As I said, " + _announce(task)[0].lower() + _announce(task)[1:] if not fallback else \
-            "That's not what I asked for."
+            "That's not what I asked for."  # the words of a no stay the plain user's in the paraphrase too
         if not _has(proposal, ACTION_WORDS[kind]) or _has(proposal, FORBIDDEN_WORDS[kind]):
             return f"No, that's not what I want. {want}"
         order_id = task.fact("order id") or ""
@@ -335,6 +365,95 @@ class ScriptedUser:
             if mine_word not in proposal:
                 return f"No, I want to pay with my {pay}."
         return None
+
+
+PARAPHRASED_VOICES: dict[str, dict[str, str]] = {
+    "polite": {"hello": "Good afternoon!", "ack": "Certainly.", "yes": "Yes, that's right, please proceed.",
+               "bye": "That's everything, thank you kindly."},
+    "terse": {"hello": "Hey.", "ack": "", "yes": "Yep, do it.", "bye": "Fine, thanks. Bye."},
+    "chatty": {"hello": "Hey, lovely to chat with you!", "ack": "Absolutely!", "yes": "Yeah, please do, that's lovely.",
+               "bye": "Brilliant, thank you ever so much, take care!"},
+    "impatient": {"hello": "Quick question, I'm short on time.", "ack": "Right.", "yes": "Go ahead, fast please.",
+                  "bye": "Good, that's it then."},
+    "insistent": {"hello": "Good day.", "ack": "Certainly.", "yes": "Yes, please proceed.",
+                  "bye": "Very well, thank you. That's all."},
+}
+"""Persona name -> the paraphrasing user's words (each ``yes`` one that :func:`text.is_consent` accepts)."""
+
+
+class ParaphrasedUser(ScriptedUser):
+    """The scripted user with other words: other persona voices, openings, answers, fallbacks and yeses.
+
+    It reads the same brief, keeps the same goals and makes the same decisions as
+    :class:`ScriptedUser`; only what it writes differs (the facts inside stay verbatim: ids,
+    emails, addresses, options). It answers whether an assistant serves the customer or only the
+    one simulator it trained with. Its yeses are explicit consents by :func:`text.is_consent`;
+    its refusals still open with "No," (they are the plain user's).
+    """
+
+    NEXT = "Also, there is one more thing: "
+    FALLBACK = "In which case, "
+    INSIST = "Really? This matters a lot to me. Is there no way to make an exception?"
+    ACCEPT = "Alright, I see."
+    AS_I_SAID = "Like I mentioned, "
+
+    def voice(self, persona: Mapping[str, str]) -> Mapping[str, str]:
+        name = next(n for n, p in PERSONAS.items() if p["description"] == persona["description"])
+        return PARAPHRASED_VOICES[name]
+
+    def announce(self, task: Task) -> str:
+        if task.kind == "cancel":
+            return "Could you cancel one of my orders for me?"
+        if task.kind == "return":
+            return "Please help me return a purchase."
+        dim = (task.fact("wanted") or "size x").split()[0]
+        if task.kind == "exchange" and "not shipped" in (task.fact("order state") or ""):
+            return f"I picked the wrong {dim} in an order that hasn't shipped. Could that still be changed?"
+        if task.kind == "exchange":
+            return f"I got the wrong {dim} and want to swap it for another one."
+        if task.kind == "order_address":
+            return "One of my orders should go to a different address."
+        if task.kind == "default_address":
+            return "I moved house, so my account needs the new address."
+        return "I want to pay for one of my orders with another method."
+
+    def say_answer(self, task: Task, fallback: bool, topic: str) -> str | None:
+        plain = self._answer(task, fallback, topic)
+        if plain is None:
+            return None
+        kind = _effective_kind(task, fallback)
+        order_id = task.fact("order id") or ""
+        if topic == "order" and order_id.startswith("#"):
+            return f"The order number is {order_id}."
+        if topic == "order":
+            return f"I'm not sure of the number; it's the one with the {order_id.rpartition('order with the ')[2]}."
+        if topic == "item":
+            return "Just the " + (task.fact("items") or "").replace("; ", " and the ") + "."
+        if topic == "wanted":
+            return f"I'd prefer {task.fact('wanted')}."
+        if topic == "refund":
+            return f"Send the refund to the {_refund_goal(task, fallback)}, please."
+        if topic == "address":
+            return f"Please use {task.fact('new address')}."
+        if topic == "reason":
+            return "It was a mistake to order it." if _reason_goal(task, fallback) == "ordered by mistake" \
+                else "I don't need it anymore."
+        if topic == "payment" and kind == "payment":
+            return f"Use my {'gift card' if task.fact('pay with') == 'gift card' else 'PayPal'}, please."
+        return plain
+
+    @staticmethod
+    def say_identity(brief: text.Brief, asked: str) -> str:
+        ident = brief.identity
+        email = ident.get("email", "")
+        if "@" in email and ("email" in asked or "e-mail" in asked or "zip" not in asked):
+            return f"It's {email}."
+        forgot = "" if "@" in email else "I forgot which email I used. "
+        return f"{forgot}The name is {ident['name']}, and the zip is {ident['zip']}."
+
+    def say_fallback(self, what: str, destination: str = "") -> str:
+        return {"keep": "I'll just keep it then.", "cancel": "please cancel the entire order instead; I don't need it anymore.",
+                "return": "I'd rather return it.", "refund": f"put the refund on the {destination} then."}[what]
 
 
 def _cue_in(sentence: str, topic: str, cues: Sequence[str]) -> bool:
@@ -786,6 +905,9 @@ def _wanted_options(message: str, item: dict[str, Any]) -> dict[str, str]:
 # The random tool-caller
 # ---------------------------------------------------------------------------------------------
 
+NO_TOOLS_LINE = "I'm sorry, I can't help with that."
+"""Every reply of the do-nothing assistant: the world never changes, so it succeeds exactly where nothing should."""
+
 RANDOM_LINES = (
     "How can I help you today?", "Could you tell me more?", "Could you give me the email on your account?",
     "Which order is it about?", "Which item do you mean?", "Shall I go ahead? (yes/no)",
@@ -825,7 +947,8 @@ class RandomToolCaller:
 # Policies
 # ---------------------------------------------------------------------------------------------
 
-_USER, _ASSISTANT = ScriptedUser(), ScriptedAssistant()
+_USERS = {"scripted": ScriptedUser(), "paraphrase": ParaphrasedUser()}
+_ASSISTANT = ScriptedAssistant()
 
 
 class ScriptedPolicy(SeededPolicy):
@@ -833,16 +956,17 @@ class ScriptedPolicy(SeededPolicy):
 
     The seat is read from the observation's system prompt. Args: ``assistant`` is ``"scripted"``
     (the solver), ``"random_tools"`` (the random tool-caller) or ``"none"`` (user seat only: a
-    ``ValueError`` in the assistant's); ``user`` is ``"scripted"`` or ``"random"`` (random lines,
+    ``ValueError`` in the assistant's); ``user`` is ``"scripted"``, ``"paraphrase"``
+    (:class:`ParaphrasedUser`) or ``"random"`` (random lines,
     then the stop marker after a few turns); ``seed`` seeds the random players.
     """
 
     def __init__(self, assistant: str = "scripted", user: str = "scripted", seed: int | None = None,
                  name: str | None = None) -> None:
-        if assistant not in ("scripted", "random_tools", "none"):
-            raise ValueError(f"assistant must be 'scripted', 'random_tools' or 'none'; got {assistant!r}")
-        if user not in ("scripted", "random"):
-            raise ValueError(f"user must be 'scripted' or 'random'; got {user!r}")
+        if assistant not in ("scripted", "random_tools", "none_tools", "none"):
+            raise ValueError(f"assistant must be 'scripted', 'random_tools', 'none_tools' or 'none'; got {assistant!r}")
+        if user not in ("scripted", "paraphrase", "random"):
+            raise ValueError(f"user must be 'scripted', 'paraphrase' or 'random'; got {user!r}")
         self.assistant, self.user = assistant, user
         self.name = name or f"{user}_user+{assistant}_assistant"
         super().__init__(seed)
@@ -856,14 +980,16 @@ class ScriptedPolicy(SeededPolicy):
             raise ValueError("a user_sim observation starts with its system prompt; got "
                              f"{(messages[:1] or ['nothing'])[0]!r:.120}")
         if text.is_user_prompt(messages[0]["content"]):
-            if self.user == "scripted":
-                return _USER.reply(messages)
+            if self.user in _USERS:
+                return _USERS[self.user].reply(messages)
             own = sum(m["role"] == "assistant" for m in messages)
             return text.STOP if own >= 3 else self._rng.choice(RANDOM_LINES)
         if self.assistant == "scripted":
             return _ASSISTANT.reply(messages)
         if self.assistant == "random_tools":
             return RandomToolCaller(self._rng).reply(messages)
+        if self.assistant == "none_tools":
+            return NO_TOOLS_LINE
         raise ValueError(f"policy {self.name!r} plays only the user seat; it was given the assistant's observation")
 
 
@@ -882,5 +1008,55 @@ def random_tools(seed: int | None = None) -> ScriptedPolicy:
     return ScriptedPolicy("random_tools", "scripted", seed, name="random_tools")
 
 
-PLAYERS = {"scripted": scripted, "random_tools": random_tools}
+def scripted_paraphrase(seed: int | None = None) -> ScriptedPolicy:
+    """Return the paraphrasing user (:class:`ParaphrasedUser`) in the user's seat, the scripted assistant in the other."""
+    return ScriptedPolicy("scripted", "paraphrase", seed, name="scripted_paraphrase")
+
+
+def no_tools(seed: int | None = None) -> ScriptedPolicy:
+    """Return the do-nothing assistant (it never calls a tool), with the scripted user in the user's seat."""
+    return ScriptedPolicy("none_tools", "scripted", seed, name="no_tools")
+
+
+USERS = {"scripted": ScriptedUser, "scripted_paraphrase": ParaphrasedUser}
+"""Name -> the user simulator class an evaluation can seat (``evaluate_policies(..., user=NAME)``)."""
+
+PLAYERS = {"scripted": scripted, "random_tools": random_tools, "scripted_paraphrase": scripted_paraphrase,
+           "no_tools": no_tools}
 """Name -> factory(seed=...) of the scripted players, as the CLI and benchmarks name them."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Traces and the corpus
+# ---------------------------------------------------------------------------------------------
+
+
+def scripted_transcripts(scenarios: Sequence[str] | None = None, seeds: Sequence[int] = (0,), user: str = "scripted",
+                         **env_kwargs: Any) -> list[tuple[dict[str, str], ...]]:
+    """Play the scripted assistant against a scripted user on each template x seed; return the transcripts.
+
+    Per episode, the assistant's final transcript, then the user's (each a tuple of chat messages).
+    """
+    player = ScriptedPolicy("scripted", "paraphrase" if user == "scripted_paraphrase" else "scripted")
+    out = []
+    for name in scenarios or env_module.SCENARIOS:
+        for seed in seeds:
+            game = env_module.env(**env_kwargs)
+            game.reset(seed=seed, options={"scenario": name})
+            for agent in game.agent_iter():
+                observation, _, terminated, truncated, _ = game.last()
+                game.step(None if terminated or truncated else str(player.act([observation])[0]))
+            out += [game.unwrapped.observe(agent)["messages"] for agent in ("assistant", "user")]
+            game.close()
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def corpus() -> tuple[str, ...]:
+    """Return the text the env shows (both prompt styles, both user simulators), for a tiny model's BPE tokenizer."""
+    texts = []
+    for prompt in ("full", "compact"):
+        for user in USERS:
+            for messages in scripted_transcripts(seeds=(0,), user=user, prompt=prompt):
+                texts += [m["content"] for m in messages]
+    return tuple(texts)

@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from llm_zoo.envs.core import Tool
 from llm_zoo.envs.user_sim import world
 from llm_zoo.envs.user_sim.scenarios import PERSONAS, Scenario, Task
 
@@ -58,6 +59,19 @@ def assistant_prompt() -> str:
         "A reply without a tool call is sent to the customer; a reply with a tool call is not shown to them. "
         "Ask for one thing at a time. The customer ends the chat when they are done."
     )
+
+
+def compact_assistant_prompt() -> str:
+    """Return the short assistant prompt of ``prompt="compact"``: role, today, the consent rule (tools appended)."""
+    return (f"{ASSISTANT_HEAD.format(shop=world.SHOP_NAME)} Today is {world.TODAY.isoformat()}. Identify the "
+            "customer first. Before a change, say what you will do and wait for their yes.")
+
+
+def compact_tools(tools: Sequence[Tool]) -> str:
+    """Declare tools by name and argument names only (``prompt="compact"``), with the call syntax."""
+    listed = "\n".join(f"- {t.name}({', '.join(t.parameters['properties'])})" for t in tools)
+    return ("\n\nTools:\n" + listed + '\nCall one as <tool_call>{"name": ..., "arguments": {...}}</tool_call>; '
+            "its result comes back to you.")
 
 
 # ---------------------------------------------------------------------------------------------

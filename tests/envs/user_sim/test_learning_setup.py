@@ -1,0 +1,122 @@
+"""What the learning setup of user_sim adds: the compact prompt, the template subset, the paraphrasing
+user, the do-nothing assistant, the held-in / held-out evaluation with Wilson intervals, the BPE corpus."""
+
+from __future__ import annotations
+
+import pytest
+
+from llm_zoo import models, user_sim_v0
+from llm_zoo.envs.core import parse_tool_calls
+from llm_zoo.envs.user_sim import scripted as sc
+from llm_zoo.envs.user_sim import text
+from llm_zoo.spec import EVAL_SEED_BASE
+from llm_zoo.trainers.evaluation import headline
+
+
+def _system(agent, **kwargs):
+    env = user_sim_v0.env(**kwargs)
+    env.reset(seed=3)
+    return env.unwrapped.observe(agent)["messages"][0]["content"]
+
+
+def test_the_compact_prompt_names_every_tool_and_its_arguments_in_a_sixth_of_the_length():
+    full, compact = _system("assistant"), _system("assistant", prompt="compact")
+    assert "<tools>" in full and "<tools>" not in compact
+    for tool in user_sim_v0.raw_env().tools("assistant"):
+        assert f"- {tool.name}({', '.join(tool.parameters['properties'])})" in compact
+    assert len(compact) * 6 < len(full)
+    assert _system("user", prompt="compact") == _system("user")  # the user's prompt is the same
+
+
+def test_bad_prompt_and_scenario_options_are_refused_with_the_allowed_values():
+    with pytest.raises(ValueError, match="prompt must be one of"):
+        user_sim_v0.env(prompt="short")
+    with pytest.raises(ValueError, match="scenarios must be a non-empty list"):
+        user_sim_v0.env(scenarios=["no_such_template"])
+    with pytest.raises(ValueError, match="scenarios must be a non-empty list"):
+        user_sim_v0.env(scenarios="cancel_mistake")
+
+
+def test_episodes_draw_only_from_the_scenario_subset():
+    subset = ["cancel_mistake", "default_address_only"]
+    env = user_sim_v0.env(scenarios=subset)
+    drawn = set()
+    for seed in range(40):
+        env.reset(seed=seed)
+        drawn.add(env.unwrapped.infos["assistant"]["scenario"])
+    assert drawn == set(subset)
+
+
+@pytest.mark.parametrize("prompt", ["full", "compact"])
+def test_the_scripted_assistant_solves_every_template_with_either_prompt(prompt):
+    for messages in sc.scripted_transcripts(seeds=(5,), prompt=prompt)[::2]:
+        assert messages[0]["content"].startswith(text.ASSISTANT_HEAD.format(shop="Brightcart"))
+    result = headline("user_sim_v0", {"assistant": sc.scripted()}, seeds=1, env_kwargs={"prompt": prompt})
+    assert result["success_rate"] == 1.0
+
+
+def test_the_paraphrasing_user_says_other_words_for_the_same_goals():
+    plain = sc.scripted_transcripts(seeds=(2,))
+    para = sc.scripted_transcripts(seeds=(2,), user="scripted_paraphrase")
+    changed = 0
+    for a, b in zip(plain[::2], para[::2]):
+        assert a[0] == b[0]  # the same world and prompt
+        said_a = [m["content"] for m in a if m["role"] == "user"]
+        said_b = [m["content"] for m in b if m["role"] == "user"]
+        assert said_a[0] != said_b[0]  # another greeting and opening
+        changed += len(set(said_b) - set(said_a))
+    assert changed > 3 * len(plain) // 2
+    for voice in sc.PARAPHRASED_VOICES.values():  # every paraphrased yes is a yes to the env
+        assert text.is_consent(voice["yes"]) and not text.is_consent(voice["ack"] or "Okay.")
+        assert voice["yes"] not in {p["yes"] for p in sc.PERSONAS.values()}
+
+
+def test_the_scripted_assistant_still_serves_the_paraphrasing_user_on_most_templates():
+    result = headline("user_sim_v0", {"assistant": sc.scripted()}, seeds=1, user="scripted_paraphrase")
+    assert result["user"] == "scripted_paraphrase"
+    assert result["success_rate"] >= 0.8
+
+
+def test_the_do_nothing_assistant_never_calls_a_tool_and_scores_the_no_change_templates_only():
+    result = headline("user_sim_v0", {"assistant": sc.no_tools()}, seeds=1)
+    assert result["tool_calls"] == 0
+    no_change = [n for n in user_sim_v0.SCENARIOS
+                 if any(w in n for w in ("refused", "insists", "expired", "not_delivered", "short", "keep"))]
+    assert result["success_rate"] == pytest.approx(len(no_change) / len(user_sim_v0.SCENARIOS), abs=0.03)
+    assert 0 < result["success_rate"] < 0.5
+
+
+def test_evaluation_reports_held_in_and_held_out_apart_on_evaluation_seeds_with_wilson_intervals():
+    subset = ["cancel_mistake", "cancel_shipped_refused", "payment_to_paypal"]
+    result = headline("user_sim_v0", {"assistant": sc.no_tools()}, seeds=3, env_kwargs={"scenarios": subset},
+                      held_in=["cancel_shipped_refused"])
+    assert result["eval_seeds"] == [EVAL_SEED_BASE, EVAL_SEED_BASE + 1, EVAL_SEED_BASE + 2]
+    assert result["episodes"] == 9 and result["held_in_episodes"] == 3 and result["held_out_episodes"] == 6
+    # doing nothing is right exactly for the shipped order: all of held-in, none of held-out
+    assert (result["held_in_success"], result["held_out_success"]) == (1.0, 0.0)
+    assert result["success_rate"] == pytest.approx(1 / 3)
+    low, high = result["held_in_success_ci95"]
+    assert low == pytest.approx(0.4385, abs=1e-3) and high == 1.0  # Wilson, 3 of 3
+    with pytest.raises(ValueError, match="user must be one of"):
+        headline("user_sim_v0", {"assistant": sc.no_tools()}, user="llm")
+
+
+def test_wilson_interval_matches_known_values():
+    low, high = user_sim_v0.wilson_interval(5, 10)
+    assert (round(low, 4), round(high, 4)) == (0.2366, 0.7634)
+    assert user_sim_v0.wilson_interval(0, 0) == (0.0, 1.0)
+    assert user_sim_v0.wilson_interval(0, 20)[0] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_the_bpe_tokenizer_of_the_corpus_writes_tool_calls_byte_for_byte_and_digit_by_digit():
+    tokenizer = models.build_bpe_tokenizer(sc.corpus())
+    call = '<tool_call>{"name": "get_order", "arguments": {"order_id": "#W9081726"}}</tool_call>'
+    ids = tokenizer(call)["input_ids"]
+    assert tokenizer.decode(ids) == call and parse_tool_calls(tokenizer.decode(ids))[0].arguments == {
+        "order_id": "#W9081726"}
+    pieces = tokenizer.convert_ids_to_tokens(ids)
+    assert [p for p in pieces if any(c.isdigit() for c in p)] == list("9081726")
+    assert len(ids) < len(call) / 2  # merges learned from the env's text
+    odd = "ünïcode ✓ 🙂 e-mail: zoë@exämple.org"
+    assert tokenizer.decode(tokenizer(odd)["input_ids"]) == odd
+    assert models.build_bpe_tokenizer(sc.corpus()).get_vocab() == tokenizer.get_vocab()
