@@ -45,6 +45,7 @@ from llm_zoo.trainers import advantages as adv
 from llm_zoo.trainers import distributed, presets
 from llm_zoo.trainers.checkpoint import latest_checkpoint, load_checkpoint, resume_dir, save_checkpoint
 from llm_zoo.trainers.evaluation import headline_evaluator
+from llm_zoo.trainers.executors import EXECUTORS, make_executor
 from llm_zoo.trainers.rollout import collect
 from llm_zoo.trainers.selfplay import (
     SCHEDULES,
@@ -175,6 +176,11 @@ class TrainConfig:
     """Write a few episode transcripts every this many steps (and at the end); 0 = never."""
     rollout_batch_size: int = 64
     """Envs run side by side during a rollout."""
+    executor: str = "local"
+    """Where rollouts step the envs: local (this process) or ray (env_workers Ray actors run the envs, their
+    sandboxes and scripted players; model policies act here; the same episodes: trainers/executors.py)."""
+    env_workers: int = 2
+    """Ray actors under executor=ray (each takes one CPU of the Ray cluster)."""
     device: str = "auto"
     """auto (cuda if available), cpu or cuda."""
     threads: int = 0
@@ -189,12 +195,12 @@ class TrainConfig:
                    "aggregation": tuple(AGGREGATIONS), "lr_schedule": tuple(LR_SCHEDULES),
                    "baseline_key": ("role", "agent", "prompt"),
                    "kl_estimator": ("k3", "exact"),
-                   "generation": ("transformers", "vllm")}
+                   "generation": ("transformers", "vllm"), "executor": EXECUTORS}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"config.{name} must be one of {allowed}; got {getattr(self, name)!r}")
         for name in ("steps", "episodes_per_step", "group_size", "max_new_tokens", "micro_batch_size",
-                     "rollout_batch_size", "rotate_every", "pool_size"):
+                     "rollout_batch_size", "rotate_every", "pool_size", "env_workers"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"config.{name} must be >= 1; got {getattr(self, name)!r}")
         if self.episodes_per_step % self.group_size:
@@ -495,6 +501,7 @@ def _train(config: TrainConfig, resume: bool, device: torch.device) -> dict[str,
 
     totals = {"episodes": start * config.episodes_per_step}
     bar = _progress(config, start) if main else None
+    executor = make_executor(config.executor, config.env_workers)  # None: the envs step in this process
     final_eval: dict[str, Any] = {}
 
     for step in range(start, config.steps):
@@ -520,7 +527,7 @@ def _train(config: TrainConfig, resume: bool, device: torch.device) -> dict[str,
         mine = distributed.episode_slice(len(seeds), config.group_size)  # every episode in one process
         episodes = distributed.gather(collect(config.env, assignments[mine], seeds[mine],
                                               batch_size=config.rollout_batch_size, env_kwargs=config.env_kwargs,
-                                              seed=distributed.rollout_seed(rng.randrange(2**31))))
+                                              seed=distributed.rollout_seed(rng.randrange(2**31)), executor=executor))
         t_rollout = time.perf_counter() - t0
 
         # REWARDS: one sample per (episode, trained agent): its return, spread over its turns' tokens
@@ -591,6 +598,8 @@ def _train(config: TrainConfig, resume: bool, device: torch.device) -> dict[str,
 
     if bar is not None:
         bar.close()
+    if executor is not None:
+        executor.close()
     logger.close()
     if main and not final_eval and evaluate:
         final_eval = evaluate(seated, env_kwargs=config.env_kwargs)
