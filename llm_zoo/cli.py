@@ -105,14 +105,23 @@ def _train(args: argparse.Namespace) -> int:
     if args.run_dir:
         overrides["run_dir"] = args.run_dir
     config = make_config(args.env, overrides)
+    from llm_zoo.trainers import distributed
+
+    joined = distributed.setup(config.device)  # under torchrun: the ranks agree on one run directory
     if args.resume:  # the run it continues: the one named, or the env's newest (refused when there is none)
         from llm_zoo.trainers.checkpoint import resume_dir
 
         config = dataclasses.replace(config, run_dir=str(resume_dir(config.env, config.run_dir)))
     elif not config.run_dir:  # named here, so that it can be printed before the run starts
-        config = dataclasses.replace(config, run_dir=f"runs/{config.env}-{time.strftime('%Y%m%d-%H%M%S')}")
+        config = dataclasses.replace(config, run_dir=distributed.broadcast(
+            f"runs/{config.env}-{time.strftime('%Y%m%d-%H%M%S')}"))
+    if not distributed.is_main():  # rank 0 alone reports; the others train
+        train(config, resume=args.resume)
+        distributed.teardown(joined)
+        return 0
     print(f"llm-zoo train {config.env}: run directory {config.run_dir}", file=sys.stderr, flush=True)
     result = train(config, resume=args.resume)
+    distributed.teardown(joined)
     scored = (f"the average of the learner's weights (average_ema={config.average_ema})" if config.average_ema
               else "the last iterate (the learner's own weights)")
     summary = {"run_dir": config.run_dir, "scored": scored,

@@ -27,6 +27,7 @@ MISSING = {
     "judge_agreement": shutil.which("bwrap") is None,
     "learnability": shutil.which("bwrap") is None,
     "env_throughput": importlib.util.find_spec("pygame") is None,
+    "ray_envs": importlib.util.find_spec("ray") is None or shutil.which("bwrap") is None,
     # vLLM's CPU build lives in .venv-vllm, which scripts/test.sh makes after the main stage (its test runs there)
     **dict.fromkeys(("vllm_throughput", "vllm_kuhn"), importlib.util.find_spec("vllm") is None
                     and not (bench.ROOT / ".venv-vllm" / "bin" / "python").is_file()),

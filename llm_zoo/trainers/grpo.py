@@ -42,9 +42,10 @@ from llm_zoo.policies.transformers import TransformersPolicy
 from llm_zoo.scoring import completion_logprobs
 from llm_zoo.spec import EnvSpec
 from llm_zoo.trainers import advantages as adv
-from llm_zoo.trainers import presets, sft
+from llm_zoo.trainers import distributed, presets, sft
 from llm_zoo.trainers.checkpoint import latest_checkpoint, load_checkpoint, resume_dir, save_checkpoint
 from llm_zoo.trainers.evaluation import headline_evaluator
+from llm_zoo.trainers.executors import EXECUTORS, make_executor
 from llm_zoo.trainers.memory import micro_batches, preflight
 from llm_zoo.trainers.rollout import collect
 from llm_zoo.trainers.selfplay import (
@@ -194,6 +195,11 @@ class TrainConfig:
     """Write a few episode transcripts every this many steps (and at the end); 0 = never."""
     rollout_batch_size: int = 64
     """Envs run side by side during a rollout."""
+    executor: str = "local"
+    """Where rollouts step the envs: local (this process) or ray (env_workers Ray actors run the envs, their
+    sandboxes and scripted players; model policies act here; the same episodes: trainers/executors.py)."""
+    env_workers: int = 2
+    """Ray actors under executor=ray (each takes one CPU of the Ray cluster)."""
     device: str = "auto"
     """auto (cuda if available), cpu or cuda."""
     threads: int = 0
@@ -208,12 +214,13 @@ class TrainConfig:
                    "aggregation": tuple(AGGREGATIONS), "lr_schedule": tuple(LR_SCHEDULES),
                    "baseline_key": ("role", "agent", "prompt"),
                    "kl_estimator": ("k3", "exact"),
-                   "generation": ("transformers", "vllm")}
+                   "generation": ("transformers", "vllm"), "executor": EXECUTORS}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"config.{name} must be one of {allowed}; got {getattr(self, name)!r}")
         for name in ("steps", "episodes_per_step", "group_size", "max_new_tokens", "micro_batch_size",
-                     "rollout_batch_size", "rotate_every", "pool_size", "max_prompt_tokens", "max_forward_tokens"):
+                     "rollout_batch_size", "rotate_every", "pool_size", "max_prompt_tokens", "max_forward_tokens",
+                     "env_workers"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"config.{name} must be >= 1; got {getattr(self, name)!r}")
         if self.episodes_per_step % self.group_size:
@@ -463,14 +470,22 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
 
     With ``resume`` the run continues from the latest checkpoint of ``config.run_dir``, or, when
     that is empty, of the newest run of the env under ``runs/``; ``FileNotFoundError`` when there
-    is none (:func:`~llm_zoo.trainers.checkpoint.resume_dir`).
+    is none (:func:`~llm_zoo.trainers.checkpoint.resume_dir`). Under ``torchrun`` each rank calls
+    it and the run is data-parallel (:mod:`~llm_zoo.trainers.distributed`).
     """
-    from llm_zoo.trainers.logging import MetricsLogger
-
     if config.threads:
         torch.set_num_threads(config.threads)
-    device = torch.device("cuda" if config.device == "auto" and torch.cuda.is_available()
-                          else ("cpu" if config.device == "auto" else config.device))
+    joined = distributed.setup(config.device)  # under torchrun: one rank of a data-parallel run
+    try:
+        return _train(config, resume, distributed.device(config.device))
+    finally:
+        distributed.teardown(joined)
+
+
+def _train(config: TrainConfig, resume: bool, device: torch.device) -> dict[str, Any]:
+    from llm_zoo.trainers.logging import MetricsLogger
+
+    main = distributed.is_main()  # rank 0 writes the run directory, logs and shows progress
     spec = llm_zoo.env_spec(config.env)
     probe = llm_zoo.make_env(config.env, **config.env_kwargs).unwrapped
     agents = list(probe.possible_agents)
@@ -481,9 +496,11 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
         run_dir = resume_dir(config.env, config.run_dir)
     else:
         run_dir = Path(config.run_dir or f"runs/{config.env}-{time.strftime('%Y%m%d-%H%M%S')}")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2))
-    _write_yaml(run_dir / "config.yaml", dataclasses.asdict(config))
+    run_dir = distributed.broadcast(run_dir)
+    if main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2))
+        _write_yaml(run_dir / "config.yaml", dataclasses.asdict(config))
 
     scripted = {n for n in policy_of.values() if n.startswith(SCRIPTED_PREFIX)}
     players = spec.scripted
@@ -505,11 +522,12 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
     # Who samples each learner's turns: the learner's own policy, or a vLLM engine fed its weights.
     acting = {name: learner.policy for name, learner in learners.items()}
     if config.generation == "vllm":  # VLLMPolicy says what is missing (vLLM, or a GPU for its CUDA build)
-        acting = {name: make_vllm_generator(learner, run_dir / "vllm" / name, config)
+        acting = {name: make_vllm_generator(learner, run_dir / "vllm" / distributed.rank_name(name), config)
                   for name, learner in learners.items()}
     acting.update({n: players[n[len(SCRIPTED_PREFIX):]](seed=config.seed) for n in scripted})
     seated = {a: learners[n].trained if n in learners else acting[n] for a, n in policy_of.items()}
-    logger = MetricsLogger(run_dir, resume_from=start, tensorboard=config.tensorboard)
+    logger = (MetricsLogger(run_dir, resume_from=start, tensorboard=config.tensorboard) if main
+              else distributed.NullLogger())
     evaluate = headline_evaluator(spec)
     snapshots: dict[tuple[str, int], TransformersPolicy] = {}
     pool_of = {a: (learners[policy_of[a]].pool if policy_of[a] in learners else []) for a in agents}.__getitem__
@@ -518,7 +536,8 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
         return snapshot_policy(learners[policy_of[agent]].policy, snap_step, state, snapshots)
 
     totals = {"episodes": start * config.episodes_per_step}
-    bar = _progress(config, start)
+    bar = _progress(config, start) if main else None
+    executor = make_executor(config.executor, config.env_workers)  # None: the envs step in this process
     final_eval: dict[str, Any] = {}
 
     for step in range(start, config.steps):
@@ -541,8 +560,10 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
                 trainable = meet_snapshots(mapping, trainable, rng, config.p_latest, pool_of, snapshot)
             assignments.append(mapping)
             trained_agents.append(trainable)
-        episodes = collect(config.env, assignments, seeds, batch_size=config.rollout_batch_size,
-                           env_kwargs=config.env_kwargs, seed=rng.randrange(2**31))
+        mine = distributed.episode_slice(len(seeds), config.group_size)  # every episode in one process
+        episodes = distributed.gather(collect(config.env, assignments[mine], seeds[mine],
+                                              batch_size=config.rollout_batch_size, env_kwargs=config.env_kwargs,
+                                              seed=distributed.rollout_seed(rng.randrange(2**31)), executor=executor))
         t_rollout = time.perf_counter() - t0
 
         # REWARDS: one sample per (episode, trained agent): its return, spread over its turns' tokens
@@ -593,7 +614,7 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
         metrics.update({"charts/episodes": totals["episodes"], "charts/lr": config.lr * learning_rate_factor(step, config),
                         "perf/rollout_s": t_rollout, "perf/update_s": t_update,
                         "perf/step_s": time.perf_counter() - t0, "perf/sandbox_runs": _sandbox_runs() - sandbox_before})
-        if evaluate and ((config.eval_every and done % config.eval_every == 0) or done == config.steps):
+        if main and evaluate and ((config.eval_every and done % config.eval_every == 0) or done == config.steps):
             final_eval = evaluate(seated, env_kwargs=config.env_kwargs)
             metrics.update({f"eval/{k}": v for k, v in final_eval.items() if isinstance(v, (int, float))})
             if any(learner.average is not None for learner in learners.values()):  # the last iterate, beside
@@ -601,21 +622,26 @@ def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
                                 env_kwargs=config.env_kwargs)
                 metrics.update({f"eval/learner/{k}": v for k, v in last.items() if isinstance(v, (int, float))})
         logger.log(done, metrics)
-        if config.sample_every and (done % config.sample_every == 0 or done == config.steps):
+        if main and config.sample_every and (done % config.sample_every == 0 or done == config.steps):
             _write_samples(run_dir / "samples" / f"step_{done:06d}.jsonl", episodes[:4])
         if (config.checkpoint_every and done % config.checkpoint_every == 0) or done == config.steps:
-            save_checkpoint(run_dir, done, learners, rae_state, config.keep_checkpoints)
+            if main:
+                save_checkpoint(run_dir, done, learners, rae_state, config.keep_checkpoints)
+            distributed.barrier()  # no rank runs ahead of a checkpoint it might resume from
         if bar is not None:
             bar.update(1)
             bar.set_postfix(_postfix(metrics, roles), refresh=False)
 
     if bar is not None:
         bar.close()
+    if executor is not None:
+        executor.close()
     logger.close()
-    if not final_eval and evaluate:
+    if main and not final_eval and evaluate:
         final_eval = evaluate(seated, env_kwargs=config.env_kwargs)
-    (run_dir / "eval.json").write_text(json.dumps(final_eval, indent=2, default=str))
-    return final_eval
+    if main:
+        (run_dir / "eval.json").write_text(json.dumps(final_eval, indent=2, default=str))
+    return distributed.broadcast(final_eval)
 
 
 @dataclass(frozen=True)
@@ -636,7 +662,8 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig) -> di
     pad = learner.policy.pad_token_id
     n_tokens = sum(len(b.completion_ids) for b in batch)
     aggregation = AGGREGATIONS[config.aggregation]
-    normalizer = aggregation.normalizer(batch, config.max_new_tokens)
+    normalizer = aggregation.normalizer(batch, config.max_new_tokens)  # of the whole batch, on every rank
+    batch = distributed.shard(batch)  # this rank's share (all of it in one process)
     exact = learner.reference is not None and config.kl_estimator == "exact"
     temperature = config.temperature or 1.0
     stats_sum: dict[str, float] = {}
@@ -671,6 +698,9 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig) -> di
         share = mb_mask.sum().item() / max(1, n_tokens)
         for k, v in stats.items():
             stats_sum[k] = stats_sum.get(k, 0.0) + v.item() * share
+    distributed.reduce_gradients(model)  # the whole batch's gradient on every rank
+    stats_sum = distributed.sum_stats({**stats_sum, "loss": total_loss})
+    total_loss = stats_sum.pop("loss")
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
     learner.optimizer.step()
     with torch.no_grad():

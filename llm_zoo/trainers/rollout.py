@@ -52,6 +52,7 @@ def collect(
     seed: int | None = None,
     max_steps: int = 10_000,
     progress: bool | str = False,
+    executor: Any = None,
 ) -> list[Episode]:
     """Play one episode per env seed, up to ``batch_size`` envs at once; return the records in seed order.
 
@@ -82,6 +83,9 @@ def collect(
         max_steps: An episode still running after this many ``env.step`` calls is stopped and
             marked failed (a guard for envs without a step cap of their own).
         progress: Show a tqdm progress bar of finished episodes; a string is its description.
+        executor: Where the envs run: None steps them in this process; an executor such as
+            :class:`~llm_zoo.trainers.executors.RayExecutor` steps them (and the scripted players)
+            in its workers while model policies act here, giving the same episodes.
 
     Raises:
         ValueError: A seat with no policy, or per-episode lists whose lengths do not match.
@@ -99,6 +103,9 @@ def collect(
     build, env_id, kwargs = _env_factory(make_env, env_kwargs)
     if n == 0:
         return []
+    if executor is not None:
+        return executor.collect(build, env_id, kwargs, maps, seed_list, option_list, batch_size=batch_size,
+                                seed=seed, max_steps=max_steps, progress=progress)
 
     envs = [build()]
     try:
