@@ -72,11 +72,12 @@ LEDUC_POKER_V0: dict[str, Any] = {
     # measures it beside CFR+ and MaskablePPO.
     **KUHN_POKER_V0,
     # A Leduc episode is about 4 decisions on prompts of about 100 tokens (Kuhn: 2 on about 50), and a
-    # step of 256 episodes took 4-8 s on the shared 2-core machine: 120 steps keep the run within 15 minutes.
-    "steps": 120,
+    # step of 256 episodes took 4-9 s on the shared 2-core machine (load average 6-10): 90 steps keep the
+    # run within 15 minutes there.
+    "steps": 90,
     "eval_every": 20,
     "checkpoint_every": 0,
-    # With 120 steps Kuhn's time constants (500 steps for the average, 200 for the magnet) would leave
+    # With 90 steps Kuhn's time constants (500 steps for the average, 200 for the magnet) would leave
     # the reported policy and the magnet at the uniform start (measured: with 0.998 the average was at
     # 2.31 after 40 steps while the last iterate was at 1.60): about 50 steps each instead. The larger
     # step for the short schedule (1e-3 against Kuhn's 3e-4) is not compared on Leduc.

@@ -27,7 +27,13 @@ from llm_zoo.envs.leduc_poker import theory
 from llm_zoo.envs.leduc_poker.env import MENU
 from llm_zoo.envs.leduc_poker.rules import RANKS, SUITS
 from llm_zoo.trainers.baselines.cfr import SOLVERS
-from llm_zoo.trainers.baselines.ppo import DEFAULTS, _EpisodeCounter, _Opponent, _policy_probabilities, _Snapshots
+from llm_zoo.trainers.baselines.ppo import (
+    DEFAULTS,
+    _EpisodeCounter,
+    _Opponent,
+    _policy_probabilities,
+    _Snapshots,
+)
 
 __all__ = ["CurvePoint", "LeducResult", "average_policy", "info_set_inputs", "solve_cfr", "tabular_strategy",
            "train_maskable_ppo"]
