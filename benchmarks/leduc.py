@@ -30,6 +30,7 @@ for Kuhn's trainer and CFR+), ``ratio`` (Leduc over Kuhn per fraction: ``episode
 
     python benchmarks/leduc.py                          # the preset's budget: about 25 min on 2 shared cores
     python benchmarks/leduc.py --trainer-run RUN_DIR    # reuse a finished `llm-zoo train leduc_poker_v0` run
+    python benchmarks/leduc.py --steps 300              # a longer LLM run than the preset's (and PPO to match)
     python benchmarks/leduc.py --quick                  # tiny budgets: under a minute
 """
 
@@ -270,9 +271,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         "(its config must be the preset's) instead of training again")
     parser.add_argument("--kuhn-steps", type=int, default=None, help=f"steps of the short Kuhn run (default {KUHN_STEPS})")
     parser.add_argument("--seed", type=int, default=0, help="seed of the trained systems (default 0)")
+    parser.add_argument("--steps", type=int, default=None, help="LLM training steps on Leduc (default: the preset's)")
     args = parser.parse_args(argv)
-    if args.kuhn_steps is not None and args.kuhn_steps < 1:
-        parser.error(f"--kuhn-steps must be >= 1; got {args.kuhn_steps}")
+    if (args.kuhn_steps is not None and args.kuhn_steps < 1) or (args.steps is not None and args.steps < 1):
+        parser.error(f"--kuhn-steps and --steps must be >= 1; got {args.kuhn_steps} and {args.steps}")
     from llm_zoo.envs.kuhn_poker import theory as kuhn_theory
     from llm_zoo.envs.leduc_poker import theory
     from llm_zoo.trainers.grpo import make_config
@@ -280,6 +282,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="leduc_"))
     out.mkdir(parents=True, exist_ok=True)
     overrides = {**(QUICK_TRAINER if args.quick else {}), "seed": args.seed}
+    if args.steps:
+        overrides["steps"] = args.steps
     config = make_config("leduc_poker_v0", overrides)
     uniform, kuhn_uniform = theory.UNIFORM_EXPLOITABILITY, kuhn_theory.UNIFORM_EXPLOITABILITY
     grid = CFR_GRID[:2] if args.quick else CFR_GRID
