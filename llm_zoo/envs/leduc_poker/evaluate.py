@@ -141,14 +141,18 @@ def score_strategy(table: Mapping[str, Mapping[str, float]]) -> dict[str, float]
     return {"exploitability": theory.exploitability(table), "payoff_vs_uniform": versus}
 
 
-def evaluate_policies(policies: Mapping[str, Any], *, env_kwargs: Mapping[str, Any] | None = None,
-                      **_: Any) -> dict[str, Any]:
+def evaluate_policies(policies: Mapping[str, Any], *, method: str = "exact",
+                      env_kwargs: Mapping[str, Any] | None = None, **_: Any) -> dict[str, Any]:
     """Evaluate the strategy formed by ``policies["player_0"]`` (seat 0's info sets) and ``policies["player_1"]``
     (seat 1's): the exact exploitability of what the models play, read from their log-probs.
 
     The headline evaluation of ``leduc_poker_v0``'s spec: exact, so it plays no episodes (it takes and
-    ignores the spec contract's ``play``).
+    ignores the spec contract's ``play``). Only ``method="exact"`` exists here: a model that reasons
+    before its move has no exact reading on Leduc yet.
     """
+    if method != "exact":
+        raise ValueError(f"leduc_poker_v0 evaluates a model exactly from its log-probs only: method must be 'exact'; "
+                         f"got {method!r:.40} (llm-zoo eval --method exact)")
     reads: dict[int, tuple[dict, dict]] = {}
     for policy in policies.values():
         if id(policy) not in reads:

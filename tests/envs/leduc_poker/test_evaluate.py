@@ -79,3 +79,8 @@ def test_training_one_step_reports_the_exact_exploitability_of_both_iterates(tmp
     assert all(math.isfinite(r["eval/learner/exploitability"]) for r in rows)
     assert rows[-1]["eval/exploitability"] == pytest.approx(result["exploitability"], abs=1e-12)
     assert rows[-1]["charts/invalid_reply_rate"] == 0.0  # masking: every sampled reply is legal
+
+
+def test_a_sampled_reading_is_refused_rather_than_silently_exact():
+    with pytest.raises(ValueError, match="method must be 'exact'"):
+        evaluate.evaluate_policies({"player_0": None, "player_1": None}, method="sampled")
