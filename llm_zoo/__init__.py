@@ -23,6 +23,7 @@ __version__ = "0.1.0"
 
 BUILTIN_ENVS: dict[str, str] = {
     "kuhn_poker_v0": "llm_zoo.kuhn_poker_v0:SPEC",
+    "leduc_poker_v0": "llm_zoo.leduc_poker_v0:SPEC",
     "agentic_judge_v0": "llm_zoo.agentic_judge_v0:SPEC",
     "proposer_solver_v0": "llm_zoo.proposer_solver_v0:SPEC",
     "user_sim_v0": "llm_zoo.user_sim_v0:SPEC",

@@ -31,7 +31,7 @@ def _registry_restored():
 
 def test_the_registry_lists_the_builtin_envs():
     assert set(BUILTIN) <= set(llm_zoo.registered())
-    assert BUILTIN == ["agentic_judge_v0", "kuhn_poker_v0", "proposer_solver_v0", "user_sim_v0"]
+    assert BUILTIN == ["agentic_judge_v0", "kuhn_poker_v0", "leduc_poker_v0", "proposer_solver_v0", "user_sim_v0"]
 
 
 @pytest.mark.parametrize("name", BUILTIN)

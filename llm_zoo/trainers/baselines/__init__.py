@@ -5,6 +5,7 @@
 | `cfr`       | CFR and CFR+ through OpenSpiel on Kuhn poker; average strategy as a table | `open_spiel`         |
 | `ppo`       | sb3-contrib MaskablePPO and SB3 PPO in self-play on Kuhn's discrete view  | `sb3-contrib`, `torch` |
 | `scripted`  | every env's scripted players (Kuhn: nash, random, card), as tables where tabular | core         |
+| `leduc`     | CFR+ (OpenSpiel) and MaskablePPO self-play on Leduc hold'em, scored exactly | `open_spiel`, `sb3-contrib` |
 
 On Kuhn poker each baseline exposes its strategy in the tabular form of
 `llm_zoo.envs.kuhn_poker.theory`, so one exploitability function scores them all, and
@@ -15,4 +16,4 @@ none of the `baselines` extra.
 
 from __future__ import annotations
 
-__all__ = ["cfr", "ppo", "scripted"]
+__all__ = ["cfr", "leduc", "ppo", "scripted"]
