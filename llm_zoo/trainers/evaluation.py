@@ -112,6 +112,9 @@ def evaluate_checkpoint(env: str, checkpoint: str | Path, *, episodes: int = 500
         seat_policy[agent] = by_name.get(name) or next(iter(by_name.values()))
     spec = llm_zoo.env_spec(env)
     result: dict[str, Any] = {"env": env, "checkpoint": str(checkpoint)}
+    # which weights a checkpoint's policies/ holds (grpo.save_checkpoint): the average when the run kept one
+    result["weights"] = (f"the average of the learner's weights (average_ema={config['average_ema']})"
+                         if config.get("average_ema") else "the last iterate (the learner's own weights)")
     evaluate = headline_evaluator(env)
     if evaluate is not None:
         result.update(evaluate(seat_policy, method=method, env_kwargs=env_kwargs))
