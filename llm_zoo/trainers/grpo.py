@@ -42,7 +42,7 @@ from llm_zoo.policies.transformers import TransformersPolicy
 from llm_zoo.scoring import completion_logprobs
 from llm_zoo.spec import EnvSpec
 from llm_zoo.trainers import advantages as adv
-from llm_zoo.trainers import distributed, presets, sft
+from llm_zoo.trainers import distributed, loss_terms, presets, sft
 from llm_zoo.trainers.checkpoint import latest_checkpoint, load_checkpoint, resume_dir, save_checkpoint
 from llm_zoo.trainers.evaluation import headline_evaluator
 from llm_zoo.trainers.executors import EXECUTORS, make_executor
@@ -171,10 +171,22 @@ class TrainConfig:
     learner's own weights go into ``NAME.trainer.pt`` to resume). Self-play's last iterate circles a
     mixed equilibrium; the average sits nearer its centre, as CFR and fictitious play report their
     average strategy."""
+    average_debias: bool = False
+    """Bias-correct the weights' average (``average_ema``) as Adam does its moments: the starting weights
+    get no share, so the average is the learner itself after the first step and tends to the plain EMA
+    after about ``1 / (1 - average_ema)`` steps, instead of lagging toward the initial policy early on."""
     kl_estimator: str = "k3"
     """k3 (sampled-token estimator) or exact (summed over the vocabulary)."""
     entropy_coef: float = 0.0
     """Weight of the entropy bonus on completion tokens."""
+    turn_baseline: str = "none"
+    """none, prompt (each trained turn's advantage minus the mean over the step's turns of the same learner
+    with the same prompt: for Kuhn poker one baseline per information set) or prompt_std (also divided
+    by their std); :mod:`~llm_zoo.trainers.loss_terms`."""
+    validity_coef: float = 0.0
+    """Weight of ``-log P(a legal reply, then end of turn)`` under the unconstrained model, per distinct
+    prompt of the step: with ``constrain_to_legal`` it teaches the model to reply validly without the
+    mask too (0: off); :mod:`~llm_zoo.trainers.loss_terms`."""
 
     pool_every: int = 0
     """Snapshot each learner into the self-play pool every this many steps (0: no pool)."""
@@ -232,6 +244,10 @@ class TrainConfig:
             raise ValueError(f"config.average_ema must be in [0, 1) (0: no average); got {self.average_ema!r}")
         if not self.memory_limit_gb >= 0.0:
             raise ValueError(f"config.memory_limit_gb must be >= 0 (0: no check); got {self.memory_limit_gb!r}")
+        if self.turn_baseline not in loss_terms.TURN_BASELINES:
+            raise ValueError(f"config.turn_baseline must be one of {loss_terms.TURN_BASELINES}; got {self.turn_baseline!r}")
+        if not (math.isfinite(self.validity_coef) and self.validity_coef >= 0.0):
+            raise ValueError(f"config.validity_coef must be a finite number >= 0 (0: off); got {self.validity_coef!r}")
         if not 0.0 <= self.p_latest <= 1.0:
             raise ValueError(f"config.p_latest must be in [0, 1]; got {self.p_latest!r}")
         if not 0.0 < self.vllm_gpu_memory_utilization < 1.0:
@@ -591,12 +607,20 @@ def _train(config: TrainConfig, resume: bool, device: torch.device) -> dict[str,
                     learner = learners[policy_of[agent]]
                     paths = learner.policy.legal_paths(turn.observation) if learner.policy.constrain else None
                     allowed = allowed_per_position(paths, turn.completion_ids) if paths else None
+                    valid = (loss_terms.validity_paths(learner.policy.tokenizer, turn.observation["legal_actions"],
+                                                       learner.policy.eos_token_ids[0])
+                             if config.validity_coef and turn.observation.get("legal_actions") else None)
                     batches[policy_of[agent]].append(Sample(turn.prompt_ids, turn.completion_ids, turn.logprobs, a,
-                                                            allowed))
+                                                            allowed, valid))
+        if config.turn_baseline != "none":
+            for name, batch in batches.items():
+                centred = loss_terms.centre_by_prompt([b.advantage for b in batch], [b.prompt_ids for b in batch],
+                                                      config.turn_baseline)
+                batches[name] = [dataclasses.replace(b, advantage=a) for b, a in zip(batch, centred)]
         metrics: dict[str, float] = {}
         for name, batch in batches.items():
             if batch:
-                stats = update(learners[name], batch, config)
+                stats = update(learners[name], batch, config, step=step)
                 metrics.update({f"losses/{k}/{name}": v for k, v in stats.items()})
                 if acting[name] is not learners[name].policy:  # the next rollout samples the new weights
                     acting[name].sync_from(learners[name].model)
@@ -653,10 +677,14 @@ class Sample:
     logprobs: list[float]
     advantage: float
     allowed: list[list[int]] | None = None
+    valid_paths: tuple[tuple[int, ...], ...] | None = None
+    """The legal replies' token paths, each ending in end of turn, for ``config.validity_coef``."""
 
 
-def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig) -> dict[str, float]:
-    """Take one optimiser step on a learner's batch, accumulating gradients over micro-batches; return its stats."""
+def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig, step: int | None = None) -> dict[str, float]:
+    """Take one optimiser step on a learner's batch, accumulating gradients over micro-batches; return its stats.
+
+    ``step`` (0-based) is the run's step, which ``config.average_debias`` needs (None: no bias correction)."""
     model = learner.model
     device = learner.policy.device
     pad = learner.policy.pad_token_id
@@ -698,6 +726,12 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig) -> di
         share = mb_mask.sum().item() / max(1, n_tokens)
         for k, v in stats.items():
             stats_sum[k] = stats_sum.get(k, 0.0) + v.item() * share
+    if config.validity_coef:  # once per distinct prompt of the step, not per sample
+        items = {tuple(b.prompt_ids): b.valid_paths for b in batch if b.valid_paths}
+        v_loss, v_mass = loss_terms.validity_loss(model, list(items.items()), pad_token_id=pad, temperature=temperature)
+        (config.validity_coef * v_loss).backward()
+        total_loss += config.validity_coef * v_loss.item()
+        stats_sum["valid_mass"] = v_mass
     distributed.reduce_gradients(model)  # the whole batch's gradient on every rank
     stats_sum = distributed.sum_stats({**stats_sum, "loss": total_loss})
     total_loss = stats_sum.pop("loss")
@@ -708,8 +742,12 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig) -> di
             for ref_param, param in zip(learner.reference.parameters(), model.parameters()):
                 ref_param.lerp_(param, 1.0 - config.reference_ema)
         if learner.average is not None:
+            keep = config.average_ema
+            if config.average_debias and step is not None:  # bias-corrected EMA: weights ema^(t-i) over steps 1..t
+                t = step + 1
+                keep = config.average_ema * (1.0 - config.average_ema ** (t - 1)) / (1.0 - config.average_ema ** t)
             for avg_param, param in zip(learner.average.model.parameters(), model.parameters()):
-                avg_param.lerp_(param, 1.0 - config.average_ema)
+                avg_param.lerp_(param, 1.0 - keep)
     model.eval()
     return {**stats_sum, "loss": total_loss, "grad_norm": float(grad_norm), "tokens": float(n_tokens)}
 

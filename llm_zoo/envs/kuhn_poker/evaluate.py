@@ -122,6 +122,101 @@ def _canonical_strategy(policy: Any, env_kwargs: Mapping[str, Any]) -> tuple[dic
     return _renormalise(raw)
 
 
+def unconstrained_strategy(policy: Any, env_kwargs: Mapping[str, Any] | None = None) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """Return (each legal move's unconstrained probability, the mass left over) per info set.
+
+    A move's probability is that of its canonical reply then end of turn (``"[bet]"``, EOS) under
+    the model's own distribution with no decoding mask, whatever the policy's ``constrain`` says:
+    what a client that cannot mask decoding (``llm-zoo serve`` and :class:`~llm_zoo.policies.OpenAIPolicy`)
+    gets. The rows are not renormalised; the mass left over is everything else the model could say.
+    """
+    eos = policy.eos_token_ids[0]
+    prompts, completions, index = [], [], []
+    for info_set in theory.INFO_SETS:
+        prompt = policy.encode_prompts([info_set_observation(info_set, **(env_kwargs or {}))])[0]
+        for move in theory.legal_moves(info_set):
+            prompts.append(prompt)
+            completions.append(list(policy.tokenizer.encode(text.reply_for(Move(move)), add_special_tokens=False)) + [eos])
+            index.append((info_set, move))
+    moves: dict[str, dict[str, float]] = {}
+    for (info_set, move), lps in zip(index, policy.logprobs_of(prompts, completions)):
+        moves.setdefault(info_set, {})[move] = math.exp(sum(lps))
+    left = {i: min(1.0, max(0.0, 1.0 - sum(row.values()))) for i, row in moves.items()}
+    return moves, left
+
+
+def forfeit_exploitability(moves: Mapping[str, Mapping[str, float]], forfeit: Mapping[str, float],
+                           penalty: float = 1.0) -> float:
+    """Return the exploitability of a strategy that forfeits with probability ``forfeit[I]`` at info set I.
+
+    ``moves[I]`` holds the legal moves' probabilities (summing to ``1 - forfeit[I]``). A forfeit ends
+    the hand with ``-penalty`` to the player who forfeited (the env's rule, ``forfeit_penalty``);
+    the best responder never forfeits. Exploitability is, as in :func:`theory.exploitability`, the
+    mean of the two players' best-response values; with no forfeits it equals it.
+    """
+    def row(info_set: str) -> dict[str, float]:
+        return {m: float(moves[info_set].get(m, 0.0)) for m in theory.legal_moves(info_set)}
+
+    def value_0(history: tuple[str, ...], cards: tuple[int, int], br: Mapping[str, str], player: int) -> float:
+        """Player_0's expected payoff below ``history``; ``player`` plays ``br`` where it has chosen."""
+        if history in theory._TERMINAL:
+            return theory._payoff_0(history, cards)
+        actor = theory._TO_ACT[history]
+        info_set = theory._info_set(cards[actor], history)
+        if actor == player:
+            return value_0((*history, br[info_set]), cards, br, player)
+        probs = row(info_set)
+        lost = forfeit.get(info_set, 0.0) * (-penalty if actor == 0 else penalty)
+        return lost + sum(p * value_0((*history, m), cards, br, player) for m, p in probs.items() if p)
+
+    def reach(history: tuple[str, ...], cards: tuple[int, int], opponent: int) -> float:
+        prob = 1.0
+        for depth, move in enumerate(history):
+            prefix = history[:depth]
+            if theory._TO_ACT[prefix] == opponent:
+                prob *= row(theory._info_set(cards[opponent], prefix))[move]
+        return prob
+
+    total = 0.0
+    for player in (0, 1):
+        sign = 1.0 if player == 0 else -1.0
+        br: dict[str, str] = {}
+        own = [i for i in theory.INFO_SETS if theory.player_of(i) == player]
+        for info_set in sorted(own, key=lambda i: -len(theory._PARSED[i][1])):  # deepest first
+            card, history = theory._PARSED[info_set]
+            q = {}
+            for move in theory.legal_moves(info_set):
+                q[move] = 0.0
+                for other in range(len(CARDS)):
+                    if other != card:
+                        cards = (card, other) if player == 0 else (other, card)
+                        chance = reach(history, cards, 1 - player)
+                        if chance:
+                            q[move] += chance * sign * value_0((*history, move), cards, {**br, info_set: move}, player)
+            br[info_set] = max(q, key=q.__getitem__)
+        deals = [(a, b) for a in range(len(CARDS)) for b in range(len(CARDS)) if a != b]
+        total += sign * sum(value_0((), cards, br, player) for cards in deals) / len(deals)
+    return total / 2
+
+
+def unconstrained_figures(policies: Mapping[str, Any], env_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Return the unconstrained strategy's figures: exploitability with every other reply a forfeit,
+    and the mass of the legal replies (each then end of turn) per info set, its least and its mean."""
+    reads: dict[int, tuple[dict, dict]] = {}
+    for policy in policies.values():
+        if id(policy) not in reads:
+            reads[id(policy)] = unconstrained_strategy(policy, env_kwargs)
+    moves, forfeit = {}, {}
+    for info_set in theory.INFO_SETS:
+        m, f = reads[id(policies[f"player_{theory.player_of(info_set)}"])]
+        moves[info_set], forfeit[info_set] = m[info_set], f[info_set]
+    penalty = float((env_kwargs or {}).get("forfeit_penalty", 1.0))
+    valid = {i: 1.0 - f for i, f in forfeit.items()}
+    return {"unconstrained_exploitability": forfeit_exploitability(moves, forfeit, penalty),
+            "valid_mass_min": min(valid.values()), "valid_mass_mean": sum(valid.values()) / len(valid),
+            "valid_mass": valid}
+
+
 SAMPLES = 64
 """Replies sampled per info set by the sampled estimate (and what its intervals assume)."""
 
@@ -232,5 +327,8 @@ def evaluate_policies(policies: Mapping[str, Any], *, method: str = "exact",
         t, o = reads[id(policies[f"player_{theory.player_of(info_set)}"])]
         table[info_set], other[info_set] = t[info_set], o[info_set]
     intervals = {} if method == "exact" else sampled_intervals(table, other, SAMPLES)
+    unmasked = {}
+    if all(hasattr(p, "logprobs_of") and hasattr(p, "eos_token_ids") for p in policies.values()):
+        unmasked = unconstrained_figures(policies, env_kwargs)  # beside the masked figures: no decoding mask
     return {"method": method, **score_strategy(table), **intervals,
-            "other_mass_mean": sum(other.values()) / len(other), "strategy": table}
+            "other_mass_mean": sum(other.values()) / len(other), **unmasked, "strategy": table}

@@ -1,0 +1,107 @@
+"""A Kuhn checkpoint trained with the validity term plays without a decoding mask, served by ``llm-zoo serve``.
+
+The trainer samples Kuhn's moves under a mask (``constrain_to_legal``); ``validity_coef`` also teaches
+the model to put its own, unconstrained mass on the legal replies. This test trains a small run
+with it, checks the exact unconstrained figures of ``llm-zoo eval``, then serves each seat's
+checkpoint with the real ``llm-zoo serve`` command on 127.0.0.1 and plays it through
+:class:`~llm_zoo.policies.openai.OpenAIPolicy` (which cannot mask decoding), checking that no hand
+is forfeited.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("openai")
+
+from llm_zoo.policies.openai import OpenAIPolicy  # noqa: E402
+from llm_zoo.trainers.grpo import make_config, train  # noqa: E402
+from llm_zoo.trainers.rollout import collect  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+READY_TIMEOUT_S = 120
+HANDS = 48
+RUN = {"steps": 40, "episodes_per_step": 32, "rollout_batch_size": 32, "model_hidden_size": 32, "eval_every": 0,
+       "checkpoint_every": 0, "sample_every": 0, "progress": False, "tensorboard": False, "threads": 1,
+       "lr": 3e-3, "validity_coef": 1.0, "average_debias": True}
+"""A small run of the main job's settings (one model per seat, the mask, the weights' average) with the term."""
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path, dict]:
+    run_dir = tmp_path_factory.mktemp("kuhn_unmasked")
+    config = make_config("kuhn_poker_v0", {**RUN, "run_dir": str(run_dir)})
+    result = train(config)
+    return result, run_dir / "checkpoints" / f"step_{config.steps:06d}", config.env_kwargs
+
+
+def _serve(model_dir: Path) -> tuple[subprocess.Popen[str], str]:
+    cmd = [sys.executable, "-m", "llm_zoo.cli", "serve", "--model", str(model_dir), "--port", "0", "--threads", "1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+           "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: lines.put(proc.stdout.readline()), daemon=True).start()
+    try:
+        line = lines.get(timeout=READY_TIMEOUT_S)
+    except queue.Empty:
+        line = ""
+    if not line.startswith("serving "):
+        proc.kill()
+        raise AssertionError(f"no ready line from {cmd}; stdout {line!r}, stderr:\n{proc.stderr.read()[-2000:]}")
+    return proc, line.split(" at ", 1)[1].strip()
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+
+
+def test_eval_reports_the_unconstrained_strategy_beside_the_masked_one(run):
+    result, ckpt, _ = run
+    out = subprocess.run([sys.executable, "-m", "llm_zoo.cli", "eval", "kuhn_poker_v0", "--checkpoint", str(ckpt),
+                          "--episodes", "20"], cwd=REPO, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, check=True).stdout
+    report = json.loads(out)
+    assert report["exploitability"] == pytest.approx(result["exploitability"], abs=1e-9)
+    assert report["unconstrained_exploitability"] == pytest.approx(result["unconstrained_exploitability"], abs=1e-9)
+    assert report["valid_mass_min"] >= 0.95 and set(report["valid_mass"]) == set(report["strategy"])
+    assert "average" in report["weights"]  # the main job's checkpoint exports the weights' average
+
+
+def test_a_served_checkpoint_played_without_a_mask_forfeits_no_hand(run):
+    result, ckpt, env_kwargs = run
+    assert result["valid_mass_min"] >= 0.95
+    procs, seats = [], {}
+    try:
+        for agent, name in (("player_0", "seat_0"), ("player_1", "seat_1")):
+            proc, url = _serve(ckpt / "policies" / name)
+            procs.append(proc)
+            seats[agent] = OpenAIPolicy(url, name, temperature=1.0, max_tokens=8, seed=0)
+        episodes = collect("kuhn_poker_v0", seats, list(range(HANDS)), batch_size=8, env_kwargs=env_kwargs, seed=0)
+    finally:
+        for proc in procs:
+            _stop(proc)
+    assert len(episodes) == HANDS and not any(e.failed for e in episodes)
+    for episode in episodes:
+        for agent, info in episode.infos.items():
+            assert not info["forfeit"] and info["invalid_replies"] == 0, (episode.seed, agent, info)
+            assert len(info["payoffs"]) == 1  # the hand was played out: a showdown or a fold
+    replies = [turn.reply for e in episodes for turn in e.turns]
+    assert set(replies) <= {"[check]", "[bet]", "[call]", "[fold]"}, sorted(set(replies))
+    assert {"[check]", "[bet]"} <= set(replies)  # sampled, not one reply everywhere

@@ -1,0 +1,79 @@
+"""The trainer's per-prompt baselines, validity term and bias-corrected weight average (llm_zoo.trainers.loss_terms)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from llm_zoo.trainers import grpo, loss_terms  # noqa: E402
+from llm_zoo.trainers.grpo import make_config  # noqa: E402
+
+TINY = {"steps": 2, "episodes_per_step": 8, "rollout_batch_size": 8, "model_hidden_size": 32, "eval_every": 1,
+        "progress": False, "tensorboard": False, "threads": 1, "lr": 1e-2, "sample_every": 0, "checkpoint_every": 0}
+
+
+def test_centre_by_prompt_subtracts_each_prompt_s_mean_and_scales_by_its_std():
+    adv = [1.0, 3.0, -2.0, 5.0, 7.0]
+    prompts = [[1, 2], [1, 2], [9], [1, 2, 3], [1, 2, 3]]
+    assert loss_terms.centre_by_prompt(adv, prompts, "none") == adv
+    assert loss_terms.centre_by_prompt(adv, prompts, "prompt") == [-1.0, 1.0, 0.0, -1.0, 1.0]  # [9] alone: 0
+    scaled = loss_terms.centre_by_prompt(adv, prompts, "prompt_std")
+    assert scaled[0] == pytest.approx(-1 / (1 + loss_terms.STD_EPS)) and scaled[2] == 0.0
+    with pytest.raises(ValueError, match="turn_baseline must be one of"):
+        loss_terms.centre_by_prompt(adv, prompts, "info_set")
+
+
+def test_validity_loss_is_minus_the_log_of_the_legal_replies_mass():
+    from llm_zoo.envs.kuhn_poker import text
+    from llm_zoo.envs.kuhn_poker.rules import Move
+
+    config = make_config("kuhn_poker_v0", {**TINY, "model_zero_head": False, "model_init_std": 0.1})
+    tokenizer, model = grpo.build_tokenizer_and_model(config, seed=0)
+    eos = tokenizer.eos_token_id
+    paths = loss_terms.validity_paths(tokenizer, [text.reply_for(Move.CHECK), text.reply_for(Move.BET)], eos)
+    assert all(p[-1] == eos and len(p) >= 2 for p in paths)
+    prompt = tokenizer.encode("Your card: K.", add_special_tokens=False)
+    loss, mass = loss_terms.validity_loss(model, [(prompt, paths)], pad_token_id=tokenizer.pad_token_id or 0)
+    with torch.no_grad():  # the same mass, token by token from the model's own next-token distributions
+        expected = 0.0
+        for path in paths:
+            p, ids = 1.0, list(prompt)
+            for token in path:
+                p *= torch.softmax(model(torch.tensor([ids])).logits[0, -1], -1)[token].item()
+                ids.append(token)
+            expected += p
+    assert mass == pytest.approx(expected, rel=1e-4) and loss.item() == pytest.approx(-math.log(expected), rel=1e-4)
+    loss.backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+
+
+def test_validity_coef_raises_the_unconstrained_mass_of_the_legal_replies(tmp_path):
+    base = {**TINY, "steps": 6, "eval_every": 0, "policies": {}, "average_ema": 0.0}  # score the learner itself
+    without = grpo.train(make_config("kuhn_poker_v0", {**base, "run_dir": str(tmp_path / "off")}))
+    with_term = grpo.train(make_config("kuhn_poker_v0", {**base, "run_dir": str(tmp_path / "on"), "validity_coef": 1.0}))
+    # the masked figures are read as before; the unconstrained ones sit beside them
+    assert {"exploitability", "unconstrained_exploitability", "valid_mass_min"} <= set(with_term)
+    assert with_term["valid_mass_mean"] > 10 * without["valid_mass_mean"]
+
+
+def test_average_debias_makes_the_average_the_learner_after_one_step(tmp_path):
+    from safetensors.torch import load_file
+
+    config = make_config("kuhn_poker_v0", {**TINY, "steps": 1, "run_dir": str(tmp_path), "average_ema": 0.99,
+                                           "average_debias": True, "policies": {}})
+    grpo.train(config)
+    ckpt = tmp_path / "checkpoints" / "step_000001"
+    exported = load_file(str(ckpt / "policies" / "main" / "model.safetensors"))
+    learner = torch.load(ckpt / "main.trainer.pt", weights_only=False)["learner"]
+    assert all(torch.allclose(exported[k], learner[k]) for k in exported)  # plain EMA: 99% the initial weights
+
+
+def test_new_fields_are_checked():
+    with pytest.raises(ValueError, match="config.turn_baseline"):
+        make_config("kuhn_poker_v0", {"turn_baseline": "card"})
+    with pytest.raises(ValueError, match="config.validity_coef"):
+        make_config("kuhn_poker_v0", {"validity_coef": -1})
