@@ -79,6 +79,7 @@ def test_quick_run_trains_both_on_the_same_prompts_and_ends_with_the_json_line(c
     keys = ("speedup", "speedup_end_to_end", "llm_zoo_completions_per_s", "trl_completions_per_s",
             "llm_zoo_s_per_step", "trl_s_per_step", "llm_zoo_final_reward", "trl_final_reward",
             "llm_zoo_reward_last_quarter", "trl_reward_last_quarter", "reward_no_worse", "best_reward",
+            "reward_diff_curve", "reward_diff_curve_se", "reward_diff_final", "reward_diff_final_se",
             "same_prompts", "same_prompt_ids", "trl_loss_type", "threads", "seconds")
     assert set(keys) <= set(figures)
     assert figures["llm_zoo_steps"] == figures["trl_steps"] == figures["steps"] == 2
