@@ -1,0 +1,634 @@
+"""llm_zoo's GRPO trainer beside TRL's GRPOTrainer: the same single-turn task, model and loss, one run, one CPU.
+
+The task is Kuhn poker's first decision of each seat, as a prompt set: the 9 prompts the
+kuhn_poker_v0 env writes when it first asks a player for a move (player_0 holding J, Q or K
+with nothing played; player_1 holding J, Q or K after player_0 checked, or after it bet). A reply
+earns the exact expected payoff of the move it names against a fixed opponent (:data:`OPPONENT`, a
+tabular strategy: it always bets and calls with K, never bets with Q and calls with it half the
+time, bluffs J a third of the time and never calls with it), with the rest of the hand played out
+exactly: the opponent's moves by its table, the learner's one later decision (player_0 facing a
+bet after checking) by the best reply to that table. :func:`move_values` computes it by
+enumeration over the opponent's cards, weighted by how likely each is to have produced what the
+prompt shows, on the env's own rules (:mod:`llm_zoo.envs.kuhn_poker.rules`). A reply that the
+env's parser (``text.parse_move``: lenient about wording, strict about naming exactly one legal
+move) cannot read scores -2, the worst payoff of a hand, so that no unreadable reply pays more
+than a legal move. The best reachable mean reward is :func:`best_mean_reward` (the mean over the
+9 prompts of the better move's value).
+
+Both trainers get:
+
+- the same tiny model: the trainer's own ``build_tokenizer_and_model`` (``llm_zoo.models``, a Llama
+  built from a config, word-level tokenizer over Kuhn's corpus), same seed, so the same initial
+  weights; the same chat template and the same prompt token ids;
+- the same prompts in the same order: the env seeds that ``llm_zoo.trainers.grpo.train`` draws at
+  each step (one per group) are computed beforehand (:func:`planned_seeds`), and TRL's dataset
+  holds the very observation the env shows for each seed, in that order (``shuffle_dataset=False``);
+  after the run the script checks that both sides saw exactly those prompts (``same_prompts``);
+- the same group size, completions per step (one generation batch per optimiser step, one
+  update per batch: ``num_iterations=1``), ``max_new_tokens``, temperature 1 and top-p 1, AdamW at
+  the same constant learning rate with no weight decay and no warm-up, gradients clipped at norm 1;
+- the same loss: GRPO advantages normalised within each group (``(r - mean) / (std + 1e-4)``), the
+  clipped importance ratio with epsilon 0.2 on both sides, no KL term (``beta=0``, no reference
+  model), no entropy bonus, and token-level aggregation: the mean over every completion token of
+  the step. That is llm_zoo's ``aggregation="token"`` and TRL's ``loss_type="dapo"`` (normalised
+  by the number of active tokens in the global accumulated batch; with one process and no
+  gradient accumulation, the step's completion tokens);
+- one torch thread (``torch.set_num_threads(1)``, and ``threads=1`` in llm_zoo's config).
+
+Our side runs :func:`llm_zoo.trainers.grpo.train` itself, end to end, on a one-turn env registered
+here (``kuhn_first_move_v0``, an :class:`~llm_zoo.spec.EnvSpec` as docs/writing_an_env.md shows):
+each episode is one prompt and one reply, the episode seed picks the prompt, and the env's reward
+is the reply's value. So our measured time holds everything a user of ``llm-zoo train`` pays for:
+the env steps, the episode records, rollout batching, metrics logging and the final checkpoint.
+TRL's side is ``GRPOTrainer(...).train()`` with a reward function that reads the completion with
+the same parser and the same values. Both are timed end to end (construction included; our
+``train`` also builds its model, which TRL gets built), and per step by each one's own clock
+(llm_zoo's ``perf/step_s``; TRL's ``on_step_begin`` to ``on_step_end``, generation included).
+
+The reward curve is each step's mean training reward against completions (the same prompts on
+both sides, so the prompt mix moves both curves alike); after training both final models are
+scored by the same sampler on every prompt (``--eval-samples`` replies each, the same seed).
+
+What the comparison cannot remove:
+
+- the generation path: TRL samples with ``model.generate`` over a left-padded batch of whole
+  prompts; llm_zoo samples with its own KV-cached loop, which runs each distinct prompt (and each
+  shared prefix) once (``TransformersPolicy``'s ``share_prefix``) and keeps the sampling
+  log-probs, so its loss needs no second pass for them (TRL, at ``num_iterations=1``, uses the
+  detached current log-probs as the old ones: the same value, ratio 1, in both);
+- TRL's machinery around the step: ``transformers.Trainer``'s loop, ``accelerate``'s wrapping, the
+  ``datasets`` dataloader and its collation, TRL's metrics gathering and logging every
+  ``logging_steps`` (its default, 10); llm_zoo's: the env and episode records, per-step metrics in
+  ``metrics.jsonl``, and a checkpoint at the end;
+- the group std: TRL divides by the sample std (Bessel's correction), llm_zoo by the population
+  std, so TRL's advantages are llm_zoo's times ``sqrt((G - 1) / G)`` (0.935 at G = 8): a constant
+  scale, which AdamW all but cancels (not quite: the gradient clip at norm 1 sees the scale);
+- randomness: each samples from its own random stream, so the completions differ; the rewards,
+  prompts and initial weights do not.
+
+    python benchmarks/trainer_vs_trl.py             # the full setting (a few minutes on 2 cores)
+    python benchmarks/trainer_vs_trl.py --quick     # the smallest setting: seconds
+    python benchmarks/trainer_vs_trl.py --out DIR   # where the plot and the figures go (default: a temp folder)
+
+Prints the settings, the move values, a table (seconds per step, completions per second, the
+reward over the last quarter of completions, the final sampled reward) and the reward curve,
+writes ``trainer_vs_trl.png``, and ends with one JSON line. The goal (issue 20): at least 2x TRL's
+completions per second, with a reward curve no worse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import llm_zoo
+from llm_zoo.envs.core import FastOrderEnforcingWrapper, InvalidReply, TextEnv
+from llm_zoo.envs.kuhn_poker import text, theory
+from llm_zoo.envs.kuhn_poker.rules import CARDS, Hand, Move
+from llm_zoo.spec import EnvSpec
+
+ENV_ID = "kuhn_first_move_v0"
+GOAL_SPEEDUP = 2.0
+INVALID_REWARD = -2.0
+"""An unreadable reply: the worst payoff of a Kuhn hand, so it never pays more than a legal move."""
+
+OPPONENT = theory.validate_policy({
+    # as player_0, first to act
+    "J:": {"check": 2 / 3, "bet": 1 / 3}, "Q:": {"check": 1.0, "bet": 0.0}, "K:": {"check": 1 / 3, "bet": 2 / 3},
+    # as player_0, facing a bet after its check
+    "J:check,bet": {"call": 0.0, "fold": 1.0}, "Q:check,bet": {"call": 0.5, "fold": 0.5},
+    "K:check,bet": {"call": 1.0, "fold": 0.0},
+    # as player_1, after a check
+    "J:check": {"check": 2 / 3, "bet": 1 / 3}, "Q:check": {"check": 1.0, "bet": 0.0}, "K:check": {"check": 0.0, "bet": 1.0},
+    # as player_1, facing a bet
+    "J:bet": {"call": 0.0, "fold": 1.0}, "Q:bet": {"call": 0.5, "fold": 0.5}, "K:bet": {"call": 1.0, "fold": 0.0},
+})
+"""The fixed opponent, a tabular strategy over Kuhn's 12 info sets (theory's format); it is exploitable."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One size of the comparison; both trainers run it."""
+
+    steps: int
+    prompts_per_step: int
+    group_size: int
+    max_new_tokens: int
+    lr: float
+    hidden_size: int
+    layers: int
+    init_std: float
+    zero_head: bool
+    eval_samples: int
+
+    @property
+    def completions_per_step(self) -> int:
+        return self.prompts_per_step * self.group_size
+
+
+SETTINGS = {
+    "full": Setting(steps=150, prompts_per_step=9, group_size=8, max_new_tokens=4, lr=1e-3, hidden_size=128,
+                    layers=2, init_std=0.125, zero_head=False, eval_samples=256),
+    "quick": Setting(steps=2, prompts_per_step=2, group_size=4, max_new_tokens=2, lr=1e-3, hidden_size=32,
+                     layers=1, init_std=0.02, zero_head=False, eval_samples=4),
+}
+"""``full`` is the default; ``--quick`` runs ``quick``; flags override single fields.
+
+``full``'s model is the Kuhn main job's width and initialisation (hidden size 128, init std 0.125;
+``presets.KUHN_POKER_V0``) without its zero output layer. Measured on our side (seed 0, 150 steps):
+with init std 0.02, or with the zero output layer, the model's first replies hardly depend on the
+prompt, and both trainers collapse onto ``[check]`` at every prompt (final reward -0.648: the three
+facing-a-bet prompts unreadable; TRL's run at 0.02 ended at -0.608, valid 0.66, the same collapse);
+at 0.125 every reply becomes legal (-0.27). lr 3e-4 (300 steps) and groups of 16 end at the same
+policy; lr 3e-3 collapses."""
+
+ENV_KWARGS = {"rules_in_prompt": False}
+"""The prompts of the Kuhn main job (``presets.KUHN_POKER_V0``): the reply format, not the rules."""
+
+
+# ---------------------------------------------------------------------------------------------
+# THE TASK: Kuhn's first decisions, each move worth its exact expected payoff against OPPONENT
+# ---------------------------------------------------------------------------------------------
+
+DECISIONS: tuple[tuple[int, int, tuple[Move, ...]], ...] = tuple(
+    (seat, card, history) for seat, history in ((0, ()), (1, (Move.CHECK,)), (1, (Move.BET,)))
+    for card in range(len(CARDS)))
+"""(seat, card, moves before it) of each prompt: player_0's first move, player_1's after a check, after a bet."""
+
+
+def _hand(seat: int, card: int, other: int, history: tuple[Move, ...]) -> Hand:
+    return Hand((card, other) if seat == 0 else (other, card), history)
+
+
+def _value(seat: int, card: int, history: tuple[Move, ...], weights: Mapping[int, float]) -> float:
+    """Return the learner's payoff summed over the opponent's cards (``weights``: card -> reach weight),
+    the opponent playing OPPONENT and the learner its best reply at any later decision."""
+    probe = _hand(seat, card, next(iter(weights)), history)
+    if probe.is_terminal:
+        return sum(w * _hand(seat, card, other, history).payoff * (1 if seat == 0 else -1)
+                   for other, w in weights.items())
+    if probe.to_act == seat:  # the learner's info set is its card and the history: one choice for every weight
+        return max(_value(seat, card, (*history, m), weights) for m in probe.legal_moves)
+    total = 0.0
+    for move in probe.legal_moves:
+        after = {other: w * OPPONENT[_hand(seat, card, other, history).info_set(1 - seat)][move.value]
+                 for other, w in weights.items()}
+        total += _value(seat, card, (*history, move), after)
+    return total
+
+
+def move_values(seat: int, card: int, history: tuple[Move, ...]) -> dict[Move, float]:
+    """Return the exact expected payoff of each legal move of a decision against OPPONENT."""
+    weights = {}
+    for other in range(len(CARDS)):
+        if other != card:  # the deal (1/2 each), times the opponent's probability of the moves shown
+            w = 0.5
+            for i, move in enumerate(history):
+                w *= OPPONENT[_hand(seat, card, other, history[:i]).info_set(1 - seat)][move.value]
+            weights[other] = w
+    total = sum(weights.values())
+    legal = _hand(seat, card, next(iter(weights)), history).legal_moves
+    return {m: _value(seat, card, (*history, m), weights) / total for m in legal}
+
+
+VALUES: tuple[dict[Move, float], ...] = tuple(move_values(*d) for d in DECISIONS)
+"""Per decision: move -> its exact value."""
+
+
+def best_mean_reward() -> float:
+    """Return the mean over the decisions of the best move's value: the most any policy can earn."""
+    return statistics.fmean(max(v.values()) for v in VALUES)
+
+
+def reward_of(reply: str, decision: int) -> float:
+    """Return what a reply earns at a decision: its move's value, or INVALID_REWARD if it names no legal move."""
+    values = VALUES[decision]
+    move = text.parse_move(reply, tuple(values))
+    return INVALID_REWARD if move is None else values[move]
+
+
+@functools.cache
+def _decision_messages(decision: int, rules_in_prompt: bool) -> tuple[tuple[str, str], ...]:
+    seat, card, history = DECISIONS[decision]
+    other = (card + 1) % len(CARDS)  # the opponent's card is never shown before the showdown
+    cards = (card, other) if seat == 0 else (other, card)
+    env = llm_zoo.make_env("kuhn_poker_v0", num_hands=1, rules_in_prompt=rules_in_prompt)
+    env.reset(seed=0, options={"deal": [cards]})
+    for move in history:
+        env.step(text.reply_for(move))
+    agent = env.agent_selection
+    if agent != f"player_{seat}":
+        raise AssertionError(f"decision {decision}: expected player_{seat} to act, got {agent}")
+    return tuple((m["role"], m["content"]) for m in env.observe(agent)["messages"])
+
+
+def decision_messages(decision: int, env_kwargs: Mapping[str, Any]) -> tuple[dict[str, str], ...]:
+    """Return the chat messages the kuhn_poker_v0 env shows at a decision (played there, one hand)."""
+    rules = bool(env_kwargs.get("rules_in_prompt", True))
+    return tuple({"role": role, "content": content} for role, content in _decision_messages(decision, rules))
+
+
+# ---------------------------------------------------------------------------------------------
+# THE ONE-TURN ENV that llm_zoo's trainer runs
+# ---------------------------------------------------------------------------------------------
+
+SERVED: list[int] = []
+"""Every seed a kuhn_first_move_v0 env was reset with in this process: which prompts our side saw."""
+
+
+class raw_env(TextEnv):  # noqa: N801 - PettingZoo's name for the unwrapped env
+    """One Kuhn decision per episode: the seed picks the prompt, the reply's move earns its value."""
+
+    metadata = {"render_modes": ["human", "ansi"], "name": ENV_ID, "is_parallelizable": False}
+    possible_agents = ["player"]
+
+    def __init__(self, *, rules_in_prompt: bool = False, **kwargs: Any) -> None:
+        kwargs.setdefault("max_retries", 0)  # one reply: an unreadable one forfeits at INVALID_REWARD
+        super().__init__(**kwargs)
+        self.rules_in_prompt = bool(rules_in_prompt)
+
+    def system_prompt(self, agent: str) -> str:
+        return self._shown[0][1]
+
+    def start(self, rng: random.Random, options: Mapping[str, Any] | None) -> str:
+        SERVED.append(self.episode_seed)
+        self.decision = decision_of(rng)
+        self._shown = _decision_messages(self.decision, self.rules_in_prompt)
+        for role, content in self._shown[1:]:
+            self.tell("player", content, role=role)
+        seat, card, history = DECISIONS[self.decision]
+        self.infos["player"]["info_set"] = _hand(seat, card, (card + 1) % 3, history).info_set(seat)
+        return "player"
+
+    def parse(self, agent: str, reply: str) -> Move:
+        legal = tuple(VALUES[self.decision])
+        move = text.parse_move(reply, legal)
+        if move is None:
+            raise InvalidReply(text.invalid_feedback(reply, legal))
+        return move
+
+    def play(self, agent: str, move: Move) -> None:
+        self.end({"player": VALUES[self.decision][move]}, move=move.value)
+
+    def forfeit_rewards(self, agent: str) -> dict[str, float]:
+        return {agent: INVALID_REWARD}
+
+
+def decision_of(rng: random.Random) -> int:
+    """Return the decision an episode plays: the first draw of the env's seeded RNG."""
+    return rng.randrange(len(DECISIONS))
+
+
+def env(**kwargs: Any) -> FastOrderEnforcingWrapper:
+    """Make the one-turn env with the standard wrappers."""
+    return FastOrderEnforcingWrapper(raw_env(**kwargs))
+
+
+SPEC = llm_zoo.register(EnvSpec(name=ENV_ID, env=env, roles=("player",), corpus=text.corpus,
+                                description="Kuhn poker's first decisions, one reply each, scored by exact value"),
+                        replace=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# THE TWO RUNS
+# ---------------------------------------------------------------------------------------------
+
+
+def our_config(setting: Setting, seed: int, run_dir: Path):
+    """Return the TrainConfig of our side (every matched setting named)."""
+    from llm_zoo.trainers.grpo import make_config
+
+    batch = setting.completions_per_step
+    return make_config(ENV_ID, {
+        "seed": seed, "steps": setting.steps, "episodes_per_step": batch, "group_size": setting.group_size,
+        "algorithm": "grpo", "baseline_key": "role", "env_kwargs": dict(ENV_KWARGS),
+        "model": "tiny", "model_hidden_size": setting.hidden_size, "model_layers": setting.layers,
+        "model_init_std": setting.init_std, "model_zero_head": setting.zero_head,
+        "temperature": 1.0, "top_p": 1.0, "max_new_tokens": setting.max_new_tokens, "constrain_to_legal": False,
+        "lr": setting.lr, "lr_schedule": "constant", "warmup_steps": 0, "epsilon_low": 0.2, "epsilon_high": 0.2,
+        "aggregation": "token", "beta": 0.0, "entropy_coef": 0.0,
+        "micro_batch_size": batch, "rollout_batch_size": batch,  # one forward/backward and one sampling call per step
+        "run_dir": str(run_dir), "eval_every": 0, "checkpoint_every": 0, "sample_every": 0,
+        "progress": False, "tensorboard": False, "threads": 1, "device": "cpu",
+    })
+
+
+def planned_seeds(config) -> list[list[int]]:
+    """Return, per step, the env seeds (one per group) that ``grpo.train`` draws for ``config``.
+
+    The same draws as the ROLLOUT phase of :func:`llm_zoo.trainers.grpo.train`; the run checks
+    them against the seeds its envs were reset with (:data:`SERVED`).
+    """
+    from llm_zoo.trainers.grpo import step_rng
+
+    out = []
+    for step in range(config.steps):
+        rng = step_rng(config.seed, step, "rollout")
+        out.append([rng.randrange(2**31) for _ in range(config.episodes_per_step // config.group_size)])
+    return out
+
+
+def run_ours(config) -> dict[str, Any]:
+    """Train with llm_zoo's trainer; return its timings, per-step rewards and the final model."""
+    from llm_zoo.policies.transformers import TransformersPolicy
+    from llm_zoo.trainers.grpo import train
+    from llm_zoo.trainers.logging import read_metrics
+
+    SERVED.clear()
+    started = time.perf_counter()
+    train(config)
+    wall = time.perf_counter() - started
+    rows = read_metrics(config.run_dir)
+    final = sorted(Path(config.run_dir).glob("checkpoints/*/policies/main")) or sorted(
+        Path(config.run_dir).glob("**/policies/main"))
+    policy = TransformersPolicy.from_pretrained(final[-1], device="cpu")
+    return {"prompt_ids": our_prompt_ids(policy), "wall_s": wall, "step_s": [r["perf/step_s"] for r in rows],
+            "sample_s": [r["perf/rollout_s"] for r in rows],
+            "rewards": [r["charts/reward/player"] for r in rows], "model": policy.model,
+            "tokenizer": policy.tokenizer, "served": list(SERVED)}
+
+
+def run_trl(config, setting: Setting, seeds: Sequence[Sequence[int]], out: Path) -> dict[str, Any]:
+    """Train with TRL's GRPOTrainer on the same prompts; return its timings, per-step rewards and the model."""
+    from datasets import Dataset
+    from transformers import PrinterCallback, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from llm_zoo.trainers.grpo import build_tokenizer_and_model
+
+    probe = env(**config.env_kwargs)
+    rows = []
+    for seed in (s for step in seeds for s in step):
+        probe.reset(seed=seed)
+        rows.append({"prompt": [dict(m) for m in probe.observe("player")["messages"]],
+                     "decision": probe.unwrapped.decision})
+    SERVED.clear()  # the probe's resets are not our trainer's
+    dataset = Dataset.from_list(rows)
+    tokenizer, model = build_tokenizer_and_model(config, seed=config.seed)  # our learner "main" is built with seed + 0
+    generate_s: list[float] = []
+    generate = model.generate
+
+    def timed_generate(*args: Any, **kwargs: Any) -> Any:  # where TRL's step goes: its sampling, and the rest
+        t0 = time.perf_counter()
+        try:
+            return generate(*args, **kwargs)
+        finally:
+            generate_s.append(time.perf_counter() - t0)
+
+    model.generate = timed_generate
+    step_rewards: list[float] = []
+    seen: list[list[int]] = []
+
+    def kuhn_value(prompts, completions, decision, **_: Any) -> list[float]:
+        replies = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        rewards = [reward_of(r, d) for r, d in zip(replies, decision)]
+        step_rewards.append(statistics.fmean(rewards))
+        seen.append(list(decision))
+        return rewards
+
+    step_s: list[float] = []
+
+    class Clock(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            step_s.append(time.perf_counter() - self.t0)
+
+    args = GRPOConfig(
+        output_dir=str(out / "trl"), seed=config.seed, max_steps=setting.steps,
+        per_device_train_batch_size=setting.completions_per_step, gradient_accumulation_steps=1,
+        num_generations=setting.group_size, num_iterations=1, shuffle_dataset=False,
+        max_completion_length=setting.max_new_tokens, temperature=1.0, top_p=1.0, top_k=0,
+        learning_rate=setting.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
+        max_grad_norm=1.0, beta=0.0, epsilon=0.2, epsilon_high=0.2, loss_type="dapo", scale_rewards="group",
+        entropy_coef=0.0, mask_truncated_completions=False,
+        use_cpu=True, bf16=False, gradient_checkpointing=False,  # float32 on the CPU, as ours
+        save_strategy="no", report_to="none", disable_tqdm=True, dataloader_num_workers=0,
+        remove_unused_columns=False)
+    started = time.perf_counter()
+    trainer = GRPOTrainer(model=model, reward_funcs=kuhn_value, args=args, train_dataset=dataset,
+                          processing_class=tokenizer, callbacks=[Clock()])
+    trainer.remove_callback(PrinterCallback)  # its dict of metrics every logging_steps would break up the table
+    trainer.train()
+    wall = time.perf_counter() - started
+    del model.generate  # back to the class's method
+    return {"wall_s": wall, "step_s": step_s, "sample_s": generate_s, "rewards": step_rewards, "model": trainer.model,
+            "tokenizer": tokenizer, "seen": seen, "prompt_ids": _trl_prompt_ids(trainer)}
+
+
+def _trl_prompt_ids(trainer) -> list[list[int]] | None:
+    """Return the token ids TRL feeds its model for each decision's prompt (None if its private API moved)."""
+    try:
+        ids = trainer._tokenize_prompts([list(decision_messages(d, ENV_KWARGS)) for d in range(len(DECISIONS))])[0]
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return [list(map(int, row)) for row in ids]
+
+
+def our_prompt_ids(policy) -> list[list[int]]:
+    """Return the token ids our sampler feeds the model for each decision's prompt."""
+    return policy.encode_prompts([{"messages": decision_messages(d, ENV_KWARGS)} for d in range(len(DECISIONS))])
+
+
+def final_reward(model, tokenizer, setting: Setting, seed: int) -> dict[str, float]:
+    """Score a trained model: ``eval_samples`` sampled replies per decision, one sampler for both sides."""
+    from llm_zoo.policies.transformers import TransformersPolicy
+
+    policy = TransformersPolicy(model, tokenizer, temperature=1.0, max_new_tokens=setting.max_new_tokens,
+                                seed=seed, device="cpu")
+    rewards, per_decision, valid = [], [], 0
+    for d in range(len(DECISIONS)):
+        messages = decision_messages(d, ENV_KWARGS)
+        replies = policy.act([{"messages": messages}] * setting.eval_samples)
+        values = [reward_of(r.text, d) for r in replies]
+        valid += sum(v != INVALID_REWARD for v in values)
+        rewards += values
+        per_decision.append(statistics.fmean(values))
+    mean = statistics.fmean(rewards)
+    se = statistics.stdev(rewards) / math.sqrt(len(rewards)) if len(rewards) > 1 else 0.0
+    return {"mean": mean, "se": se, "valid": valid / len(rewards), "per_decision": per_decision}
+
+
+# ---------------------------------------------------------------------------------------------
+# REPORT
+# ---------------------------------------------------------------------------------------------
+
+
+def _last_quarter(rewards: Sequence[float]) -> float:
+    return statistics.fmean(rewards[-max(1, len(rewards) // 4):])
+
+
+def _smooth(values: Sequence[float], window: int) -> list[float]:
+    return [statistics.fmean(values[max(0, i - window + 1):i + 1]) for i in range(len(values))]
+
+
+def plot(sides: Mapping[str, Mapping[str, Any]], per_step: int, best: float, path: Path) -> None:
+    """Draw each side's training reward against completions (raw and smoothed), with the best reachable."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    window = max(1, len(next(iter(sides.values()))["rewards"]) // 15)
+    for (name, side), colour in zip(sides.items(), ("tab:blue", "tab:orange")):
+        xs = [(i + 1) * per_step for i in range(len(side["rewards"]))]
+        ax.plot(xs, side["rewards"], color=colour, alpha=0.25, linewidth=0.8)
+        ax.plot(xs, _smooth(side["rewards"], window), color=colour, label=f"{name} (mean of {window} steps)")
+    ax.axhline(best, color="grey", linestyle="--", linewidth=0.8, label=f"best reachable ({best:+.3f})")
+    ax.axhline(INVALID_REWARD, color="grey", linestyle=":", linewidth=0.8, label="unreadable reply")
+    ax.set_xlabel("completions")
+    ax.set_ylabel("mean reward of the step")
+    ax.set_title("Kuhn's first decisions vs a fixed opponent")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    started = time.perf_counter()  # the JSON line's wall-clock "seconds"
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="the smallest setting: a few steps of a smaller model")
+    parser.add_argument("--steps", type=int, default=None, help="training steps of each trainer")
+    parser.add_argument("--group-size", type=int, default=None, help="completions per prompt (GRPO's group)")
+    parser.add_argument("--prompts-per-step", type=int, default=None, help="groups per step")
+    parser.add_argument("--lr", type=float, default=None, help="learning rate of both")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the model, the prompts and the samplers")
+    parser.add_argument("--out", default=None, help="folder for the runs, the plot and figures.json "
+                        "(default: a temp folder)")
+    args = parser.parse_args(argv)
+    base = SETTINGS["quick" if args.quick else "full"]
+    overrides = {k: v for k, v in (("steps", args.steps), ("group_size", args.group_size),
+                                   ("prompts_per_step", args.prompts_per_step), ("lr", args.lr)) if v is not None}
+    for name, value in overrides.items():
+        if name != "lr" and value < (2 if name == "group_size" else 1):
+            parser.error(f"--{name.replace('_', '-')} must be >= {2 if name == 'group_size' else 1}; got {value}")
+    setting = Setting(**{**base.__dict__, **overrides})
+    if not setting.lr > 0:
+        parser.error(f"--lr must be > 0; got {setting.lr}")
+
+    import torch
+
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore")  # the libraries' deprecation notes: not this comparison's
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="trainer_vs_trl_"))
+    out.mkdir(parents=True, exist_ok=True)
+    config = our_config(setting, args.seed, out / "llm_zoo")
+    seeds = planned_seeds(config)
+    load = os.getloadavg()[0]
+
+    print(f"Kuhn first decisions vs a fixed opponent: {setting.steps} steps x {setting.prompts_per_step} prompts x "
+          f"{setting.group_size} completions ({setting.completions_per_step} per step), max_new_tokens "
+          f"{setting.max_new_tokens}, lr {setting.lr:g}, tiny llama {setting.hidden_size}x{setting.layers}, "
+          f"1 torch thread, load average {load:.2f}")
+    print("\nmove values against the opponent (exact):")
+    for d, (seat, card, history) in enumerate(DECISIONS):
+        shown = ",".join(m.value for m in history) or "-"
+        moves = "  ".join(f"{m.value} {v:+.3f}" for m, v in VALUES[d].items())
+        print(f"  player_{seat} {CARDS[card]} after {shown:5s}  {moves}")
+    best = best_mean_reward()
+    print(f"  best reachable mean reward {best:+.4f}; an unreadable reply {INVALID_REWARD:+g}")
+
+    print("\ntraining llm_zoo ...", file=sys.stderr, flush=True)
+    load_ours = os.getloadavg()[0]
+    ours = run_ours(config)
+    print("training TRL ...", file=sys.stderr, flush=True)
+    load_trl = os.getloadavg()[0]
+    theirs = run_trl(config, setting, seeds, out)
+    ours["load"], theirs["load"] = load_ours, load_trl
+    sides = {"llm_zoo": ours, "trl": theirs}
+
+    planned = Counter(s for step in seeds for s in step)
+    decisions = [[decision_of(random.Random(s)) for s in step] for step in seeds]
+    same_prompts = (Counter(ours["served"]) == Counter({s: n * setting.group_size for s, n in planned.items()})
+                    and [sorted(x) for x in theirs["seen"]] == [sorted(d for d in step for _ in range(setting.group_size))
+                                                               for step in decisions])
+    same_prompt_ids = None if theirs["prompt_ids"] is None else theirs["prompt_ids"] == ours["prompt_ids"]
+    per_step = setting.completions_per_step
+    rows = {}
+    for name, side in sides.items():
+        side["final"] = final_reward(side["model"], side["tokenizer"], setting, seed=args.seed + 1)
+        loop = statistics.fmean(side["step_s"])
+        rows[name] = {"steps": len(side["step_s"]), "s_per_step": loop, "completions_per_s": per_step / loop,
+                      "wall_s": side["wall_s"], "completions_per_s_end_to_end": per_step * setting.steps / side["wall_s"],
+                      "sampling_s_per_step": statistics.fmean(side["sample_s"]) if side["sample_s"] else math.nan,
+                      "reward_last_quarter": _last_quarter(side["rewards"]), "final_reward": side["final"]["mean"],
+                      "final_reward_se": side["final"]["se"], "final_valid": side["final"]["valid"], "load": side["load"]}
+
+    print(f"\n{'trainer':8s} {'steps':>5s} {'s/step':>8s} {'compl/s':>8s} {'wall s':>7s} {'compl/s e2e':>11s} "
+          f"{'reward, last 1/4':>16s} {'final reward':>16s} {'valid':>6s} {'load':>5s}")
+    for name, r in rows.items():
+        print(f"{name:8s} {r['steps']:>5d} {r['s_per_step']:>8.4f} {r['completions_per_s']:>8.1f} {r['wall_s']:>7.1f} "
+              f"{r['completions_per_s_end_to_end']:>11.1f} {r['reward_last_quarter']:>+16.4f} "
+              f"{r['final_reward']:>+9.4f} ± {r['final_reward_se']:.4f} {r['final_valid']:>6.3f} {r['load']:>5.2f}")
+    print("\nwhere a step goes (s): " + "; ".join(
+        f"{name} {r['sampling_s_per_step']:.4f} {what}, {r['s_per_step'] - r['sampling_s_per_step']:.4f} the rest"
+        for (name, r), what in zip(rows.items(), ("rollout (sampling, envs, records)", "model.generate"))))
+    speedup = rows["llm_zoo"]["completions_per_s"] / rows["trl"]["completions_per_s"]
+    speedup_e2e = rows["llm_zoo"]["completions_per_s_end_to_end"] / rows["trl"]["completions_per_s_end_to_end"]
+    # the curve: the mean over steps of (ours - TRL's) step reward, paired by step (the same prompts);
+    # the final policy: the sampled rewards' difference; "no worse" = neither below 0 by 2 standard errors
+    diffs = [a - b for a, b in zip(ours["rewards"], theirs["rewards"])]
+    curve_diff = statistics.fmean(diffs)
+    curve_se = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else 0.0
+    final_diff = rows["llm_zoo"]["final_reward"] - rows["trl"]["final_reward"]
+    final_se = math.hypot(rows["llm_zoo"]["final_reward_se"], rows["trl"]["final_reward_se"])
+    no_worse = curve_diff >= -2 * curve_se and final_diff >= -2 * final_se
+    print(f"\ncompletions/s, llm_zoo / TRL: {speedup:.2f}x per step, {speedup_e2e:.2f}x end to end "
+          f"(goal {GOAL_SPEEDUP:g}x)")
+    print(f"reward, llm_zoo - TRL: {curve_diff:+.4f} ± {curve_se:.4f} over the curve (mean of the steps' differences), "
+          f"{final_diff:+.4f} ± {final_se:.4f} at the end; no worse (neither below 0 by 2 standard errors): {no_worse}")
+    print(f"same prompts on both sides: {same_prompts}; same prompt token ids: {same_prompt_ids}")
+
+    print("\nreward curve (mean training reward of the step, by completions):")
+    marks = sorted({min(setting.steps, max(1, round(setting.steps * f / 10))) for f in range(1, 11)})
+    print(f"{'completions':>11s} {'llm_zoo':>9s} {'trl':>9s}")
+    for step in marks:
+        print(f"{step * per_step:>11d} {ours['rewards'][step - 1]:>+9.4f} {theirs['rewards'][step - 1]:>+9.4f}")
+    figure = out / "trainer_vs_trl.png"
+    plot(sides, per_step, best, figure)
+    print(f"\nplot: {figure}")
+
+    line = {"speedup": round(speedup, 3), "speedup_end_to_end": round(speedup_e2e, 3),
+            "llm_zoo_completions_per_s": round(rows["llm_zoo"]["completions_per_s"], 2),
+            "trl_completions_per_s": round(rows["trl"]["completions_per_s"], 2),
+            "llm_zoo_s_per_step": round(rows["llm_zoo"]["s_per_step"], 5),
+            "trl_s_per_step": round(rows["trl"]["s_per_step"], 5),
+            "llm_zoo_steps": rows["llm_zoo"]["steps"], "trl_steps": rows["trl"]["steps"],
+            "llm_zoo_reward_last_quarter": round(rows["llm_zoo"]["reward_last_quarter"], 4),
+            "trl_reward_last_quarter": round(rows["trl"]["reward_last_quarter"], 4),
+            "llm_zoo_final_reward": round(rows["llm_zoo"]["final_reward"], 4),
+            "trl_final_reward": round(rows["trl"]["final_reward"], 4),
+            "reward_diff_curve": round(curve_diff, 4), "reward_diff_curve_se": round(curve_se, 4),
+            "reward_diff_final": round(final_diff, 4), "reward_diff_final_se": round(final_se, 4),
+            "reward_no_worse": no_worse, "same_prompts": same_prompts, "same_prompt_ids": same_prompt_ids,
+            "best_reward": round(best, 4),
+            "completions_per_step": per_step, "steps": setting.steps, "group_size": setting.group_size,
+            "max_new_tokens": setting.max_new_tokens, "trl_loss_type": "dapo", "threads": 1,
+            "load_average": round(load, 2)}
+    (out / "figures.json").write_text(json.dumps({**line, "rows": rows,
+                                                  "rewards": {n: s["rewards"] for n, s in sides.items()}}))
+    line["seconds"] = round(time.perf_counter() - started, 2)
+    print(json.dumps(line))
+    return line
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""benchmarks/trainer_vs_trl.py: its task is exact and unexploitable, and its smallest setting runs both trainers."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from llm_zoo.envs.kuhn_poker import theory
+from llm_zoo.envs.kuhn_poker.rules import CARDS, Move
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "trainer_vs_trl.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("trainer_vs_trl", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_move_values_agree_with_the_theory_modules_best_response():
+    bench = _load()
+    by_decision = dict(zip(bench.DECISIONS, bench.VALUES))
+    # player_0: each card with probability 1/3, then the better first move
+    first = sum(max(by_decision[0, c, ()].values()) for c in range(3)) / 3
+    # player_1: its card, then what player_0 (the opponent) did first with its own card
+    second = 0.0
+    for card in range(3):
+        for move in (Move.CHECK, Move.BET):
+            reach = sum(0.5 * bench.OPPONENT[f"{CARDS[other]}:"][move.value] for other in range(3) if other != card)
+            second += reach / 3 * max(by_decision[1, card, (move,)].values())
+    assert first == pytest.approx(theory.best_response(bench.OPPONENT, 0)[0], abs=1e-12)
+    assert second == pytest.approx(theory.best_response(bench.OPPONENT, 1)[0], abs=1e-12)
+    # one value by hand: player_1 holds K facing a bet; the opponent never bets Q, so it holds J
+    assert by_decision[1, 2, (Move.BET,)] == {Move.CALL: 2.0, Move.FOLD: -1.0}
+    # no decision is a tie, so every prompt has a better move to learn
+    assert all(abs(a - b) > 0.05 for a, b in (tuple(v.values()) for v in bench.VALUES))
+
+
+def test_no_unreadable_reply_pays_more_than_a_legal_move():
+    bench = _load()
+    worst_legal = min(min(v.values()) for v in bench.VALUES)
+    assert bench.INVALID_REWARD <= worst_legal
+    first_k = bench.DECISIONS.index((0, 2, ()))
+    for reply in ("", "[check] [bet]", "check or bet", "[call]", "fold", "\x00[bet]\x00[check]", "betting"):
+        assert bench.reward_of(reply, first_k) == bench.INVALID_REWARD, reply
+    assert bench.reward_of("I hold the king, so [bet]", first_k) == bench.VALUES[first_k][Move.BET]
+
+
+def test_the_one_turn_env_passes_pettingzoo_tests_and_shows_the_kuhn_envs_prompts():
+    from pettingzoo.test import api_test, seed_test
+
+    bench = _load()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # api_test warns about Text spaces it cannot sample well
+        api_test(bench.env(), num_cycles=5)
+        seed_test(bench.env)
+    env = bench.env()
+    for seed in range(20):
+        env.reset(seed=seed)
+        decision = env.unwrapped.decision
+        assert env.observe("player")["messages"] == bench.decision_messages(decision, bench.ENV_KWARGS)
+        env.step("[fold]" if bench.DECISIONS[decision][2] == (Move.BET,) else "[check]")
+        assert env.terminations["player"]
+        assert env.rewards["player"] == min(bench.VALUES[decision][m] for m in (Move.FOLD, Move.CHECK)
+                                            if m in bench.VALUES[decision])
+
+
+def test_quick_run_trains_both_on_the_same_prompts_and_ends_with_the_json_line(capsys, tmp_path):
+    figures = _load().main(["--quick", "--out", str(tmp_path)])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(out[-1]) == figures
+    keys = ("speedup", "speedup_end_to_end", "llm_zoo_completions_per_s", "trl_completions_per_s",
+            "llm_zoo_s_per_step", "trl_s_per_step", "llm_zoo_final_reward", "trl_final_reward",
+            "llm_zoo_reward_last_quarter", "trl_reward_last_quarter", "reward_no_worse", "best_reward",
+            "reward_diff_curve", "reward_diff_curve_se", "reward_diff_final", "reward_diff_final_se",
+            "same_prompts", "same_prompt_ids", "trl_loss_type", "threads", "seconds")
+    assert set(keys) <= set(figures)
+    assert figures["llm_zoo_steps"] == figures["trl_steps"] == figures["steps"] == 2
+    assert figures["same_prompts"] is True and figures["same_prompt_ids"] is True
+    assert figures["speedup"] == pytest.approx(
+        figures["llm_zoo_completions_per_s"] / figures["trl_completions_per_s"], rel=1e-2)
+    for side in ("llm_zoo", "trl"):
+        assert figures[f"{side}_completions_per_s"] > 0
+        assert -2.0 <= figures[f"{side}_final_reward"] <= figures["best_reward"]
+    saved = json.loads((tmp_path / "figures.json").read_text())
+    assert all(len(saved["rewards"][side]) == 2 for side in ("llm_zoo", "trl"))
+    assert (tmp_path / "trainer_vs_trl.png").stat().st_size > 0
+    assert figures["trl_loss_type"] == "dapo" and figures["threads"] == 1
+
+
+def test_bad_setting_is_refused():
+    with pytest.raises(SystemExit):
+        _load().main(["--steps", "0"])
+    with pytest.raises(SystemExit):
+        _load().main(["--group-size", "1"])
