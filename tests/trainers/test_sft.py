@@ -384,3 +384,19 @@ def test_cli_train_help_documents_init():
 
     text = config_help("kuhn_poker_v0")
     assert "init: str = ''" in text and "sft: dict[str, Any] = {}" in text
+
+
+def test_cli_train_with_init_starts_from_the_sft_run(kuhn_run, tmp_path, capsys):
+    from llm_zoo.cli import main
+
+    _, summary = kuhn_run
+    sets = [f"{k}={v if isinstance(v, str) else json.dumps(v)}"  # a str field takes the text as it is
+            for k, v in {**TRAIN, "lr": 0.0, "init": summary["run_dir"]}.items()]
+    code = main(["train", "kuhn_poker_v0", *[a for s in sets for a in ("--set", s)], "--run-dir", str(tmp_path / "rl")])
+    err = capsys.readouterr().err
+    assert code == 0, err[-2000:]
+    started = _weights(tmp_path / "rl" / "checkpoints" / "step_000001" / "policies" / "main")
+    fitted = _weights(Path(summary["checkpoint"]) / "policies" / "main")
+    assert all(torch.equal(started[k], fitted[k]) for k in fitted)
+    saved = json.loads((tmp_path / "rl" / "config.json").read_text())
+    assert saved["init"] == summary["run_dir"]
