@@ -400,3 +400,17 @@ def test_cli_train_with_init_starts_from_the_sft_run(kuhn_run, tmp_path, capsys)
     assert all(torch.equal(started[k], fitted[k]) for k in fitted)
     saved = json.loads((tmp_path / "rl" / "config.json").read_text())
     assert saved["init"] == summary["run_dir"]
+
+
+def test_a_local_model_directory_is_fitted_and_saved_with_its_tokenizer(tmp_path):
+    from llm_zoo import models
+
+    source = models.make_tiny_model(tmp_path / "local", hidden_size=32, num_layers=1, seed=5)  # byte-level
+    summary = sft.sft(_kuhn(tmp_path, model=str(source), episodes=8, policies={}))
+    saved = Path(summary["checkpoint"]) / "policies" / "main"
+    from transformers import AutoTokenizer
+
+    assert AutoTokenizer.from_pretrained(saved).get_vocab() == AutoTokenizer.from_pretrained(source).get_vocab()
+    assert json.loads((saved / "config.json").read_text())["hidden_size"] == 32
+    # byte tokens: a reply ("[bet]" and the end of turn) is at least 6; the env's word tokenizer makes it 2
+    assert summary["train_tokens"] > 5 * summary["train_conversations"]
