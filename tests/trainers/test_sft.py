@@ -414,3 +414,16 @@ def test_a_local_model_directory_is_fitted_and_saved_with_its_tokenizer(tmp_path
     assert json.loads((saved / "config.json").read_text())["hidden_size"] == 32
     # byte tokens: a reply ("[bet]" and the end of turn) is at least 6; the env's word tokenizer makes it 2
     assert summary["train_tokens"] > 5 * summary["train_conversations"]
+
+
+def test_max_length_keeps_the_start_and_refuses_a_row_left_without_the_roles_tokens():
+    from llm_zoo import models
+
+    tokenizer = models.build_byte_tokenizer()
+    rows = _rows(_episodes("user_sim_v0", 1), "assistant")
+    whole = tokenize_rows(tokenizer, rows)
+    first_reply = whole.loss_mask[0].index(1)
+    cut = tokenize_rows(tokenizer, rows, max_length=first_reply + 10)
+    assert cut.input_ids[0] == whole.input_ids[0][: first_reply + 10] and sum(cut.loss_mask[0]) == 10
+    with pytest.raises(ValueError, match="no assistant token to learn"):
+        tokenize_rows(tokenizer, rows, max_length=first_reply)
