@@ -12,7 +12,8 @@ Roles map to policies: ``policies={"player": "main"}`` (the default: every role 
 or ``{"player_0": "p0", "player_1": "p1"}`` (one model and optimiser per seat). Only the completion
 tokens of turns whose role is in ``learn`` and whose policy is a current learner carry loss; prompt
 tokens, tool results and other agents' tokens carry none. Self-play draws opponents from a pool of
-past snapshots (``pool_every``, ``pool_size``, ``p_latest``).
+past snapshots (``pool_every``, ``pool_size``, ``p_latest``). A run may start from trained weights
+(``init``: a checkpoint of ``llm-zoo sft`` or ``train``, or ``sft`` to run :mod:`~llm_zoo.trainers.sft` first).
 
 Every random draw of a step derives from ``(seed, step)``, so a run resumed from a checkpoint
 replays exactly what the uninterrupted run would have done.
@@ -42,7 +43,8 @@ from llm_zoo.policies.transformers import TransformersPolicy
 from llm_zoo.scoring import completion_logprobs
 from llm_zoo.spec import EnvSpec
 from llm_zoo.trainers import advantages as adv
-from llm_zoo.trainers import distributed, loss_terms, presets, sft
+from llm_zoo.trainers import distributed, loss_terms, presets
+from llm_zoo.trainers import sft as sft_stage
 from llm_zoo.trainers.checkpoint import latest_checkpoint, load_checkpoint, resume_dir, save_checkpoint
 from llm_zoo.trainers.evaluation import headline_evaluator
 from llm_zoo.trainers.executors import EXECUTORS, make_executor
@@ -255,7 +257,7 @@ class TrainConfig:
                              f"got {self.vllm_gpu_memory_utilization!r}")
         if self.env not in llm_zoo.registered():
             raise ValueError(f"config.env must be a registered env, one of {llm_zoo.registered()}; got {self.env!r}")
-        sft.check_stage_fields(self.sft)
+        sft_stage.check_stage_fields(self.sft)
 
 
 def make_config(env: str = "kuhn_poker_v0", overrides: Mapping[str, Any] | None = None) -> TrainConfig:
@@ -527,8 +529,8 @@ def _train(config: TrainConfig, resume: bool, device: torch.device) -> dict[str,
     names = sorted(set(policy_of.values()) - scripted)
     init = {}
     if config.init and not resume:  # a resumed run loads its own checkpoint instead
-        init = (sft.warm_start(config, run_dir, policy_of, names, roles) if config.init == "sft"
-                else sft.init_checkpoint(config.init, names))
+        init = (sft_stage.warm_start(config, run_dir, policy_of, names, roles) if config.init == "sft"
+                else sft_stage.init_checkpoint(config.init, names))
     learners = {name: make_learner(name, config, device, i, spec, init.get(name)) for i, name in enumerate(names)}
     if learners:  # a setting that cannot fit is refused here, before the first step
         preflight(config, next(iter(learners.values())).model.config, learners=len(learners))

@@ -103,8 +103,9 @@ class SFTConfig:
     """Token budget of one forward/backward (padded length x sequences); a longer sequence runs alone."""
     max_length: int = 0
     """Truncate each sequence to this many tokens, keeping its start (0: no truncation)."""
-    lr: float = 1e-3
-    """Learning rate (AdamW, constant after warm-up)."""
+    lr: float = 3e-3
+    """Learning rate (AdamW, constant after warm-up): for the tiny models (Kuhn, 32 steps: val loss 0.56 at
+    1e-3, 0.27 at 3e-3, 0.28 at 1e-2); a pretrained model wants about 1e-5."""
     warmup_steps: int = 0
     """Linear warm-up steps."""
     weight_decay: float = 0.0
@@ -167,7 +168,8 @@ SFT_PRESETS: dict[str, dict[str, Any]] = {
     "agentic_judge_v0": {"teachers": {"solver": ["reference", "alternative", "wrong"], "judge": "rule_judge"}},
     "proposer_solver_v0": {"teachers": {"proposer": "proposer", "solver": "solver"}},
     # one scripted player plays both seats: the faithful user and the assistant that solves the scenario
-    "user_sim_v0": {"teachers": {"user": "scripted", "assistant": "scripted"}},
+    # 32 episodes, 8 steps: val loss 5.57 -> 4.77 at lr 1e-3, -> 3.57 at 1e-2 (the byte-level model has far to go)
+    "user_sim_v0": {"teachers": {"user": "scripted", "assistant": "scripted"}, "lr": 1e-2},
 }
 """Env name -> SFT fields over the dataclass defaults (the teachers of each role)."""
 

@@ -384,3 +384,46 @@ def test_cli_train_help_documents_init():
 
     text = config_help("kuhn_poker_v0")
     assert "init: str = ''" in text and "sft: dict[str, Any] = {}" in text
+
+
+def test_cli_train_with_init_starts_from_the_sft_run(kuhn_run, tmp_path, capsys):
+    from llm_zoo.cli import main
+
+    _, summary = kuhn_run
+    sets = [f"{k}={v if isinstance(v, str) else json.dumps(v)}"  # a str field takes the text as it is
+            for k, v in {**TRAIN, "lr": 0.0, "init": summary["run_dir"]}.items()]
+    code = main(["train", "kuhn_poker_v0", *[a for s in sets for a in ("--set", s)], "--run-dir", str(tmp_path / "rl")])
+    err = capsys.readouterr().err
+    assert code == 0, err[-2000:]
+    started = _weights(tmp_path / "rl" / "checkpoints" / "step_000001" / "policies" / "main")
+    fitted = _weights(Path(summary["checkpoint"]) / "policies" / "main")
+    assert all(torch.equal(started[k], fitted[k]) for k in fitted)
+    saved = json.loads((tmp_path / "rl" / "config.json").read_text())
+    assert saved["init"] == summary["run_dir"]
+
+
+def test_a_local_model_directory_is_fitted_and_saved_with_its_tokenizer(tmp_path):
+    from llm_zoo import models
+
+    source = models.make_tiny_model(tmp_path / "local", hidden_size=32, num_layers=1, seed=5)  # byte-level
+    summary = sft.sft(_kuhn(tmp_path, model=str(source), episodes=8, policies={}))
+    saved = Path(summary["checkpoint"]) / "policies" / "main"
+    from transformers import AutoTokenizer
+
+    assert AutoTokenizer.from_pretrained(saved).get_vocab() == AutoTokenizer.from_pretrained(source).get_vocab()
+    assert json.loads((saved / "config.json").read_text())["hidden_size"] == 32
+    # byte tokens: a reply ("[bet]" and the end of turn) is at least 6; the env's word tokenizer makes it 2
+    assert summary["train_tokens"] > 5 * summary["train_conversations"]
+
+
+def test_max_length_keeps_the_start_and_refuses_a_row_left_without_the_roles_tokens():
+    from llm_zoo import models
+
+    tokenizer = models.build_byte_tokenizer()
+    rows = _rows(_episodes("user_sim_v0", 1), "assistant")
+    whole = tokenize_rows(tokenizer, rows)
+    first_reply = whole.loss_mask[0].index(1)
+    cut = tokenize_rows(tokenizer, rows, max_length=first_reply + 10)
+    assert cut.input_ids[0] == whole.input_ids[0][: first_reply + 10] and sum(cut.loss_mask[0]) == 10
+    with pytest.raises(ValueError, match="no assistant token to learn"):
+        tokenize_rows(tokenizer, rows, max_length=first_reply)
