@@ -16,7 +16,7 @@ setting are compared with the in-process ones (``Episode.to_dict`` without timin
 On a machine with 2 cores, shared with this process's own tick loop, 2 workers cannot reach 2x.
 
     python benchmarks/ray_envs.py              # 24 episodes, 8 envs side by side
-    python benchmarks/ray_envs.py --quick      # 4 episodes (the test's setting)
+    python benchmarks/ray_envs.py --quick      # 2 episodes (the test's setting)
 
 The last line printed is a JSON object: ``local_eps_per_s``, ``ray1_eps_per_s``, ``ray2_eps_per_s``
 (episodes per second), ``speedup_ray2_vs_ray1``, ``speedup_ray2_vs_local``, ``same_episodes``,
@@ -63,10 +63,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=24, help="episodes per setting (default 24)")
     parser.add_argument("--batch-size", type=int, default=8, help="envs side by side (default 8)")
-    parser.add_argument("--quick", action="store_true", help="4 episodes, 4 side by side (the test's setting)")
+    parser.add_argument("--quick", action="store_true", help="2 episodes, 2 side by side (the test's setting)")
     args = parser.parse_args(argv)
     if args.quick:
-        args.episodes, args.batch_size = 4, 4
+        args.episodes, args.batch_size = 2, 2
     if args.episodes < 1 or args.batch_size < 1:
         parser.error(f"--episodes and --batch-size must be >= 1; got {args.episodes} and {args.batch_size}")
     try:
