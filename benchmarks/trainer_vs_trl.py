@@ -477,19 +477,24 @@ def _smooth(values: Sequence[float], window: int) -> list[float]:
     return [statistics.fmean(values[max(0, i - window + 1):i + 1]) for i in range(len(values))]
 
 
-def plot(sides: Mapping[str, Mapping[str, Any]], per_step: int, best: float, path: Path) -> None:
-    """Draw each side's training reward against completions (raw and smoothed), with the best reachable."""
+def plot(runs: Sequence[Mapping[str, Any]], per_step: int, best: float, path: Path) -> None:
+    """Draw each side's training reward against completions: each seed faint, their mean smoothed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    window = max(1, len(next(iter(sides.values()))["rewards"]) // 15)
-    for (name, side), colour in zip(sides.items(), ("tab:blue", "tab:orange")):
-        xs = [(i + 1) * per_step for i in range(len(side["rewards"]))]
-        ax.plot(xs, side["rewards"], color=colour, alpha=0.25, linewidth=0.8)
-        ax.plot(xs, _smooth(side["rewards"], window), color=colour, label=f"{name} (mean of {window} steps)")
+    steps = len(runs[0]["rows"]["llm_zoo"]["rewards"])
+    window = max(1, steps // 15)
+    xs = [(i + 1) * per_step for i in range(steps)]
+    for name, colour in (("llm_zoo", "tab:blue"), ("trl", "tab:orange")):
+        curves = [run["rows"][name]["rewards"] for run in runs]
+        for curve in curves:
+            ax.plot(xs, _smooth(curve, window), color=colour, alpha=0.25, linewidth=0.8)
+        mean = [statistics.fmean(x) for x in zip(*curves)]
+        ax.plot(xs, _smooth(mean, window), color=colour,
+                label=f"{name} (mean of {len(curves)} seed(s), {window}-step average)")
     ax.axhline(best, color="grey", linestyle="--", linewidth=0.8, label=f"best reachable ({best:+.3f})")
     ax.axhline(INVALID_REWARD, color="grey", linestyle=":", linewidth=0.8, label="unreadable reply")
     ax.set_xlabel("completions")
@@ -501,15 +506,51 @@ def plot(sides: Mapping[str, Mapping[str, Any]], per_step: int, best: float, pat
     plt.close(fig)
 
 
+def run_seed(setting: Setting, seed: int, out: Path, trl_first: bool) -> dict[str, Any]:
+    """Run both trainers on one seed (same initial weights, same prompts); return their figures and checks."""
+    config = our_config(setting, seed, out / f"llm_zoo-seed{seed}")
+    seeds = planned_seeds(config)
+    sides: dict[str, dict[str, Any]] = {}
+    for name in (("trl", "llm_zoo") if trl_first else ("llm_zoo", "trl")):
+        print(f"seed {seed}: training {name} ...", file=sys.stderr, flush=True)
+        load = os.getloadavg()[0]
+        sides[name] = run_ours(config) if name == "llm_zoo" else run_trl(config, setting, seeds, out / f"seed{seed}")
+        sides[name]["load"] = load
+    ours, theirs = sides["llm_zoo"], sides["trl"]
+    planned = Counter(s for step in seeds for s in step)
+    decisions = [[decision_of(random.Random(s)) for s in step] for step in seeds]
+    same_prompts = (Counter(ours["served"]) == Counter({s: n * setting.group_size for s, n in planned.items()})
+                    and [sorted(x) for x in theirs["seen"]]
+                    == [sorted(d for d in step for _ in range(setting.group_size)) for step in decisions])
+    same_prompt_ids = None if theirs["prompt_ids"] is None else theirs["prompt_ids"] == ours["prompt_ids"]
+    per_step = setting.completions_per_step
+    rows = {}
+    for name in ("llm_zoo", "trl"):
+        side = sides[name]
+        final = final_reward(side["model"], side["tokenizer"], setting, seed=seed + 1)
+        rows[name] = {"steps": len(side["step_s"]), "step_s": sum(side["step_s"]), "wall_s": side["wall_s"],
+                      "sampling_s": sum(side["sample_s"]), "rewards": side["rewards"], "final_reward": final["mean"],
+                      "final_reward_se": final["se"], "final_valid": final["valid"], "load": side["load"],
+                      "completions_per_s": per_step * len(side["step_s"]) / sum(side["step_s"])}
+    return {"seed": seed, "rows": rows, "same_prompts": same_prompts, "same_prompt_ids": same_prompt_ids}
+
+
+def _paired(diffs: Sequence[float]) -> tuple[float, float]:
+    """Return the mean of paired differences and its standard error (0 for one)."""
+    return statistics.fmean(diffs), (statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else 0.0)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     started = time.perf_counter()  # the JSON line's wall-clock "seconds"
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="the smallest setting: a few steps of a smaller model")
+    parser.add_argument("--quick", action="store_true", help="the smallest setting: a few steps of a smaller model, "
+                        "one seed")
     parser.add_argument("--steps", type=int, default=None, help="training steps of each trainer")
     parser.add_argument("--group-size", type=int, default=None, help="completions per prompt (GRPO's group)")
     parser.add_argument("--prompts-per-step", type=int, default=None, help="groups per step")
     parser.add_argument("--lr", type=float, default=None, help="learning rate of both")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the model, the prompts and the samplers")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds (model init, prompts, samplers), each run by "
+                        "both trainers, the first to run alternating; default 3, 1 with --quick")
     parser.add_argument("--out", default=None, help="folder for the runs, the plot and figures.json "
                         "(default: a temp folder)")
     args = parser.parse_args(argv)
@@ -522,6 +563,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     setting = Setting(**{**base.__dict__, **overrides})
     if not setting.lr > 0:
         parser.error(f"--lr must be > 0; got {setting.lr}")
+    n_seeds = args.seeds if args.seeds is not None else (1 if args.quick else 3)
+    if n_seeds < 1:
+        parser.error(f"--seeds must be >= 1; got {n_seeds}")
 
     import torch
 
@@ -530,14 +574,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="trainer_vs_trl_"))
     out.mkdir(parents=True, exist_ok=True)
-    config = our_config(setting, args.seed, out / "llm_zoo")
-    seeds = planned_seeds(config)
     load = os.getloadavg()[0]
+    per_step = setting.completions_per_step
 
     print(f"Kuhn first decisions vs a fixed opponent: {setting.steps} steps x {setting.prompts_per_step} prompts x "
-          f"{setting.group_size} completions ({setting.completions_per_step} per step), max_new_tokens "
-          f"{setting.max_new_tokens}, lr {setting.lr:g}, tiny llama {setting.hidden_size}x{setting.layers}, "
-          f"1 torch thread, load average {load:.2f}")
+          f"{setting.group_size} completions ({per_step} per step), max_new_tokens {setting.max_new_tokens}, "
+          f"lr {setting.lr:g}, tiny llama {setting.hidden_size}x{setting.layers} (init std {setting.init_std:g}), "
+          f"{n_seeds} seed(s), 1 torch thread, load average {load:.2f}")
     print("\nmove values against the opponent (exact):")
     for d, (seat, card, history) in enumerate(DECISIONS):
         shown = ",".join(m.value for m in history) or "-"
@@ -546,85 +589,90 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     best = best_mean_reward()
     print(f"  best reachable mean reward {best:+.4f}; an unreadable reply {INVALID_REWARD:+g}")
 
-    print("\ntraining llm_zoo ...", file=sys.stderr, flush=True)
-    load_ours = os.getloadavg()[0]
-    ours = run_ours(config)
-    print("training TRL ...", file=sys.stderr, flush=True)
-    load_trl = os.getloadavg()[0]
-    theirs = run_trl(config, setting, seeds, out)
-    ours["load"], theirs["load"] = load_ours, load_trl
-    sides = {"llm_zoo": ours, "trl": theirs}
+    runs = [run_seed(setting, seed, out, trl_first=bool(seed % 2)) for seed in range(n_seeds)]
 
-    planned = Counter(s for step in seeds for s in step)
-    decisions = [[decision_of(random.Random(s)) for s in step] for step in seeds]
-    same_prompts = (Counter(ours["served"]) == Counter({s: n * setting.group_size for s, n in planned.items()})
-                    and [sorted(x) for x in theirs["seen"]] == [sorted(d for d in step for _ in range(setting.group_size))
-                                                               for step in decisions])
-    same_prompt_ids = None if theirs["prompt_ids"] is None else theirs["prompt_ids"] == ours["prompt_ids"]
-    per_step = setting.completions_per_step
-    rows = {}
-    for name, side in sides.items():
-        side["final"] = final_reward(side["model"], side["tokenizer"], setting, seed=args.seed + 1)
-        loop = statistics.fmean(side["step_s"])
-        rows[name] = {"steps": len(side["step_s"]), "s_per_step": loop, "completions_per_s": per_step / loop,
-                      "wall_s": side["wall_s"], "completions_per_s_end_to_end": per_step * setting.steps / side["wall_s"],
-                      "sampling_s_per_step": statistics.fmean(side["sample_s"]) if side["sample_s"] else math.nan,
-                      "reward_last_quarter": _last_quarter(side["rewards"]), "final_reward": side["final"]["mean"],
-                      "final_reward_se": side["final"]["se"], "final_valid": side["final"]["valid"], "load": side["load"]}
-
-    print(f"\n{'trainer':8s} {'steps':>5s} {'s/step':>8s} {'compl/s':>8s} {'wall s':>7s} {'compl/s e2e':>11s} "
-          f"{'reward, last 1/4':>16s} {'final reward':>16s} {'valid':>6s} {'load':>5s}")
-    for name, r in rows.items():
-        print(f"{name:8s} {r['steps']:>5d} {r['s_per_step']:>8.4f} {r['completions_per_s']:>8.1f} {r['wall_s']:>7.1f} "
-              f"{r['completions_per_s_end_to_end']:>11.1f} {r['reward_last_quarter']:>+16.4f} "
-              f"{r['final_reward']:>+9.4f} ± {r['final_reward_se']:.4f} {r['final_valid']:>6.3f} {r['load']:>5.2f}")
+    print(f"\n{'seed':>4s} {'trainer':8s} {'steps':>5s} {'s/step':>8s} {'compl/s':>8s} {'wall s':>7s} "
+          f"{'compl/s e2e':>11s} {'reward, last 1/4':>16s} {'final reward':>16s} {'valid':>6s} {'load':>5s}")
+    for run in runs:
+        for name, r in run["rows"].items():
+            print(f"{run['seed']:>4d} {name:8s} {r['steps']:>5d} {r['step_s'] / r['steps']:>8.4f} "
+                  f"{r['completions_per_s']:>8.1f} {r['wall_s']:>7.1f} {per_step * r['steps'] / r['wall_s']:>11.1f} "
+                  f"{_last_quarter(r['rewards']):>+16.4f} {r['final_reward']:>+9.4f} ± {r['final_reward_se']:.4f} "
+                  f"{r['final_valid']:>6.3f} {r['load']:>5.2f}")
+    total = {}
+    for name in ("llm_zoo", "trl"):
+        rs = [run["rows"][name] for run in runs]
+        steps = sum(r["steps"] for r in rs)
+        total[name] = {"steps": steps, "s_per_step": sum(r["step_s"] for r in rs) / steps,
+                       "completions_per_s": per_step * steps / sum(r["step_s"] for r in rs),
+                       "completions_per_s_end_to_end": per_step * steps / sum(r["wall_s"] for r in rs),
+                       "sampling_s_per_step": sum(r["sampling_s"] for r in rs) / steps,
+                       "reward_last_quarter": statistics.fmean(_last_quarter(r["rewards"]) for r in rs),
+                       "final_reward": statistics.fmean(r["final_reward"] for r in rs)}
+    print(f"{'all':>4s} " + "\n     ".join(
+        f"{name:8s} {t['steps']:>5d} {t['s_per_step']:>8.4f} {t['completions_per_s']:>8.1f} {'':>7s} "
+        f"{t['completions_per_s_end_to_end']:>11.1f} {t['reward_last_quarter']:>+16.4f} {t['final_reward']:>+9.4f}"
+        for name, t in total.items()))
     print("\nwhere a step goes (s): " + "; ".join(
-        f"{name} {r['sampling_s_per_step']:.4f} {what}, {r['s_per_step'] - r['sampling_s_per_step']:.4f} the rest"
-        for (name, r), what in zip(rows.items(), ("rollout (sampling, envs, records)", "model.generate"))))
-    speedup = rows["llm_zoo"]["completions_per_s"] / rows["trl"]["completions_per_s"]
-    speedup_e2e = rows["llm_zoo"]["completions_per_s_end_to_end"] / rows["trl"]["completions_per_s_end_to_end"]
-    # the curve: the mean over steps of (ours - TRL's) step reward, paired by step (the same prompts);
-    # the final policy: the sampled rewards' difference; "no worse" = neither below 0 by 2 standard errors
-    diffs = [a - b for a, b in zip(ours["rewards"], theirs["rewards"])]
-    curve_diff = statistics.fmean(diffs)
-    curve_se = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else 0.0
-    final_diff = rows["llm_zoo"]["final_reward"] - rows["trl"]["final_reward"]
-    final_se = math.hypot(rows["llm_zoo"]["final_reward_se"], rows["trl"]["final_reward_se"])
+        f"{name} {t['sampling_s_per_step']:.4f} {what}, {t['s_per_step'] - t['sampling_s_per_step']:.4f} the rest"
+        for (name, t), what in zip(total.items(), ("rollout (sampling, envs, records)", "model.generate"))))
+    speedup = total["llm_zoo"]["completions_per_s"] / total["trl"]["completions_per_s"]
+    speedup_e2e = total["llm_zoo"]["completions_per_s_end_to_end"] / total["trl"]["completions_per_s_end_to_end"]
+    per_seed_speedup = [run["rows"]["llm_zoo"]["completions_per_s"] / run["rows"]["trl"]["completions_per_s"]
+                        for run in runs]
+    print(f"\ncompletions/s, llm_zoo / TRL: {speedup:.2f}x per step (per seed {min(per_seed_speedup):.2f}x to "
+          f"{max(per_seed_speedup):.2f}x), {speedup_e2e:.2f}x end to end (goal {GOAL_SPEEDUP:g}x)")
+
+    # The curve: per seed, the mean over steps of (ours - TRL's) step reward, paired by step (the same
+    # prompts); the final policy: the sampled rewards' difference. Over several seeds the spread of the
+    # seeds' differences is the standard error; with one, the steps' (curve) or the samples' (final).
+    curve = [statistics.fmean(a - b for a, b in zip(run["rows"]["llm_zoo"]["rewards"], run["rows"]["trl"]["rewards"]))
+             for run in runs]
+    finals = [run["rows"]["llm_zoo"]["final_reward"] - run["rows"]["trl"]["final_reward"] for run in runs]
+    curve_diff, curve_se = _paired(curve)
+    final_diff, final_se = _paired(finals)
+    if len(runs) == 1:
+        r = runs[0]["rows"]
+        curve_se = _paired([a - b for a, b in zip(r["llm_zoo"]["rewards"], r["trl"]["rewards"])])[1]
+        final_se = math.hypot(r["llm_zoo"]["final_reward_se"], r["trl"]["final_reward_se"])
     no_worse = curve_diff >= -2 * curve_se and final_diff >= -2 * final_se
-    print(f"\ncompletions/s, llm_zoo / TRL: {speedup:.2f}x per step, {speedup_e2e:.2f}x end to end "
-          f"(goal {GOAL_SPEEDUP:g}x)")
-    print(f"reward, llm_zoo - TRL: {curve_diff:+.4f} ± {curve_se:.4f} over the curve (mean of the steps' differences), "
-          f"{final_diff:+.4f} ± {final_se:.4f} at the end; no worse (neither below 0 by 2 standard errors): {no_worse}")
+    print(f"reward, llm_zoo - TRL: {curve_diff:+.4f} ± {curve_se:.4f} over the curve (mean of the steps' "
+          f"differences), {final_diff:+.4f} ± {final_se:.4f} at the end; no worse (neither below 0 by 2 standard "
+          f"errors): {no_worse}")
+    same_prompts = all(run["same_prompts"] for run in runs)
+    same_prompt_ids = None if any(run["same_prompt_ids"] is None for run in runs) else all(
+        run["same_prompt_ids"] for run in runs)
     print(f"same prompts on both sides: {same_prompts}; same prompt token ids: {same_prompt_ids}")
 
-    print("\nreward curve (mean training reward of the step, by completions):")
+    mean_curve = {name: [statistics.fmean(x) for x in zip(*(run["rows"][name]["rewards"] for run in runs))]
+                  for name in ("llm_zoo", "trl")}
+    print("\nreward curve (mean training reward of the step, mean over seeds, by completions):")
     marks = sorted({min(setting.steps, max(1, round(setting.steps * f / 10))) for f in range(1, 11)})
     print(f"{'completions':>11s} {'llm_zoo':>9s} {'trl':>9s}")
     for step in marks:
-        print(f"{step * per_step:>11d} {ours['rewards'][step - 1]:>+9.4f} {theirs['rewards'][step - 1]:>+9.4f}")
+        print(f"{step * per_step:>11d} {mean_curve['llm_zoo'][step - 1]:>+9.4f} {mean_curve['trl'][step - 1]:>+9.4f}")
     figure = out / "trainer_vs_trl.png"
-    plot(sides, per_step, best, figure)
+    plot(runs, per_step, best, figure)
     print(f"\nplot: {figure}")
 
     line = {"speedup": round(speedup, 3), "speedup_end_to_end": round(speedup_e2e, 3),
-            "llm_zoo_completions_per_s": round(rows["llm_zoo"]["completions_per_s"], 2),
-            "trl_completions_per_s": round(rows["trl"]["completions_per_s"], 2),
-            "llm_zoo_s_per_step": round(rows["llm_zoo"]["s_per_step"], 5),
-            "trl_s_per_step": round(rows["trl"]["s_per_step"], 5),
-            "llm_zoo_steps": rows["llm_zoo"]["steps"], "trl_steps": rows["trl"]["steps"],
-            "llm_zoo_reward_last_quarter": round(rows["llm_zoo"]["reward_last_quarter"], 4),
-            "trl_reward_last_quarter": round(rows["trl"]["reward_last_quarter"], 4),
-            "llm_zoo_final_reward": round(rows["llm_zoo"]["final_reward"], 4),
-            "trl_final_reward": round(rows["trl"]["final_reward"], 4),
+            "speedup_min_seed": round(min(per_seed_speedup), 3),
+            "llm_zoo_completions_per_s": round(total["llm_zoo"]["completions_per_s"], 2),
+            "trl_completions_per_s": round(total["trl"]["completions_per_s"], 2),
+            "llm_zoo_s_per_step": round(total["llm_zoo"]["s_per_step"], 5),
+            "trl_s_per_step": round(total["trl"]["s_per_step"], 5),
+            "llm_zoo_steps": total["llm_zoo"]["steps"], "trl_steps": total["trl"]["steps"],
+            "llm_zoo_reward_last_quarter": round(total["llm_zoo"]["reward_last_quarter"], 4),
+            "trl_reward_last_quarter": round(total["trl"]["reward_last_quarter"], 4),
+            "llm_zoo_final_reward": round(total["llm_zoo"]["final_reward"], 4),
+            "trl_final_reward": round(total["trl"]["final_reward"], 4),
             "reward_diff_curve": round(curve_diff, 4), "reward_diff_curve_se": round(curve_se, 4),
             "reward_diff_final": round(final_diff, 4), "reward_diff_final_se": round(final_se, 4),
             "reward_no_worse": no_worse, "same_prompts": same_prompts, "same_prompt_ids": same_prompt_ids,
-            "best_reward": round(best, 4),
-            "completions_per_step": per_step, "steps": setting.steps, "group_size": setting.group_size,
-            "max_new_tokens": setting.max_new_tokens, "trl_loss_type": "dapo", "threads": 1,
-            "load_average": round(load, 2)}
-    (out / "figures.json").write_text(json.dumps({**line, "rows": rows,
-                                                  "rewards": {n: s["rewards"] for n, s in sides.items()}}))
+            "best_reward": round(best, 4), "seeds": n_seeds, "completions_per_step": per_step,
+            "steps": setting.steps, "group_size": setting.group_size, "max_new_tokens": setting.max_new_tokens,
+            "trl_loss_type": "dapo", "threads": 1, "load_average": round(load, 2)}
+    (out / "figures.json").write_text(json.dumps({**line, "runs": runs, "total": total}))
     line["seconds"] = round(time.perf_counter() - started, 2)
     print(json.dumps(line))
     return line

@@ -90,7 +90,8 @@ def test_quick_run_trains_both_on_the_same_prompts_and_ends_with_the_json_line(c
         assert figures[f"{side}_completions_per_s"] > 0
         assert -2.0 <= figures[f"{side}_final_reward"] <= figures["best_reward"]
     saved = json.loads((tmp_path / "figures.json").read_text())
-    assert all(len(saved["rewards"][side]) == 2 for side in ("llm_zoo", "trl"))
+    assert figures["seeds"] == 1 and len(saved["runs"]) == 1
+    assert all(len(saved["runs"][0]["rows"][side]["rewards"]) == 2 for side in ("llm_zoo", "trl"))
     assert (tmp_path / "trainer_vs_trl.png").stat().st_size > 0
     assert figures["trl_loss_type"] == "dapo" and figures["threads"] == 1
 
@@ -100,3 +101,5 @@ def test_bad_setting_is_refused():
         _load().main(["--steps", "0"])
     with pytest.raises(SystemExit):
         _load().main(["--group-size", "1"])
+    with pytest.raises(SystemExit):
+        _load().main(["--seeds", "0"])
