@@ -80,10 +80,12 @@ def test_quick_run_trains_both_on_the_same_prompts_and_ends_with_the_json_line(c
             "llm_zoo_s_per_step", "trl_s_per_step", "llm_zoo_final_reward", "trl_final_reward",
             "llm_zoo_reward_last_quarter", "trl_reward_last_quarter", "reward_no_worse", "best_reward",
             "reward_diff_curve", "reward_diff_curve_se", "reward_diff_final", "reward_diff_final_se",
-            "same_prompts", "same_prompt_ids", "trl_loss_type", "threads", "seconds")
+            "same_prompts", "same_prompt_ids", "loss_gradient_rel_diff", "trl_loss_type", "threads", "seconds")
     assert set(keys) <= set(figures)
     assert figures["llm_zoo_steps"] == figures["trl_steps"] == figures["steps"] == 2
     assert figures["same_prompts"] is True and figures["same_prompt_ids"] is True
+    # the same loss: llm_zoo's update and TRL's _compute_loss give one batch the same gradient
+    assert figures["loss_gradient_rel_diff"] is not None and figures["loss_gradient_rel_diff"] < 1e-4
     assert figures["speedup"] == pytest.approx(
         figures["llm_zoo_completions_per_s"] / figures["trl_completions_per_s"], rel=1e-2)
     for side in ("llm_zoo", "trl"):
