@@ -80,17 +80,20 @@ def test_quick_run_trains_both_on_the_same_prompts_and_ends_with_the_json_line(c
             "llm_zoo_s_per_step", "trl_s_per_step", "llm_zoo_final_reward", "trl_final_reward",
             "llm_zoo_reward_last_quarter", "trl_reward_last_quarter", "reward_no_worse", "best_reward",
             "reward_diff_curve", "reward_diff_curve_se", "reward_diff_final", "reward_diff_final_se",
-            "same_prompts", "same_prompt_ids", "trl_loss_type", "threads", "seconds")
+            "same_prompts", "same_prompt_ids", "loss_gradient_rel_diff", "trl_loss_type", "threads", "seconds")
     assert set(keys) <= set(figures)
     assert figures["llm_zoo_steps"] == figures["trl_steps"] == figures["steps"] == 2
     assert figures["same_prompts"] is True and figures["same_prompt_ids"] is True
+    # the same loss: llm_zoo's update and TRL's _compute_loss give one batch the same gradient
+    assert figures["loss_gradient_rel_diff"] is not None and figures["loss_gradient_rel_diff"] < 1e-4
     assert figures["speedup"] == pytest.approx(
         figures["llm_zoo_completions_per_s"] / figures["trl_completions_per_s"], rel=1e-2)
     for side in ("llm_zoo", "trl"):
         assert figures[f"{side}_completions_per_s"] > 0
         assert -2.0 <= figures[f"{side}_final_reward"] <= figures["best_reward"]
     saved = json.loads((tmp_path / "figures.json").read_text())
-    assert all(len(saved["rewards"][side]) == 2 for side in ("llm_zoo", "trl"))
+    assert figures["seeds"] == 1 and len(saved["runs"]) == 1
+    assert all(len(saved["runs"][0]["rows"][side]["rewards"]) == 2 for side in ("llm_zoo", "trl"))
     assert (tmp_path / "trainer_vs_trl.png").stat().st_size > 0
     assert figures["trl_loss_type"] == "dapo" and figures["threads"] == 1
 
@@ -100,3 +103,5 @@ def test_bad_setting_is_refused():
         _load().main(["--steps", "0"])
     with pytest.raises(SystemExit):
         _load().main(["--group-size", "1"])
+    with pytest.raises(SystemExit):
+        _load().main(["--seeds", "0"])
