@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     else:
         say(f"LLM trainer: {config.steps} steps x {config.episodes_per_step} episodes")
         run_dir = train("leduc_poker_v0", overrides, out / "leduc_trainer")
-    curves = trainer_curves(run_dir, "LLM trainer (leduc_poker_v0 preset)")
+    curves = trainer_curves(run_dir, f"LLM trainer (leduc_poker_v0 preset{f', {args.steps} steps' if args.steps else ''})")
     episodes = int(curves[0].final[0])
     say("CFR+")
     curves.append(cfr_curve("leduc", grid))
