@@ -15,9 +15,11 @@ checked against OpenSpiel's within 1e-9), on the same machine in one run:
 
 The cost ratio to Kuhn poker: the episodes and training seconds the LLM trainer needs to reach a
 fraction of uniform's exploitability (50% and 25%: 1.19 and 0.59 on Leduc, 0.229 and 0.115 on Kuhn),
-on Leduc against a short Kuhn run of the trainer measured in the same invocation (the KUHN_POKER_V0
-preset with ``--kuhn-steps`` steps, evaluated every 10), and the same for CFR+ in iterations. When
-Leduc's run does not reach a fraction, the ratio is a lower bound (its whole budget over Kuhn's cost).
+on Leduc against a Kuhn run measured in the same invocation with the same trainer config (the
+LEDUC_POKER_V0 preset's values on ``kuhn_poker_v0``: steps, lr and EMA time constants as on Leduc,
+so only the game differs; evaluated every 5 steps, Leduc every 20), for the reported policy and for
+the last iterate; and the same for CFR+ in iterations. When Leduc's run does not reach a fraction
+that Kuhn's does, the ratio is a lower bound (Leduc's whole budget over Kuhn's cost).
 
 Columns: final exploitability, episodes (CFR: iterations, ``it``), training seconds (the trainer's
 ``perf/step_s``, PPO's ``learn`` calls, CFR's iterations; evaluation excluded), and the episodes and
@@ -25,10 +27,11 @@ seconds to the first evaluation at or below each fraction. It prints the table, 
 ``OUT/leduc.md``, plots exploitability against episodes (and CFR+ against iterations) into
 ``OUT/leduc.png``, and ends with a JSON line: ``rows`` (per system: ``exploitability``, ``work``,
 ``unit``, ``seconds``, ``to_50%``/``to_25%`` as ``{"work", "seconds"}`` or null), ``kuhn`` (the same
-for Kuhn's trainer and CFR+), ``ratio`` (Leduc over Kuhn per fraction: ``episodes``, ``seconds``,
-``lower_bound``, and CFR+'s ``iterations``), ``load_average`` and ``seconds``.
+for Kuhn's ``llm``, ``llm_last`` and ``cfr+``), ``ratio`` (per system, ``llm``, ``llm_last`` and
+``cfr+``, per fraction: Leduc's ``work`` and ``seconds`` over Kuhn's, and ``lower_bound``),
+``load_average`` and ``seconds``.
 
-    python benchmarks/leduc.py                          # the preset's budget: about 25 min on 2 shared cores
+    python benchmarks/leduc.py                          # the preset's budget: about 16 min on 2 shared cores
     python benchmarks/leduc.py --trainer-run RUN_DIR    # reuse a finished `llm-zoo train leduc_poker_v0` run
     python benchmarks/leduc.py --steps 300              # a longer LLM run than the preset's (and PPO to match)
     python benchmarks/leduc.py --quick                  # tiny budgets: under a minute
@@ -53,8 +56,8 @@ CFR_GRID = (1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 75, 100, 150, 200)
 QUICK_TRAINER: dict[str, Any] = {"steps": 2, "episodes_per_step": 8, "rollout_batch_size": 8, "eval_every": 1,
                                  "model_hidden_size": 32}
 """Trainer overrides of ``--quick`` (a smoke run, not a result)."""
-KUHN_STEPS = 200
-"""Steps of the short Kuhn run (the KUHN_POKER_V0 preset otherwise, its lr schedule over these steps)."""
+KUHN_EVAL_EVERY = 5
+"""Kuhn's run is evaluated this often (an evaluation of Kuhn's 12 info sets costs little)."""
 
 
 @dataclass
@@ -176,22 +179,45 @@ def figures(curve: Curve, uniform: float) -> dict[str, Any]:
     return out
 
 
-def ratios(leduc: dict[str, Any], kuhn: dict[str, Any], leduc_cfr: dict[str, Any], kuhn_cfr: dict[str, Any]
-           ) -> dict[str, Any]:
-    """Leduc's cost over Kuhn's at each fraction: the trainer's episodes and seconds, CFR+'s iterations."""
+def ratios(leduc: dict[str, Any], kuhn: dict[str, Any]) -> dict[str, Any]:
+    """Leduc's cost over Kuhn's at each fraction (``work`` and ``seconds``), for one kind of curve.
+
+    None where Kuhn's run did not reach the fraction; a lower bound (Leduc's whole budget) where only
+    Kuhn's did; None where neither did.
+    """
     out = {}
     for f in FRACTIONS:
         key = f"to_{f:.0%}"
         a, b = leduc[key], kuhn[key]
-        entry: dict[str, Any] = {"episodes": None, "seconds": None, "lower_bound": False, "cfr_iterations": None}
+        entry: dict[str, Any] = {"work": None, "seconds": None, "lower_bound": False}
         if b is not None:
             reached = a if a is not None else {"work": leduc["work"], "seconds": leduc["seconds"]}
-            entry.update(episodes=reached["work"] / b["work"], seconds=reached["seconds"] / max(b["seconds"], 1e-9),
+            entry.update(work=reached["work"] / b["work"], seconds=reached["seconds"] / max(b["seconds"], 1e-9),
                          lower_bound=a is None)
-        if leduc_cfr[key] is not None and kuhn_cfr[key] is not None:
-            entry["cfr_iterations"] = leduc_cfr[key]["work"] / kuhn_cfr[key]["work"]
         out[key] = entry
     return out
+
+
+def ratio_text(ratio: dict[str, dict[str, Any]], leduc_uniform: float, kuhn_uniform: float) -> str:
+    """The cost-ratio lines under the table."""
+    names = {"llm": "the LLM trainer's reported policy", "llm_last": "its last iterate", "cfr+": "CFR+"}
+    lines = []
+    for f in FRACTIONS:
+        key, parts = f"to_{f:.0%}", []
+        for system, name in names.items():
+            if system not in ratio:
+                continue
+            r = ratio[system][key]
+            unit = "iterations" if system == "cfr+" else "episodes"
+            if r["work"] is None:
+                parts.append(f"{name}: Kuhn's run did not reach it, no ratio")
+            else:
+                bound = "at least " if r["lower_bound"] else ""
+                parts.append(f"{name} {bound}{r['work']:.1f}x Kuhn's {unit} and {bound}{r['seconds']:.1f}x its seconds"
+                             + (" (not reached on Leduc: its whole budget)" if r["lower_bound"] else ""))
+        lines.append(f"- Cost to {f:.0%} of uniform (Leduc {f * leduc_uniform:.3f}, Kuhn {f * kuhn_uniform:.3f}), "
+                     f"Leduc over Kuhn: " + "; ".join(parts) + ".")
+    return "\n".join(lines)
 
 
 def _reach_cell(f: dict[str, Any], key: str) -> str:
@@ -211,24 +237,6 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
 
     return "\n".join([fmt(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(fmt, lines)])
-
-
-def ratio_text(ratio: dict[str, Any], leduc_uniform: float, kuhn_uniform: float) -> str:
-    """The cost-ratio lines under the table."""
-    lines = []
-    for f in FRACTIONS:
-        r = ratio[f"to_{f:.0%}"]
-        head = (f"- To {f:.0%} of uniform (Leduc {f * leduc_uniform:.3f}, Kuhn {f * kuhn_uniform:.3f}): ")
-        if r["episodes"] is None:
-            trainer = "the Kuhn run did not reach it, no ratio"
-        else:
-            bound = "at least " if r["lower_bound"] else ""
-            trainer = (f"the LLM trainer needs {bound}{r['episodes']:.1f}x Kuhn's episodes and {bound}"
-                       f"{r['seconds']:.1f}x its training seconds"
-                       + (" (Leduc's run did not reach it: its whole budget over Kuhn's cost)" if r["lower_bound"] else ""))
-        cfr = "" if r["cfr_iterations"] is None else f"; CFR+ needs {r['cfr_iterations']:.1f}x Kuhn's iterations"
-        lines.append(head + trainer + cfr + ".")
-    return "\n".join(lines)
 
 
 def plot(curves: list[Curve], uniform: float, path: Path) -> None:
@@ -269,7 +277,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", default=None, help="folder for the runs, leduc.md and leduc.png (default: a temporary one)")
     parser.add_argument("--trainer-run", default=None, help="reuse this finished `llm-zoo train leduc_poker_v0` run "
                         "(its config must be the preset's) instead of training again")
-    parser.add_argument("--kuhn-steps", type=int, default=None, help=f"steps of the short Kuhn run (default {KUHN_STEPS})")
+    parser.add_argument("--kuhn-steps", type=int, default=None, help="steps of the Kuhn run (default: Leduc's)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the trained systems (default 0)")
     parser.add_argument("--steps", type=int, default=None, help="LLM training steps on Leduc (default: the preset's)")
     args = parser.parse_args(argv)
@@ -298,25 +306,30 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     else:
         say(f"LLM trainer: {config.steps} steps x {config.episodes_per_step} episodes")
         run_dir = train("leduc_poker_v0", overrides, out / "leduc_trainer")
-    curves = trainer_curves(run_dir, "LLM trainer (leduc_poker_v0 preset)")
+    curves = trainer_curves(run_dir, f"LLM trainer (leduc_poker_v0 preset{f', {args.steps} steps' if args.steps else ''})")
     episodes = int(curves[0].final[0])
     say("CFR+")
     curves.append(cfr_curve("leduc", grid))
     say(f"MaskablePPO: {episodes} learner decisions")
     curves += ppo_curves(episodes, args.seed)
-    kuhn_steps = args.kuhn_steps or (2 if args.quick else KUHN_STEPS)
-    kuhn_overrides = {**(QUICK_TRAINER if args.quick else {}), "steps": kuhn_steps, "eval_every": 1 if args.quick else 10,
-                      "seed": args.seed}
-    say(f"Kuhn's trainer: {kuhn_steps} steps")
-    kuhn_llm = trainer_curves(train("kuhn_poker_v0", kuhn_overrides, out / "kuhn_trainer"), "LLM trainer (Kuhn)")[0]
+    kuhn_steps = args.kuhn_steps or config.steps
+    from llm_zoo.trainers.presets import preset
+
+    same = {k: v for k, v in preset("leduc_poker_v0").items()
+            if preset("kuhn_poker_v0").get(k) != v and k not in ("steps", "eval_every", "checkpoint_every")}
+    kuhn_overrides = {**same, **overrides, "steps": kuhn_steps, "eval_every": 1 if args.quick else KUHN_EVAL_EVERY}
+    say(f"Kuhn's trainer, Leduc's config: {kuhn_steps} steps")
+    kuhn_llm = trainer_curves(train("kuhn_poker_v0", kuhn_overrides, out / "kuhn_trainer"), "LLM trainer (Kuhn)")
     kuhn_cfr = cfr_curve("kuhn", grid)
 
     rows = [{"label": "uniform random", "unit": "episodes", "exploitability": uniform, "work": 0, "seconds": 0.0,
              **{f"to_{f:.0%}": None for f in FRACTIONS}}] + [figures(c, uniform) for c in curves]
     table = markdown(rows)
-    kuhn = {"llm": figures(kuhn_llm, kuhn_uniform), "cfr+": figures(kuhn_cfr, kuhn_uniform)}
-    ratio = ratios(rows[1], kuhn["llm"], next(r for c, r in zip(curves, rows[1:]) if c.key == "cfr+_leduc"),
-                   kuhn["cfr+"])
+    kuhn = {c.key: figures(c, kuhn_uniform) for c in kuhn_llm}
+    kuhn["cfr+"] = figures(kuhn_cfr, kuhn_uniform)
+    leduc = {c.key: r for c, r in zip(curves, rows[1:])}
+    leduc["cfr+"] = leduc["cfr+_leduc"]
+    ratio = {system: ratios(leduc[system], kuhn[system]) for system in ("llm", "llm_last", "cfr+") if system in kuhn}
     caption = f"Leduc hold'em, every system on the same machine in one run ({'--quick' if args.quick else 'full'} setting)"
     notes = "\n".join([
         f"- Budget{' (--quick: a smoke run, not a result)' if args.quick else ''}: the LLM trainer runs "
@@ -325,8 +338,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"decisions ({episodes:,}); CFR+ is deterministic; seed {args.seed}; load average at start "
         f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} (1, 5, 15 min).",
         f"- Exploitability is exact (uniform random: {uniform:.4f}). Training seconds exclude evaluation.",
-        f"- Kuhn's side, measured in this run: the trainer with the KUHN_POKER_V0 preset for {kuhn_steps} steps "
-        f"(final {kuhn['llm']['exploitability']:.4f} after {kuhn['llm']['work']:,.0f} episodes), CFR+ on the same grid.",
+        f"- Kuhn's side, measured in this run: the trainer on kuhn_poker_v0 with Leduc's config ({kuhn_steps} steps; "
+        f"{', '.join(f'{k}={v!r}' for k, v in same.items())} over KUHN_POKER_V0), evaluated every "
+        f"{kuhn_overrides['eval_every']} steps: reported policy {kuhn['llm']['exploitability']:.4f} and last iterate "
+        f"{kuhn.get('llm_last', kuhn['llm'])['exploitability']:.4f} after {kuhn['llm']['work']:,.0f} episodes "
+        f"({kuhn['llm']['seconds']:.0f} s); CFR+ on the same grid ({kuhn['cfr+']['exploitability']:.4f} after "
+        f"{grid[-1]} iterations).",
         ratio_text(ratio, uniform, kuhn_uniform),
     ])
     print(f"\n{caption}\n\n{table}\n\n{notes}\n")
