@@ -93,6 +93,22 @@ def test_the_defaults_fit_and_a_lower_limit_refuses_them():
     assert preflight(make_config("agentic_judge_v0", {"memory_limit_gb": 0.0}), model_config).total > 0
 
 
+def test_the_refusal_names_the_field_that_binds():
+    from llm_zoo.models import build_byte_tokenizer, build_tiny_model
+
+    model_config = build_tiny_model(build_byte_tokenizer()).config
+    # one sequence a pass already: a smaller token budget would not help, a shorter prompt would
+    with pytest.raises(ValueError, match=r"Lower max_prompt_tokens, max_new_tokens \(e.g. --set max_prompt_tokens="):
+        preflight(make_config("user_sim_v0", {"max_prompt_tokens": 12000}), model_config)
+    # many rows a pass: the token budget is what to lower
+    with pytest.raises(ValueError, match=r"Lower max_forward_tokens, .*\(e.g. --set max_forward_tokens="):
+        preflight(make_config("user_sim_v0", {"max_forward_tokens": 200000}), model_config)
+    # the micro-batch binds before the budget does
+    with pytest.raises(ValueError, match=r"Lower micro_batch_size"):
+        preflight(make_config("user_sim_v0", {"max_forward_tokens": 200000, "micro_batch_size": 20,
+                                               "rollout_batch_size": 20}), model_config)
+
+
 def test_the_estimate_grows_with_what_it_bounds():
     from llm_zoo.models import build_byte_tokenizer, build_tiny_model
 
