@@ -151,7 +151,8 @@ def _last_iterate(run_dir: str) -> dict[str, float]:
 
 def _final_line(env: str, result: dict, scored: str, last: dict[str, float], run_dir: str) -> str:
     """Say in one line what the run scored, on which weights, and where it wrote."""
-    figures = [f"{k} {result[k]:.4f}" for k in ("exploitability", "headline") if isinstance(result.get(k), float)]
+    named = [result["headline"]] if isinstance(result.get("headline"), str) else []  # the metric an env names
+    figures = [f"{k} {result[k]:.4f}" for k in ("exploitability", "headline", *named) if isinstance(result.get(k), float)]
     also = [f"{k} {last[k]:.4f}" for k in ("exploitability", "headline") if k in last]
     text = f"llm-zoo train {env}: {', '.join(figures) or 'done'}, scoring {scored}"
     if also:

@@ -12,8 +12,13 @@ pytest.importorskip("transformers")
 from llm_zoo.models import build_byte_tokenizer, build_tiny_model  # noqa: E402
 from llm_zoo.policies import TransformersPolicy  # noqa: E402
 from llm_zoo.policies.base import PromptTooLong  # noqa: E402
-from llm_zoo.scoring import completion_logprobs, forward_in_chunks, position_ids_of, row_chunks  # noqa: E402
-from llm_zoo.scoring import left_pad  # noqa: E402
+from llm_zoo.scoring import (  # noqa: E402
+    completion_logprobs,
+    forward_in_chunks,
+    left_pad,
+    position_ids_of,
+    row_chunks,
+)
 from llm_zoo.trainers.rollout import collect  # noqa: E402
 
 torch.set_num_threads(1)

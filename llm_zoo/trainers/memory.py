@@ -137,14 +137,20 @@ def preflight(config: Any, model_config: Any, *, learners: int = 1) -> Estimate:
     if limit and found.total > limit * GIB:
         longest = config.max_prompt_tokens + config.max_new_tokens
         dominant = "update" if found.parts["update"] >= found.parts["rollout"] else "rollout"
-        fields = (["max_forward_tokens", "max_prompt_tokens", "max_new_tokens"]
-                  + (["micro_batch_size"] if dominant == "update" else ["rollout_batch_size"]))
+        batch_field = "micro_batch_size" if dominant == "update" else "rollout_batch_size"
+        rows = min(int(getattr(config, batch_field)), config.max_forward_tokens // longest)
+        if rows <= 1:  # one sequence a pass already: only a shorter sequence helps
+            fields = ["max_prompt_tokens", "max_new_tokens"]
+        elif getattr(config, batch_field) < config.max_forward_tokens // longest:  # the batch field binds
+            fields = [batch_field, "max_prompt_tokens", "max_new_tokens"]
+        else:
+            fields = ["max_forward_tokens", "max_prompt_tokens", "max_new_tokens"]
         if found.parts["resident"] > limit * GIB:
             fields = ["model_hidden_size", "model_layers", "pool_size"]
         raise ValueError(
             f"this run would need about {found.gib:.2f} GiB ({found.describe()}), over memory_limit_gb="
             f"{limit:g}: its largest pass is the {dominant}, sequences of up to max_prompt_tokens + max_new_tokens = "
-            f"{longest} tokens, {config.max_forward_tokens} tokens a pass (max_forward_tokens). Lower "
+            f"{longest} tokens, {max(1, rows)} of them a pass (max_forward_tokens={config.max_forward_tokens}). Lower "
             f"{', '.join(fields)} (e.g. --set {fields[0]}=...), or raise memory_limit_gb if the machine has the memory."
         )
     return found

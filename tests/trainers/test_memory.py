@@ -19,7 +19,7 @@ from llm_zoo.trainers.memory import estimate, micro_batches, pass_bytes, preflig
 ROOT = Path(__file__).resolve().parents[2]
 
 MEASURE = textwrap.dedent("""
-    import json, resource, sys, torch
+    import json, sys, torch
     from llm_zoo.models import build_byte_tokenizer, build_tiny_model
     from llm_zoo.scoring import completion_logprobs
     torch.set_num_threads(1)
@@ -30,7 +30,12 @@ MEASURE = textwrap.dedent("""
     # ragged prompts: a padded batch, whose attention mask is materialised
     prompts = [torch.randint(0, 256, (prompt - (i % 3),), generator=g).tolist() for i in range(rows)]
     completions = [torch.randint(0, 256, (new,), generator=g).tolist() for _ in range(rows)]
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+    def peak():  # this process's own high-water RSS in kB (ru_maxrss may carry the parent's over fork and exec)
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+
+    before = peak()
     if grad:
         model.train()
         logps, mask, entropy = completion_logprobs(model, prompts, completions, pad_token_id=tok.pad_token_id,
@@ -39,7 +44,7 @@ MEASURE = textwrap.dedent("""
     else:
         with torch.inference_mode():
             completion_logprobs(model, prompts, completions, pad_token_id=tok.pad_token_id)
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    after = peak()
     print(json.dumps({"grown": (after - before) * 1024, "config": model.config.to_dict()}))
 """)
 
@@ -91,6 +96,22 @@ def test_the_defaults_fit_and_a_lower_limit_refuses_them():
     with pytest.raises(ValueError, match="over memory_limit_gb"):
         preflight(config, model_config)
     assert preflight(make_config("agentic_judge_v0", {"memory_limit_gb": 0.0}), model_config).total > 0
+
+
+def test_the_refusal_names_the_field_that_binds():
+    from llm_zoo.models import build_byte_tokenizer, build_tiny_model
+
+    model_config = build_tiny_model(build_byte_tokenizer()).config
+    # one sequence a pass already: a smaller token budget would not help, a shorter prompt would
+    with pytest.raises(ValueError, match=r"Lower max_prompt_tokens, max_new_tokens \(e.g. --set max_prompt_tokens="):
+        preflight(make_config("user_sim_v0", {"max_prompt_tokens": 12000}), model_config)
+    # many rows a pass: the token budget is what to lower
+    with pytest.raises(ValueError, match=r"Lower max_forward_tokens, .*\(e.g. --set max_forward_tokens="):
+        preflight(make_config("user_sim_v0", {"max_forward_tokens": 200000}), model_config)
+    # the micro-batch binds before the budget does
+    with pytest.raises(ValueError, match=r"Lower micro_batch_size"):
+        preflight(make_config("user_sim_v0", {"max_forward_tokens": 200000, "micro_batch_size": 20,
+                                               "rollout_batch_size": 20}), model_config)
 
 
 def test_the_estimate_grows_with_what_it_bounds():
