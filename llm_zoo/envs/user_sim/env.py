@@ -88,6 +88,16 @@ REWARD_RANGE = (0.0, 1.0)  # before turn penalties and forfeits
 SCENARIOS = tuple(scenarios.TEMPLATES)
 USER_REWARDS = ("success", "zero")
 PROMPTS = ("full", "compact")
+LEARNING_SCENARIOS = ("cancel_mistake", "cancel_no_longer_needed_name_zip", "cancel_shipped_refused",
+                      "cancel_delivered_insists", "cancel_among_two_pending", "order_address_pending",
+                      "order_address_shipped_refused", "default_address_only", "payment_to_paypal",
+                      "payment_to_gift_card", "payment_gift_card_short", "return_window_expired")
+"""The single-task templates of the shortest conversations (7-9 assistant turns with the scripted
+assistant): the subset a tiny model trains on by default (``scenarios=LEARNING_SCENARIOS``)."""
+WARM_START_SCENARIOS = ("cancel_mistake", "cancel_shipped_refused", "order_address_pending",
+                        "default_address_only", "payment_to_paypal", "return_window_expired")
+"""The held-in templates of :data:`LEARNING_SCENARIOS`: a warm start's traces come from these only,
+the other six are held out (the evaluation reports the two apart, so generalisation is measured)."""
 
 
 class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the class raw_env
