@@ -13,8 +13,9 @@ seeds never used in training (``llm_zoo.spec.EVAL_SEED_BASE + i``):
 Each row gives the mean ± spread (the sample standard deviation over the training seeds) of the
 metric, its held-in and held-out parts (the templates the warm start's traces came from, and the
 others), the 95% Wilson interval of the metric over all seeds' evaluation episodes pooled, and the
-cost: RL episodes, generated tokens and wall-clock seconds per seed. The user_sim rows also score
-each final policy against a second user simulator (``scripted_paraphrase``: the same goals in other
+cost: RL episodes, generated tokens and wall-clock seconds per seed (and the peak memory of the worker
+processes, an upper bound of each run's). The user_sim rows also score
+the warm start and the final RAE policy against a second user simulator (``scripted_paraphrase``: the same goals in other
 words), the seeds' question whether the assistant only learned to serve its simulator. A plot of the
 metric against training episodes (the runs' own evaluations) goes to ``learning.png`` under ``--out``.
 
@@ -36,11 +37,12 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import resource
 import statistics
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,7 +74,7 @@ class EnvRows:
 ENVS: dict[str, EnvRows] = {
     "user_sim_v0": EnvRows(
         metric="success_rate", floor="no_tools",
-        eval_options={"seeds": 4}, quick_eval_options={"seeds": 1},
+        eval_options={"seeds": 2}, quick_eval_options={"seeds": 1},
         quick={"steps": 1, "episodes_per_step": 2, "group_size": 2, "rollout_batch_size": 2, "max_new_tokens": 12,
                "eval_every": 0, "model_hidden_size": 32,
                "env_kwargs": {"prompt": "compact", "max_turns": 4, "max_tool_calls": 2,
@@ -119,6 +121,11 @@ def _evaluate(env: str, policy_dir: Path, config: Any, options: Mapping[str, Any
     return results
 
 
+def _peak_rss_mb() -> float:
+    """Peak resident memory of this worker process so far (an upper bound of the job's: workers are reused)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def warm_start_job(env: str, seed: int, overrides: Mapping[str, Any], out: str, options: Mapping[str, Any]
                    ) -> dict[str, Any]:
     """Run the SFT stage of the env's default training for ``seed``; evaluate it; return its figures."""
@@ -134,7 +141,8 @@ def warm_start_job(env: str, seed: int, overrides: Mapping[str, Any], out: str, 
     seconds = time.perf_counter() - t0
     policy_dir = Path(summary["checkpoint"]) / "policies" / summary["policy"]
     evals = _evaluate(env, policy_dir, config, options, ENVS[env].other_users)
-    return {"seed": seed, "stage": "warm start", "policy_dir": str(policy_dir), "init": summary["checkpoint"],
+    return {"seed": seed, "stage": "warm start", "peak_rss_mb": _peak_rss_mb(), "policy_dir": str(policy_dir),
+            "init": summary["checkpoint"],
             "seconds": seconds,
             "episodes": 0, "tokens": int(summary.get("tokens", 0)), "evals": evals, "curve": [],
             "val_loss": summary.get("val_loss")}
@@ -157,8 +165,9 @@ def rl_job(env: str, seed: int, method: str, init: str, overrides: Mapping[str, 
     from llm_zoo.trainers.checkpoint import latest_checkpoint
 
     policy_dir = latest_checkpoint(run_dir) / "policies" / "main"
-    evals = _evaluate(env, policy_dir, config, options, ENVS[env].other_users)
-    return {"seed": seed, "stage": method, "policy_dir": str(policy_dir), "seconds": seconds,
+    # the other user simulators score the default training's policy (the first method) only: their cost is an evaluation each
+    evals = _evaluate(env, policy_dir, config, options, ENVS[env].other_users if method == METHODS[0] else ())
+    return {"seed": seed, "stage": method, "peak_rss_mb": _peak_rss_mb(), "policy_dir": str(policy_dir), "seconds": seconds,
             "episodes": int(rows[-1]["charts/episodes"]) if rows else 0, "tokens": tokens, "evals": evals,
             "curve": curve}
 
@@ -199,7 +208,9 @@ def summarize(env: str, results: Sequence[Mapping[str, Any]]) -> dict[str, dict[
             continue
         row: dict[str, Any] = {"seeds": len(runs)}
         for user in ("scripted", *rows_of.other_users):
-            evals = [r["evals"][user] for r in runs]
+            evals = [r["evals"][user] for r in runs if user in r["evals"]]
+            if not evals:
+                continue
             values = [e[rows_of.metric] for e in evals]
             prefix = "" if user == "scripted" else f"{user}/"
             row[f"{prefix}mean"] = statistics.fmean(values)
@@ -213,7 +224,8 @@ def summarize(env: str, results: Sequence[Mapping[str, Any]]) -> dict[str, dict[
                 k_n = sum(e[size] for e in evals)
                 k_hits = round(sum(e[key] * e[size] for e in evals))
                 row[f"{prefix}{key}_ci95"] = list(wilson_interval(k_hits, k_n))
-        row.update({"episodes": statistics.fmean(r["episodes"] for r in runs),
+        row.update({"peak_rss_mb": max(r.get("peak_rss_mb", 0.0) for r in runs),
+                    "episodes": statistics.fmean(r["episodes"] for r in runs),
                     "tokens": statistics.fmean(r["tokens"] for r in runs),
                     "seconds": statistics.fmean(r["seconds"] for r in runs)})
         table[stage] = row
@@ -233,15 +245,18 @@ def print_table(env: str, table: Mapping[str, Mapping[str, Any]]) -> None:
         head += f" {key.removesuffix('_success'):>9} {'interval':>13}"
     for user in rows_of.other_users:
         head += f" {user:>20} {'interval':>13}"
-    head += f" {'episodes':>8} {'tokens':>9} {'seconds':>8}"
+    head += f" {'episodes':>8} {'tokens':>9} {'seconds':>8} {'peak MB':>8}"
     print(head)
     for stage, row in table.items():
         line = f"{stage:<11} {row['seeds']:>5} {row['mean']:>6.3f} ± {row['spread']:.3f} {_fmt_ci(row['ci95']):>13}"
         for key in rows_of.split:
             line += f" {row[key]:>9.3f} {_fmt_ci(row[key + '_ci95']):>13}"
         for user in rows_of.other_users:
-            line += f" {row[user + '/mean']:>11.3f} ± {row[user + '/spread']:.3f} {_fmt_ci(row[user + '/ci95']):>13}"
-        line += f" {row['episodes']:>8.0f} {row['tokens']:>9.0f} {row['seconds']:>8.1f}"
+            if user + "/mean" in row:
+                line += f" {row[user + '/mean']:>11.3f} ± {row[user + '/spread']:.3f} {_fmt_ci(row[user + '/ci95']):>13}"
+            else:
+                line += f" {'-':>20} {'':>13}"
+        line += f" {row['episodes']:>8.0f} {row['tokens']:>9.0f} {row['seconds']:>8.1f} {row['peak_rss_mb']:>8.0f}"
         print(line)
 
 
@@ -310,9 +325,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         options = dict(rows_of.quick_eval_options if args.quick else rows_of.eval_options)
         results = [floor_figures(env, rows_of.floor, make_config(env, overrides), options)]
         with ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
-            warm = list(pool.map(warm_start_job, *zip(*[(env, s, overrides, str(out), options) for s in seeds])))
-            jobs = [(env, w["seed"], m, w["init"], overrides, str(out), options) for w in warm for m in METHODS]
-            rl = list(pool.map(rl_job, *zip(*jobs)))
+            # each seed's RL runs are queued as soon as its warm start is done, so no worker waits
+            pending = [pool.submit(warm_start_job, env, s, overrides, str(out), options) for s in seeds]
+            warm, futures = [], []
+            for done in as_completed(pending):
+                w = done.result()
+                warm.append(w)
+                futures += [pool.submit(rl_job, env, w["seed"], m, w["init"], overrides, str(out), options)
+                            for m in METHODS]
+            rl = [f.result() for f in futures]
+        warm.sort(key=lambda r: r["seed"])
+        rl.sort(key=lambda r: (r["seed"], METHODS.index(r["stage"])))
         results += warm + rl
         all_results[env] = results
         tables[env] = summarize(env, results)

@@ -118,14 +118,14 @@ USER_SIM_V0: dict[str, Any] = {
     "init": "sft",
     "sft": {"options": [{"scenario": s} for s in WARM_START_SCENARIOS], "episodes": 64, "epochs": 3,
             "batch_size": 4, "lr": 3e-3, "warmup_steps": 5, "max_tokens_per_micro_batch": 4096},
-    "steps": 6,
+    "steps": 4,
     # four episodes per env seed (the same template and world): GRPO compares them
     "episodes_per_step": 8,
     "group_size": 4,
     "rollout_batch_size": 8,
     "micro_batch_size": 16,
     "lr": 3e-4,
-    "eval_every": 3,
+    "eval_every": 2,
     "checkpoint_every": 0,
     "sample_every": 0,
     # one torch thread: the tiny model's kernels are too small to gain from more
