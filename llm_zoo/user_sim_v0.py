@@ -7,8 +7,15 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from llm_zoo.envs.user_sim.env import ENV_ID, LEARNING_SCENARIOS, SCENARIOS, WARM_START_SCENARIOS, env, raw_env
 from llm_zoo.envs.user_sim import scripted
+from llm_zoo.envs.user_sim.env import (
+    ENV_ID,
+    LEARNING_SCENARIOS,
+    SCENARIOS,
+    WARM_START_SCENARIOS,
+    env,
+    raw_env,
+)
 from llm_zoo.envs.user_sim.scripted import PLAYERS, USERS, ScriptedPolicy
 from llm_zoo.envs.user_sim.text import STOP
 from llm_zoo.spec import EVAL_SEED_BASE, EnvSpec, Play
