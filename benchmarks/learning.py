@@ -21,7 +21,7 @@ metric against training episodes (the runs' own evaluations) goes to ``learning.
 
 Runs go two at a time (``--jobs``), one torch thread each (the presets' ``threads``).
 
-    python benchmarks/learning.py --out results/     # 3 seeds x (warm start + 3 methods): about 40 min on 2 busy cores
+    python benchmarks/learning.py --out results/     # 3 seeds x (warm start + 3 methods): 31.5 min on 2 busy cores
     python benchmarks/learning.py --quick            # 1 seed, one step of everything: about a minute
 
 The last line printed is a JSON object with one headline number per env (``user_sim_v0``: the
