@@ -6,6 +6,10 @@ An episode succeeds when the final database equals the goal database (reward 1).
 
 * ``scripted``: the scripted assistant, which follows the policies and asks before it acts (the
   ceiling the env is built to allow: it should succeed everywhere);
+* ``scripted/paraphrase user``: the scripted assistant against the paraphrasing user
+  (``ParaphrasedUser``: the same goals in other words), which it was not written against;
+* ``no_tools``: the do-nothing assistant, which never calls a tool (the floor: exactly the templates
+  whose goal is that nothing changes);
 * ``random_tools``: a random tool-caller, a random tool with arguments drawn from ids seen in the
   chat half of the time, a stock support line otherwise (about the floor: it succeeds where the
   goal is that nothing changes, and almost nowhere else);
@@ -20,7 +24,8 @@ tool calls per episode, then the success rate by scenario group: the kind of the
     python benchmarks/user_sim_success.py --quick              # every scenario x 1 seed: seconds
     python benchmarks/user_sim_success.py --assistant http://localhost:8000/v1 --seeds 1
 
-The last line printed is a JSON object: ``scripted_success``, ``random_success`` (success rates),
+The last line printed is a JSON object: ``scripted_success``, ``paraphrase_success``, ``random_success``,
+``floor_success`` (success rates; also ``_turns`` and ``_tool_calls`` of each),
 ``scripted_turns``, ``scripted_tool_calls``, ``random_turns``, ``random_tool_calls`` (means per
 episode), ``episodes`` (per assistant), and for ``--assistant`` the same figures under
 ``assistant_*`` with the spec in ``assistant``.
@@ -29,6 +34,7 @@ episode), ``episodes`` (per assistant), and for ``--assistant`` the same figures
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -71,11 +77,13 @@ def group_of(name: str) -> str:
     return "two tasks" if len(kinds) > 1 else kinds[0]
 
 
-def run(name: str, assistant: Any, seeds: Sequence[int], batch_size: int) -> Result:
-    """Play every scenario on every seed with ``assistant`` against the scripted user."""
+def run(name: str, assistant: Any, seeds: Sequence[int], batch_size: int, user: str = "scripted") -> Result:
+    """Play every scenario on every seed with ``assistant`` against the scripted user (or the paraphrasing one)."""
     from llm_zoo import user_sim_v0
-    from llm_zoo.envs.user_sim.scripted import scripted_user
+    from llm_zoo.envs.user_sim.scripted import ScriptedPolicy
     from llm_zoo.trainers.rollout import collect
+
+    scripted_user = functools.partial(ScriptedPolicy, "none", user)
 
     names = [n for n in user_sim_v0.SCENARIOS for _ in seeds]
     start = time.perf_counter()
@@ -137,18 +145,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from llm_zoo import user_sim_v0
     from llm_zoo.policies.registry import load_policy
 
-    assistants: list[tuple[str, str, Any]] = [
-        ("scripted", "scripted", user_sim_v0.SPEC.scripted["scripted"](seed=0)),
-        ("random", "random_tools", user_sim_v0.SPEC.scripted["random_tools"](seed=0)),
+    assistants: list[tuple[str, str, Any, str]] = [
+        ("scripted", "scripted", user_sim_v0.SPEC.scripted["scripted"](seed=0), "scripted"),
+        ("paraphrase", "scripted/paraphrase user", user_sim_v0.SPEC.scripted["scripted"](seed=0), "paraphrase"),
+        ("random", "random_tools", user_sim_v0.SPEC.scripted["random_tools"](seed=0), "scripted"),
+        ("floor", "no_tools", user_sim_v0.SPEC.scripted["no_tools"](seed=0), "scripted"),
     ]
     if args.assistant:
-        assistants.append(("assistant", args.assistant, load_policy(args.assistant, "user_sim_v0", seed=0)))
-    results = [run(label, policy, seeds, args.batch_size) for _, label, policy in assistants]
+        assistants.append(("assistant", args.assistant, load_policy(args.assistant, "user_sim_v0", seed=0),
+                           "scripted"))
+    results = [run(label, policy, seeds, args.batch_size, user) for _, label, policy, user in assistants]
     print_tables(results, seeds)
 
     figures: dict[str, Any] = {"episodes": results[0].episodes, "seeds": len(seeds),
                                "scenarios": len(user_sim_v0.SCENARIOS)}
-    for (key, label, _), r in zip(assistants, results):
+    for (key, label, _, _), r in zip(assistants, results):
         figures.update({f"{key}_success": round(r.success, 4), f"{key}_turns": round(r.per_episode(r.turns), 2),
                         f"{key}_tool_calls": round(r.per_episode(r.tool_calls), 2)})
         if key == "assistant":

@@ -7,16 +7,18 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from llm_zoo.envs.user_sim.env import ENV_ID, SCENARIOS, env, raw_env
 from llm_zoo.envs.user_sim import scripted
+from llm_zoo.envs.user_sim.env import (
+    ENV_ID,
+    LEARNING_SCENARIOS,
+    SCENARIOS,
+    WARM_START_SCENARIOS,
+    env,
+    raw_env,
+)
 from llm_zoo.envs.user_sim.scripted import PLAYERS, USERS, ScriptedPolicy
 from llm_zoo.envs.user_sim.text import STOP
 from llm_zoo.spec import EVAL_SEED_BASE, EnvSpec, Play
-
-WARM_START_SCENARIOS = ("cancel_mistake", "cancel_shipped_refused", "order_address_pending",
-                        "default_address_only", "payment_to_paypal", "return_window_expired")
-"""The held-in templates: the warm start's traces come from these only; the other templates are held
-out (the evaluation reports the two apart, so that generalisation is measured)."""
 
 _Z95 = statistics.NormalDist().inv_cdf(0.975)
 
@@ -95,5 +97,5 @@ SPEC = EnvSpec(
     description="a support assistant with tools and a simulated customer with a hidden goal",
 )
 
-__all__ = ["ENV_ID", "SCENARIOS", "SPEC", "STOP", "WARM_START_SCENARIOS", "env", "evaluate_policies", "raw_env",
+__all__ = ["ENV_ID", "LEARNING_SCENARIOS", "SCENARIOS", "SPEC", "STOP", "WARM_START_SCENARIOS", "env", "evaluate_policies", "raw_env",
            "wilson_interval"]

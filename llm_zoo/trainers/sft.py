@@ -254,7 +254,7 @@ def teachers_of(config: SFTConfig, spec: EnvSpec, roles: Mapping[str, str]) -> d
 
 def build_tokenizer_and_model(config: Any, seed: int, spec: EnvSpec | None = None):
     """Return (tokenizer, model) as ``grpo.build_tokenizer_and_model`` does: a local model directory, or
-    the env's tokenizer (word-level over its corpus if it has one, else bytes) and a tiny model.
+    the env's tokenizer (over its corpus if it has one, word-level or BPE as the spec says, else bytes) and a tiny model.
 
     ``config`` is any config with the model fields (``SFTConfig`` or ``TrainConfig``).
     """
@@ -267,8 +267,9 @@ def build_tokenizer_and_model(config: Any, seed: int, spec: EnvSpec | None = Non
         if not path.is_dir():
             raise FileNotFoundError(f"config.model must be 'tiny' or a local model directory; {path} is not one")
         return AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    corpus = (spec or llm_zoo.env_spec(config.env)).corpus
-    tokenizer = models.build_word_tokenizer(corpus()) if corpus else models.build_byte_tokenizer()
+    spec = spec or llm_zoo.env_spec(config.env)
+    build = models.build_bpe_tokenizer if spec.corpus_tokenizer == "bpe" else models.build_word_tokenizer
+    tokenizer = build(spec.corpus()) if spec.corpus else models.build_byte_tokenizer()
     model = models.build_tiny_model(tokenizer, hidden_size=config.model_hidden_size, num_layers=config.model_layers,
                                     initializer_range=config.model_init_std, seed=seed,
                                     zero_head=config.model_zero_head)

@@ -1043,7 +1043,7 @@ def scripted_transcripts(scenarios: Sequence[str] | None = None, seeds: Sequence
         for seed in seeds:
             game = env_module.env(**env_kwargs)
             game.reset(seed=seed, options={"scenario": name})
-            for agent in game.agent_iter():
+            for _agent in game.agent_iter():
                 observation, _, terminated, truncated, _ = game.last()
                 game.step(None if terminated or truncated else str(player.act([observation])[0]))
             out += [game.unwrapped.observe(agent)["messages"] for agent in ("assistant", "user")]

@@ -40,7 +40,8 @@ def last_tool_result(env):
     return env.observe("assistant")["messages"][-1]["content"]
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"max_turns": 4, "max_retries": 0}])
+@pytest.mark.parametrize("kwargs", [{}, {"max_turns": 4, "max_retries": 0},
+                                    {"prompt": "compact", "scenarios": ["cancel_mistake", "payment_to_paypal"]}])
 def test_pettingzoo_api_seed_render(kwargs):
     api_test(user_sim_v0.env(**kwargs), num_cycles=60)
     seed_test(lambda **kw: user_sim_v0.env(**kwargs, **kw), num_cycles=30)
@@ -53,7 +54,7 @@ def test_registered_and_versioned_module_facts():
     assert env.unwrapped.max_turns == 7
     assert llm_zoo.make_env("user_sim_v0").unwrapped.metadata["name"] == "user_sim_v0"
     assert user_sim_v0.SPEC.learning_roles == ("assistant",)
-    assert presets.preset("user_sim_v0")["max_new_tokens"] == 128
+    assert presets.preset("user_sim_v0")["policies"] == {"user": "scripted:scripted"}  # the user is frozen
     assert len(user_sim_v0.SCENARIOS) >= 30
     assert {"scripted", "random_tools"} <= set(user_sim_v0.SPEC.scripted)
     assert env.unwrapped.role_of("user") == "user" and env.unwrapped.role_of("assistant") == "assistant"

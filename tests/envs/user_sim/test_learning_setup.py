@@ -120,3 +120,22 @@ def test_the_bpe_tokenizer_of_the_corpus_writes_tool_calls_byte_for_byte_and_dig
     odd = "ünïcode ✓ 🙂 e-mail: zoë@exämple.org"
     assert tokenizer.decode(tokenizer(odd)["input_ids"]) == odd
     assert models.build_bpe_tokenizer(sc.corpus()).get_vocab() == tokenizer.get_vocab()
+
+
+def test_the_default_training_fits_the_scripted_replies_and_warm_starts_on_held_in_templates_only():
+    from llm_zoo.trainers import presets
+
+    preset = presets.preset("user_sim_v0")
+    scenarios = preset["env_kwargs"]["scenarios"]
+    assert scenarios == list(user_sim_v0.LEARNING_SCENARIOS)
+    held_in = [o["scenario"] for o in preset["sft"]["options"]]
+    assert preset["init"] == "sft" and held_in == list(user_sim_v0.WARM_START_SCENARIOS)
+    assert set(held_in) < set(scenarios)  # RL sees templates the warm start never did
+    tokenizer = models.build_bpe_tokenizer(sc.corpus())
+    longest = 0
+    for messages in sc.scripted_transcripts(scenarios, seeds=(0, 1), prompt="compact")[::2]:
+        replies = [m["content"] for m in messages if m["role"] == "assistant"]
+        longest = max(longest, *(len(tokenizer(r)["input_ids"]) for r in replies))
+        assert sum(m["role"] in ("user", "assistant") and not m["content"].startswith("<tool_call>")
+                   for m in messages[1:]) < preset["env_kwargs"]["max_turns"]
+    assert longest < preset["max_new_tokens"]  # a reply of the teacher's fits: none is cut

@@ -1,0 +1,356 @@
+"""Learning: what RL adds to a warm start, and what each advantage estimator adds, per env, on one budget.
+
+For every env of :data:`ENVS` and every training seed, the script runs the env's default training
+(``llm-zoo train ENV``: its preset) in stages and measures the env's headline metric, on evaluation
+seeds never used in training (``llm_zoo.spec.EVAL_SEED_BASE + i``):
+
+* ``floor``: the env's do-nothing player (for user_sim: ``no_tools``, an assistant that never calls
+  a tool, which succeeds exactly where the goal is that nothing changes);
+* ``warm start``: the SFT stage alone (``llm_zoo.trainers.sft``, the preset's ``sft`` fields);
+* ``rae``, ``grpo``, ``none``: RL from that same warm start with each advantage estimator
+  (``algorithm``), on the same budget (steps x episodes per step), ``rae`` being the preset's.
+
+Each row gives the mean ± spread (the sample standard deviation over the training seeds) of the
+metric, its held-in and held-out parts (the templates the warm start's traces came from, and the
+others), the 95% Wilson interval of the metric over all seeds' evaluation episodes pooled, and the
+cost: RL episodes, generated tokens and wall-clock seconds per seed (and the peak memory of the worker
+processes, an upper bound of each run's). The user_sim rows also score
+the warm start and the final RAE policy against a second user simulator (``scripted_paraphrase``: the same goals in other
+words), the seeds' question whether the assistant only learned to serve its simulator. A plot of the
+metric against training episodes (the runs' own evaluations) goes to ``learning.png`` under ``--out``.
+
+Runs go two at a time (``--jobs``), one torch thread each (the presets' ``threads``).
+
+    python benchmarks/learning.py --out results/     # 3 seeds x (warm start + 3 methods): 31.5 min on 2 busy cores
+    python benchmarks/learning.py --quick            # 1 seed, one step of everything: about a minute
+
+The last line printed is a JSON object with one headline number per env (``user_sim_v0``: the
+final RAE policy's mean success rate on the evaluation seeds) and the figures behind it under
+``rows`` (per env, per stage: mean, spread, held-in, held-out, pooled interval, cost), and ``seconds``.
+
+Adding an env is one :class:`EnvRows` entry in :data:`ENVS`: its floor player, the evaluation's
+options, and the overrides of its quick setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+METHODS = ("rae", "grpo", "none")
+"""The advantage estimators compared (``algorithm``); the first is the default training's."""
+
+
+@dataclass(frozen=True)
+class EnvRows:
+    """How one env's rows are made."""
+
+    metric: str
+    """The headline key of the env's evaluation (``SPEC.evaluate``)."""
+    floor: str
+    """The env's scripted player that does nothing (the floor), by name in ``SPEC.scripted``."""
+    eval_options: Mapping[str, Any] = field(default_factory=dict)
+    """Options of the evaluation in the full setting (e.g. ``seeds``)."""
+    quick_eval_options: Mapping[str, Any] = field(default_factory=dict)
+    """Options of the evaluation in the quick setting."""
+    quick: Mapping[str, Any] = field(default_factory=dict)
+    """Overrides of the training config in the quick setting (over the env's preset)."""
+    other_users: Sequence[str] = ()
+    """Further user simulators the final policies are also evaluated against (``user=NAME``)."""
+    split: Sequence[str] = ()
+    """Keys of the evaluation's result reported beside the metric (held-in, held-out)."""
+
+
+ENVS: dict[str, EnvRows] = {
+    "user_sim_v0": EnvRows(
+        metric="success_rate", floor="no_tools",
+        eval_options={"seeds": 2}, quick_eval_options={"seeds": 1},
+        quick={"steps": 1, "episodes_per_step": 2, "group_size": 2, "rollout_batch_size": 2, "max_new_tokens": 12,
+               "eval_every": 0, "model_hidden_size": 32,
+               "env_kwargs": {"prompt": "compact", "max_turns": 4, "max_tool_calls": 2,
+                              "scenarios": ["cancel_mistake", "cancel_shipped_refused", "payment_gift_card_short"]},
+               "sft": {"options": [{"scenario": "cancel_mistake"}, {"scenario": "cancel_shipped_refused"}],
+                       "episodes": 4, "epochs": 1, "batch_size": 2, "val_fraction": 0.25}},
+        other_users=("scripted_paraphrase",),
+        split=("held_in_success", "held_out_success"),
+    ),
+}
+"""Env name -> how its rows are made; the next envs (agentic_judge, proposer) are one entry each."""
+
+
+# ---------------------------------------------------------------------------------------------
+# One stage of one seed (each runs in its own process)
+# ---------------------------------------------------------------------------------------------
+
+
+def _config(env: str, seed: int, overrides: Mapping[str, Any], out: Path, name: str) -> Any:
+    from llm_zoo.trainers.grpo import make_config
+
+    values = {**overrides, "seed": seed, "run_dir": str(out / f"{env}-s{seed}-{name}"), "progress": False,
+              "tensorboard": False}
+    return make_config(env, values)
+
+
+def _evaluate(env: str, policy_dir: Path, config: Any, options: Mapping[str, Any], users: Sequence[str]
+              ) -> dict[str, dict[str, Any]]:
+    """Evaluate the policy saved in ``policy_dir`` in the assistant's (learning) seat, against each user."""
+    from llm_zoo.policies.transformers import TransformersPolicy
+    from llm_zoo.trainers.evaluation import headline
+
+    policy = TransformersPolicy.from_pretrained(policy_dir, name="main", temperature=config.temperature,
+                                                top_p=config.top_p, max_new_tokens=config.max_new_tokens,
+                                                seed=config.seed)
+    import llm_zoo
+
+    learning = llm_zoo.env_spec(env).learning_roles
+    results = {}
+    for user in ("scripted", *users):
+        extra = {} if user == "scripted" else {"user": user}
+        results[user] = headline(env, dict.fromkeys(learning, policy), env_kwargs=config.env_kwargs,
+                                 **options, **extra)
+    return results
+
+
+def _peak_rss_mb() -> float:
+    """Peak resident memory of this worker process so far (an upper bound of the job's: workers are reused)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def warm_start_job(env: str, seed: int, overrides: Mapping[str, Any], out: str, options: Mapping[str, Any]
+                   ) -> dict[str, Any]:
+    """Run the SFT stage of the env's default training for ``seed``; evaluate it; return its figures."""
+    import torch
+
+    from llm_zoo.trainers import sft
+
+    torch.set_num_threads(1)
+    config = _config(env, seed, overrides, Path(out), "sft")
+    t0 = time.perf_counter()
+    shared = {k: getattr(config, k) for k in sft.SHARED_WITH_TRAIN}
+    summary = sft.sft(sft.make_sft_config(env, {**shared, **dict(config.sft), "run_dir": config.run_dir}))
+    seconds = time.perf_counter() - t0
+    policy_dir = Path(summary["checkpoint"]) / "policies" / summary["policy"]
+    evals = _evaluate(env, policy_dir, config, options, ENVS[env].other_users)
+    return {"seed": seed, "stage": "warm start", "peak_rss_mb": _peak_rss_mb(), "policy_dir": str(policy_dir),
+            "init": summary["checkpoint"],
+            "seconds": seconds,
+            "episodes": 0, "tokens": int(summary.get("tokens", 0)), "evals": evals, "curve": [],
+            "val_loss": summary.get("val_loss")}
+
+
+def rl_job(env: str, seed: int, method: str, init: str, overrides: Mapping[str, Any], out: str,
+           options: Mapping[str, Any]) -> dict[str, Any]:
+    """Run RL from the warm start ``init`` with ``method``; evaluate the final policy; return its figures."""
+    from llm_zoo.trainers.grpo import train
+
+    config = _config(env, seed, {**overrides, "init": init, "algorithm": method}, Path(out), method)
+    t0 = time.perf_counter()
+    train(config)
+    seconds = time.perf_counter() - t0
+    run_dir = Path(config.run_dir)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    metric = ENVS[env].metric
+    curve = [(r["charts/episodes"], r[f"eval/{metric}"]) for r in rows if f"eval/{metric}" in r]
+    tokens = int(sum(r.get("perf/completion_tokens", 0) for r in rows))
+    from llm_zoo.trainers.checkpoint import latest_checkpoint
+
+    policy_dir = latest_checkpoint(run_dir) / "policies" / "main"
+    # the other user simulators score the default training's policy (the first method) only: their cost is an evaluation each
+    evals = _evaluate(env, policy_dir, config, options, ENVS[env].other_users if method == METHODS[0] else ())
+    return {"seed": seed, "stage": method, "peak_rss_mb": _peak_rss_mb(), "policy_dir": str(policy_dir), "seconds": seconds,
+            "episodes": int(rows[-1]["charts/episodes"]) if rows else 0, "tokens": tokens, "evals": evals,
+            "curve": curve}
+
+
+def floor_figures(env: str, name: str, config: Any, options: Mapping[str, Any]) -> dict[str, Any]:
+    """Evaluate the env's do-nothing scripted player in the learning seat."""
+    import llm_zoo
+    from llm_zoo.trainers.evaluation import headline
+
+    spec = llm_zoo.env_spec(env)
+    player = spec.scripted[name](seed=0)
+    evals = {}
+    for user in ("scripted", *ENVS[env].other_users):
+        extra = {} if user == "scripted" else {"user": user}
+        evals[user] = headline(env, dict.fromkeys(spec.learning_roles, player), env_kwargs=config.env_kwargs,
+                               **options, **extra)
+    return {"seed": 0, "stage": "floor", "seconds": 0.0, "episodes": 0, "tokens": 0, "evals": evals, "curve": []}
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables, plot, main
+# ---------------------------------------------------------------------------------------------
+
+
+def _spread(values: Sequence[float]) -> float:
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def summarize(env: str, results: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Stage -> mean, spread, split means, pooled Wilson interval and cost over the seeds."""
+    from llm_zoo.user_sim_v0 import wilson_interval
+
+    rows_of = ENVS[env]
+    table: dict[str, dict[str, Any]] = {}
+    for stage in ("floor", "warm start", *METHODS):
+        runs = [r for r in results if r["stage"] == stage]
+        if not runs:
+            continue
+        row: dict[str, Any] = {"seeds": len(runs)}
+        for user in ("scripted", *rows_of.other_users):
+            evals = [r["evals"][user] for r in runs if user in r["evals"]]
+            if not evals:
+                continue
+            values = [e[rows_of.metric] for e in evals]
+            prefix = "" if user == "scripted" else f"{user}/"
+            row[f"{prefix}mean"] = statistics.fmean(values)
+            row[f"{prefix}spread"] = _spread(values)
+            n = sum(e["episodes"] for e in evals)
+            hits = round(sum(e[rows_of.metric] * e["episodes"] for e in evals))
+            row[f"{prefix}ci95"] = list(wilson_interval(hits, n))
+            for key in rows_of.split:
+                row[f"{prefix}{key}"] = statistics.fmean(e[key] for e in evals)
+                size = key.removesuffix("_success") + "_episodes"
+                k_n = sum(e[size] for e in evals)
+                k_hits = round(sum(e[key] * e[size] for e in evals))
+                row[f"{prefix}{key}_ci95"] = list(wilson_interval(k_hits, k_n))
+        row.update({"peak_rss_mb": max(r.get("peak_rss_mb", 0.0) for r in runs),
+                    "episodes": statistics.fmean(r["episodes"] for r in runs),
+                    "tokens": statistics.fmean(r["tokens"] for r in runs),
+                    "seconds": statistics.fmean(r["seconds"] for r in runs)})
+        table[stage] = row
+    return table
+
+
+def _fmt_ci(ci: Sequence[float]) -> str:
+    return f"[{ci[0]:.2f}, {ci[1]:.2f}]"
+
+
+def print_table(env: str, table: Mapping[str, Mapping[str, Any]]) -> None:
+    rows_of = ENVS[env]
+    print(f"\n{env}: {rows_of.metric} on evaluation seeds (mean ± spread over training seeds; 95% Wilson interval "
+          "of all seeds' episodes pooled)")
+    head = f"{'stage':<11} {'seeds':>5} {'metric':>13} {'interval':>13}"
+    for key in rows_of.split:
+        head += f" {key.removesuffix('_success'):>9} {'interval':>13}"
+    for user in rows_of.other_users:
+        head += f" {user:>20} {'interval':>13}"
+    head += f" {'episodes':>8} {'tokens':>9} {'seconds':>8} {'peak MB':>8}"
+    print(head)
+    for stage, row in table.items():
+        line = f"{stage:<11} {row['seeds']:>5} {row['mean']:>6.3f} ± {row['spread']:.3f} {_fmt_ci(row['ci95']):>13}"
+        for key in rows_of.split:
+            line += f" {row[key]:>9.3f} {_fmt_ci(row[key + '_ci95']):>13}"
+        for user in rows_of.other_users:
+            if user + "/mean" in row:
+                line += f" {row[user + '/mean']:>11.3f} ± {row[user + '/spread']:.3f} {_fmt_ci(row[user + '/ci95']):>13}"
+            else:
+                line += f" {'-':>20} {'':>13}"
+        line += f" {row['episodes']:>8.0f} {row['tokens']:>9.0f} {row['seconds']:>8.1f} {row['peak_rss_mb']:>8.0f}"
+        print(line)
+
+
+def plot(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: Path) -> None:
+    """Draw the metric against training episodes, one line per env, method and seed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(curves), figsize=(6 * len(curves), 4), squeeze=False)
+    colours = dict(zip(METHODS, ("tab:blue", "tab:orange", "tab:green")))
+    for ax, (env, results) in zip(axes[0], curves.items()):
+        for r in results:
+            if r["stage"] in METHODS and r["curve"]:
+                xs, ys = zip(*r["curve"])
+                ax.plot(xs, ys, marker="o", color=colours[r["stage"]], alpha=0.7,
+                        label=f"{r['stage']} (seed {r['seed']})")
+        warm = [r for r in results if r["stage"] == "warm start"]
+        floor = [r for r in results if r["stage"] == "floor"]
+        metric = ENVS[env].metric
+        if warm:
+            ax.axhline(statistics.fmean(r["evals"]["scripted"][metric] for r in warm), color="grey", ls="--",
+                       label="warm start (eval seeds)")
+        if floor:
+            ax.axhline(floor[0]["evals"]["scripted"][metric], color="black", ls=":", label="floor (do nothing)")
+        ax.set_xlabel("RL training episodes")
+        ax.set_ylabel(metric)
+        ax.set_title(env)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Run the benchmark; print the tables and the JSON line; write the plot under ``--out``; return the figures."""
+    started = time.perf_counter()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="1 seed, the smallest setting: about a minute")
+    parser.add_argument("--seeds", type=int, default=3, help="training seeds (default 3)")
+    parser.add_argument("--envs", default=",".join(ENVS), help=f"envs, comma-separated (default {','.join(ENVS)})")
+    parser.add_argument("--jobs", type=int, default=2, help="runs side by side, one process each (default 2)")
+    parser.add_argument("--out", default=None, help="folder for the runs and learning.png (default: a temporary one)")
+    args = parser.parse_args(argv)
+    envs = [e.strip() for e in args.envs.split(",") if e.strip()]
+    unknown = [e for e in envs if e not in ENVS]
+    if unknown or not envs:
+        parser.error(f"--envs takes names of {sorted(ENVS)}; got {args.envs!r}")
+    if args.seeds < 1 or args.jobs < 1:
+        parser.error(f"--seeds and --jobs must be >= 1; got {args.seeds} and {args.jobs}")
+    seeds = [0] if args.quick else list(range(args.seeds))
+    import tempfile
+
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="learning-"))
+    out.mkdir(parents=True, exist_ok=True)
+
+    from llm_zoo.trainers.grpo import make_config
+
+    context = multiprocessing.get_context("fork")  # the script is loaded from a path: spawn could not import it
+    all_results: dict[str, list[dict[str, Any]]] = {}
+    tables: dict[str, dict[str, dict[str, Any]]] = {}
+    for env in envs:
+        rows_of = ENVS[env]
+        overrides = dict(rows_of.quick) if args.quick else {}
+        options = dict(rows_of.quick_eval_options if args.quick else rows_of.eval_options)
+        results = [floor_figures(env, rows_of.floor, make_config(env, overrides), options)]
+        with ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
+            # each seed's RL runs are queued as soon as its warm start is done, so no worker waits
+            pending = [pool.submit(warm_start_job, env, s, overrides, str(out), options) for s in seeds]
+            warm, futures = [], []
+            for done in as_completed(pending):
+                w = done.result()
+                warm.append(w)
+                futures += [pool.submit(rl_job, env, w["seed"], m, w["init"], overrides, str(out), options)
+                            for m in METHODS]
+            rl = [f.result() for f in futures]
+        warm.sort(key=lambda r: r["seed"])
+        rl.sort(key=lambda r: (r["seed"], METHODS.index(r["stage"])))
+        results += warm + rl
+        all_results[env] = results
+        tables[env] = summarize(env, results)
+        print_table(env, tables[env])
+    (out / "learning.json").write_text(json.dumps(all_results, indent=1, default=str))
+    plot(all_results, out / "learning.png")
+    print(f"\nplot: {out / 'learning.png'}")
+    figures: dict[str, Any] = {env: round(tables[env][METHODS[0]]["mean"], 4) for env in envs}
+    figures["rows"] = {env: {stage: {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}
+                             for stage, row in table.items()} for env, table in tables.items()}
+    figures["seeds"] = len(seeds)
+    figures["seconds"] = round(time.perf_counter() - started, 1)
+    print(json.dumps(figures))
+    return figures
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)

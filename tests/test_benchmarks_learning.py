@@ -1,0 +1,40 @@
+"""Smoke test of benchmarks/learning.py at its smallest setting: every stage runs, the rows and the JSON line agree."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "learning.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("learning", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_quick_run_prints_every_stage_and_ends_with_the_json_line(capsys, tmp_path):
+    module = _load()
+    figures = module.main(["--quick", "--jobs", "1", "--out", str(tmp_path)])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(out[-1]) == figures
+    rows = figures["rows"]["user_sim_v0"]
+    assert list(rows) == ["floor", "warm start", "rae", "grpo", "none"]
+    assert figures["user_sim_v0"] == rows["rae"]["mean"]
+    # the do-nothing floor on the quick subset: the two refusal templates of three succeed, nothing else
+    assert rows["floor"]["mean"] == round(2 / 3, 4)
+    assert (rows["floor"]["held_in_success"], rows["floor"]["held_out_success"]) == (0.5, 1.0)
+    for stage, row in rows.items():
+        low, high = row["ci95"]
+        assert 0.0 <= low <= row["mean"] <= high <= 1.0, stage
+        assert ("scripted_paraphrase/mean" in row) == (stage in ("floor", "warm start", "rae")), stage
+    for method in ("rae", "grpo", "none"):
+        assert rows[method]["episodes"] == 2 and rows[method]["tokens"] > 0 and rows[method]["seconds"] > 0
+    assert (tmp_path / "learning.png").stat().st_size > 0
+    line = next(i for i, text in enumerate(out) if text.startswith("stage"))
+    assert [text.split()[0] for text in out[line + 1:line + 6]] == ["floor", "warm", "rae", "grpo", "none"]
