@@ -426,23 +426,10 @@ class Learner:
 
 def build_tokenizer_and_model(config: TrainConfig, seed: int, spec: EnvSpec | None = None):
     """Return (tokenizer, model): a local model directory, or a tiny model built for the env (``spec``:
-    the env's spec, looked up by ``config.env`` when not given), over its corpus if it has one (word-level or BPE, as the spec says)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from llm_zoo import models
-
-    if config.model != "tiny":
-        path = Path(config.model)
-        if not path.is_dir():
-            raise FileNotFoundError(f"config.model must be 'tiny' or a local model directory; {path} is not one")
-        return AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    spec = spec or llm_zoo.env_spec(config.env)
-    build = models.build_bpe_tokenizer if spec.corpus_tokenizer == "bpe" else models.build_word_tokenizer
-    tokenizer = build(spec.corpus()) if spec.corpus else models.build_byte_tokenizer()
-    model = models.build_tiny_model(tokenizer, hidden_size=config.model_hidden_size, num_layers=config.model_layers,
-                                    initializer_range=config.model_init_std, seed=seed,
-                                    zero_head=config.model_zero_head)
-    return tokenizer, model
+    the env's spec, looked up by ``config.env`` when not given), over its corpus if it has one (word-level
+    or BPE, as the spec says). One builder for RL and the SFT warm start (:func:`llm_zoo.trainers.sft.build_tokenizer_and_model`),
+    so a warm start's checkpoint is the model RL would have built."""
+    return sft_stage.build_tokenizer_and_model(config, seed, spec)
 
 
 def make_learner(name: str, config: TrainConfig, device: torch.device, index: int,

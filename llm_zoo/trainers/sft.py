@@ -253,7 +253,7 @@ def teachers_of(config: SFTConfig, spec: EnvSpec, roles: Mapping[str, str]) -> d
 
 
 def build_tokenizer_and_model(config: Any, seed: int, spec: EnvSpec | None = None):
-    """Return (tokenizer, model) as ``grpo.build_tokenizer_and_model`` does: a local model directory, or
+    """Return (tokenizer, model) for RL and SFT alike (``grpo.build_tokenizer_and_model`` calls this): a local model directory, or
     the env's tokenizer (over its corpus if it has one, word-level or BPE as the spec says, else bytes) and a tiny model.
 
     ``config`` is any config with the model fields (``SFTConfig`` or ``TrainConfig``).
