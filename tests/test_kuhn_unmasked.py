@@ -32,10 +32,11 @@ from llm_zoo.trainers.rollout import collect  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 READY_TIMEOUT_S = 120
 HANDS = 48
-RUN = {"steps": 40, "episodes_per_step": 32, "rollout_batch_size": 32, "model_hidden_size": 32, "eval_every": 0,
+RUN = {"steps": 100, "episodes_per_step": 32, "rollout_batch_size": 32, "model_hidden_size": 32, "eval_every": 0,
        "checkpoint_every": 0, "sample_every": 0, "progress": False, "tensorboard": False, "threads": 1,
-       "lr": 3e-3, "validity_coef": 1.0, "average_debias": True}
-"""A small run of the main job's settings (one model per seat, the mask, the weights' average) with the term."""
+       "lr": 1e-2, "validity_coef": 1.0, "average_ema": 0.9, "average_debias": True}
+"""A small run of the main job's settings (one model per seat, the mask, a weights' average) with the term: in
+100 steps it puts 0.99 of every info set's mass on a legal reply then end of turn (0.0002 at the start)."""
 
 
 @pytest.fixture(scope="module")
@@ -78,30 +79,44 @@ def test_eval_reports_the_unconstrained_strategy_beside_the_masked_one(run):
                           "--episodes", "20"], cwd=REPO, capture_output=True, text=True, timeout=300,
                          env={**os.environ, "PYTHONPATH": str(REPO)}, check=True).stdout
     report = json.loads(out)
-    assert report["exploitability"] == pytest.approx(result["exploitability"], abs=1e-9)
-    assert report["unconstrained_exploitability"] == pytest.approx(result["unconstrained_exploitability"], abs=1e-9)
+    # the same weights, read back from the checkpoint (float32 forward passes batched another way: 1e-6)
+    assert report["exploitability"] == pytest.approx(result["exploitability"], abs=1e-6)
+    assert report["unconstrained_exploitability"] == pytest.approx(result["unconstrained_exploitability"], abs=1e-6)
     assert report["valid_mass_min"] >= 0.95 and set(report["valid_mass"]) == set(report["strategy"])
     assert "average" in report["weights"]  # the main job's checkpoint exports the weights' average
 
 
+def _forfeits(episodes) -> int:
+    return sum(info["forfeit"] or info["invalid_replies"] > 0 for e in episodes for info in e.infos.values())
+
+
 def test_a_served_checkpoint_played_without_a_mask_forfeits_no_hand(run):
+    """Greedy, a valid-mass of at least 0.95 at every info set means a legal reply then end of turn is
+    the most likely token at each position: no hand may be forfeited. Sampled, the forfeits are the
+    1% or so of mass left over, far from the untrained model's near 100%."""
     result, ckpt, env_kwargs = run
     assert result["valid_mass_min"] >= 0.95
-    procs, seats = [], {}
+    procs, urls = [], {}
     try:
         for agent, name in (("player_0", "seat_0"), ("player_1", "seat_1")):
-            proc, url = _serve(ckpt / "policies" / name)
+            proc, urls[agent] = _serve(ckpt / "policies" / name)
             procs.append(proc)
-            seats[agent] = OpenAIPolicy(url, name, temperature=1.0, max_tokens=8, seed=0)
-        episodes = collect("kuhn_poker_v0", seats, list(range(HANDS)), batch_size=8, env_kwargs=env_kwargs, seed=0)
+        plays = {}
+        for mode, temperature in (("greedy", 0.0), ("sampled", 1.0)):
+            seats = {agent: OpenAIPolicy(url, name, temperature=temperature, max_tokens=8, seed=0)
+                     for (agent, url), name in zip(urls.items(), ("seat_0", "seat_1"))}
+            plays[mode] = collect("kuhn_poker_v0", seats, list(range(HANDS)), batch_size=8, env_kwargs=env_kwargs,
+                                  seed=0)
     finally:
         for proc in procs:
             _stop(proc)
-    assert len(episodes) == HANDS and not any(e.failed for e in episodes)
-    for episode in episodes:
+    greedy, sampled = plays["greedy"], plays["sampled"]
+    assert len(greedy) == HANDS and not any(e.failed for e in greedy + sampled)
+    for episode in greedy:
         for agent, info in episode.infos.items():
             assert not info["forfeit"] and info["invalid_replies"] == 0, (episode.seed, agent, info)
             assert len(info["payoffs"]) == 1  # the hand was played out: a showdown or a fold
-    replies = [turn.reply for e in episodes for turn in e.turns]
-    assert set(replies) <= {"[check]", "[bet]", "[call]", "[fold]"}, sorted(set(replies))
-    assert {"[check]", "[bet]"} <= set(replies)  # sampled, not one reply everywhere
+    assert {turn.reply for e in greedy for turn in e.turns} <= {"[check]", "[bet]", "[call]", "[fold]"}
+    sampled_replies = {turn.reply for e in sampled for turn in e.turns}
+    assert {"[check]", "[bet]"} <= sampled_replies  # sampling, not one reply everywhere
+    assert _forfeits(sampled) <= HANDS // 10, [t.reply for e in sampled for t in e.turns]

@@ -413,6 +413,8 @@ class Learner:
     pool: list[tuple[int, dict[str, torch.Tensor]]] = field(default_factory=list)
     average: TransformersPolicy | None = None
     """The EMA of the learner's weights (``config.average_ema``), or None."""
+    step: int = 0
+    """The run's step (0-based) of the update under way; ``config.average_debias`` reads it."""
 
     @property
     def model(self) -> torch.nn.Module:
@@ -609,7 +611,8 @@ def _train(config: TrainConfig, resume: bool, device: torch.device) -> dict[str,
         metrics: dict[str, float] = {}
         for name, batch in batches.items():
             if batch:
-                stats = update(learners[name], batch, config, step=step)
+                learners[name].step = step
+                stats = update(learners[name], batch, config)
                 metrics.update({f"losses/{k}/{name}": v for k, v in stats.items()})
                 if acting[name] is not learners[name].policy:  # the next rollout samples the new weights
                     acting[name].sync_from(learners[name].model)
@@ -670,10 +673,8 @@ class Sample:
     """The legal replies' token paths, each ending in end of turn, for ``config.validity_coef``."""
 
 
-def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig, step: int | None = None) -> dict[str, float]:
-    """Take one optimiser step on a learner's batch, accumulating gradients over micro-batches; return its stats.
-
-    ``step`` (0-based) is the run's step, which ``config.average_debias`` needs (None: no bias correction)."""
+def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig) -> dict[str, float]:
+    """Take one optimiser step on a learner's batch, accumulating gradients over micro-batches; return its stats."""
     model = learner.model
     device = learner.policy.device
     pad = learner.policy.pad_token_id
@@ -732,8 +733,8 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig, step:
                 ref_param.lerp_(param, 1.0 - config.reference_ema)
         if learner.average is not None:
             keep = config.average_ema
-            if config.average_debias and step is not None:  # bias-corrected EMA: weights ema^(t-i) over steps 1..t
-                t = step + 1
+            if config.average_debias:  # bias-corrected EMA: weights ema^(t-i) over steps 1..t
+                t = learner.step + 1
                 keep = config.average_ema * (1.0 - config.average_ema ** (t - 1)) / (1.0 - config.average_ema ** t)
             for avg_param, param in zip(learner.average.model.parameters(), model.parameters()):
                 avg_param.lerp_(param, 1.0 - keep)

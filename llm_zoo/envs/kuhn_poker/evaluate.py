@@ -9,6 +9,12 @@ parses it; otherwise the probability of each canonical reply (``"[bet]"`` then e
 The probabilities, renormalised over the legal moves, are the model's tabular strategy; the mass
 left over (invalid replies, and with the canonical reading other wordings too) is reported beside it.
 
+Beside that masked reading, :func:`unconstrained_figures` reads what a client that cannot mask
+decoding gets: each legal move's canonical reply then end of turn under the model's own
+distribution, the mass of those replies per info set (``valid_mass``), and the exploitability of
+that strategy with every other reply a forfeit (``unconstrained_exploitability``, exact by
+:func:`forfeit_exploitability`). :func:`evaluate_policies` reports both for models it can score.
+
 For models that reason before answering, the exact reading does not apply (the move comes after
 free text); :func:`sampled_strategy` estimates the strategy by sampling and parsing replies, and
 labels it as an estimate.
