@@ -13,6 +13,7 @@ from llm_zoo.cli import main  # noqa: E402
 from llm_zoo.spec import EVAL_SEED_BASE, mean_interval, wilson_interval  # noqa: E402
 from llm_zoo.trainers.evaluation import headline_summary, scored_weights  # noqa: E402
 from llm_zoo.trainers.grpo import make_config, train  # noqa: E402
+from llm_zoo.trainers.presets import preset  # noqa: E402
 
 SMALL = {"steps": 1, "model_hidden_size": 32, "threads": 1, "progress": False, "tensorboard": False,
          "eval_every": 0, "sample_every": 0, "max_new_tokens": 8}
@@ -21,9 +22,9 @@ RUNS = {
     "agentic_judge_v0": {"episodes_per_step": 4, "rollout_batch_size": 4, "env_kwargs": {"tasks": ["mean"]}},
     "proposer_solver_v0": {"episodes_per_step": 2, "rollout_batch_size": 2, "env_kwargs": {"max_retries": 0,
                                                                                          "num_solvers": 2}},
-    # user_sim's byte-level prompts are 7-10 thousand tokens: its cap raised, two turns an episode
-    "user_sim_v0": {"episodes_per_step": 2, "rollout_batch_size": 2, "max_prompt_tokens": 12000,
-                    "max_new_tokens": 4, "env_kwargs": {"max_turns": 2}},
+    # user_sim: its preset's compact prompt and templates, two turns an episode, no warm start
+    "user_sim_v0": {"episodes_per_step": 2, "group_size": 1, "rollout_batch_size": 2, "init": "",
+                    "max_new_tokens": 4, "env_kwargs": {**preset("user_sim_v0")["env_kwargs"], "max_turns": 2}},
 }
 KEYS = {"env", "checkpoint", "weights", "metric", "value", "interval", "interval_method", "episodes", "seeds"}
 

@@ -107,7 +107,8 @@ def test_the_refusal_names_the_field_that_binds():
         preflight(make_config("user_sim_v0", {"max_prompt_tokens": 12000}), model_config)
     # many rows a pass: the token budget is what to lower
     with pytest.raises(ValueError, match=r"Lower max_forward_tokens, .*\(e.g. --set max_forward_tokens="):
-        preflight(make_config("user_sim_v0", {"max_forward_tokens": 200000}), model_config)
+        preflight(make_config("user_sim_v0", {"max_forward_tokens": 200000, "micro_batch_size": 64,
+                                               "rollout_batch_size": 64}), model_config)
     # the micro-batch binds before the budget does
     with pytest.raises(ValueError, match=r"Lower micro_batch_size"):
         preflight(make_config("user_sim_v0", {"max_forward_tokens": 200000, "micro_batch_size": 20,
