@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,18 +18,10 @@ from llm_zoo.envs.user_sim.env import (
 from llm_zoo.envs.user_sim.scripted import PLAYERS, USERS, ScriptedPolicy
 from llm_zoo.envs.user_sim.text import STOP
 from llm_zoo.spec import EVAL_SEED_BASE, EnvSpec, Play
+from llm_zoo.spec import wilson_interval as spec_wilson_interval
 
-_Z95 = statistics.NormalDist().inv_cdf(0.975)
-
-
-def wilson_interval(successes: int, n: int, z: float = _Z95) -> tuple[float, float]:
-    """Return the Wilson score interval (95% by default) of a binomial proportion; (0, 1) when ``n`` is 0."""
-    if n <= 0:
-        return (0.0, 1.0)
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
+wilson_interval = spec_wilson_interval
+"""The 95% Wilson interval of a rate, :func:`llm_zoo.spec.wilson_interval` (kept under this name for callers)."""
 
 
 def _rate(flags: Sequence[bool]) -> dict[str, Any]:
@@ -40,14 +31,15 @@ def _rate(flags: Sequence[bool]) -> dict[str, Any]:
 
 def evaluate_policies(policies: Mapping[str, Any], *, play: Play, env_kwargs: Mapping[str, Any] | None = None,
                       seeds: int = 1, user: str = "scripted", held_in: Sequence[str] = WARM_START_SCENARIOS,
-                      **_: Any) -> dict[str, Any]:
+                      episodes: int | None = None, **_: Any) -> dict[str, Any]:
     """Success rate of ``policies["assistant"]`` against a scripted user, over every template x ``seeds``.
 
     The user seat is always a scripted user simulator, ``user`` (a name in ``USERS``:
     ``"scripted"``, the one the trainer uses, or ``"scripted_paraphrase"``, the same goals in other
     words), whatever ``policies["user"]`` is, so the figure measures the assistant alone. The
-    templates are those the env draws from (``env_kwargs["scenarios"]``, default all); episode ``i``
-    of a template runs on the evaluation seed ``EVAL_SEED_BASE + i``, never a training seed.
+    templates are those the env draws from (``env_kwargs["scenarios"]``, default all), each played
+    ``seeds`` times (at least ``episodes`` in all, when given); episode ``i`` runs on the evaluation
+    seed ``EVAL_SEED_BASE + i``, never a training seed.
 
     Returns ``success_rate`` (the headline, all templates) with its 95% Wilson interval
     (``success_ci95``), the same for the ``held_in`` templates (the warm start's) and the
@@ -59,9 +51,13 @@ def evaluate_policies(policies: Mapping[str, Any], *, play: Play, env_kwargs: Ma
         raise ValueError(f"user must be one of {sorted(USERS)} (the user simulator to evaluate against); got {user!r}")
     kwargs = dict(env_kwargs or {})
     names = list(kwargs.get("scenarios") or SCENARIOS)
-    eval_seeds = [EVAL_SEED_BASE + i for i in range(seeds)]
+    if episodes is not None:  # `llm-zoo eval --headline-episodes N`: at least N episodes, every template alike
+        seeds = max(1, math.ceil(episodes / len(names)))
+    # episode i runs on the evaluation seed EVAL_SEED_BASE + i (the contract `llm-zoo eval` reports):
+    # every template ``seeds`` times, each time in a world of its own
+    eval_seeds = [EVAL_SEED_BASE + i for i in range(seeds * len(names))]
     simulator = ScriptedPolicy("none", "scripted" if user == "scripted" else "paraphrase", name=user)
-    order = [(n, s) for n in names for s in eval_seeds]
+    order = list(zip((n for n in names for _ in range(seeds)), eval_seeds))
     episodes = play({"user": simulator, "assistant": policies["assistant"]}, [s for _, s in order],
                     options=[{"scenario": n} for n, _ in order], env_kwargs=kwargs)
     # a failed episode counts as no success, never leaves the mean: an assistant that makes its env
@@ -82,6 +78,9 @@ def evaluate_policies(policies: Mapping[str, Any], *, play: Play, env_kwargs: Ma
                    "tool_calls": sum(i.get("tool_calls", 0) for i in infos) / done,
                    "failed": len(episodes) - len(infos), "user": user, "eval_seeds": eval_seeds,
                    "held_in_templates": sorted(held & set(names))})
+    # the headline in the keys `llm-zoo eval` reads (llm_zoo.spec.HEADLINE_KEYS)
+    result.update({"headline": "success_rate", "interval": result["success_ci95"], "interval_method": "wilson",
+                   "seeds": [eval_seeds[0], eval_seeds[-1]]})
     return result
 
 

@@ -90,13 +90,18 @@ def test_evaluation_reports_held_in_and_held_out_apart_on_evaluation_seeds_with_
     subset = ["cancel_mistake", "cancel_shipped_refused", "payment_to_paypal"]
     result = headline("user_sim_v0", {"assistant": sc.no_tools()}, seeds=3, env_kwargs={"scenarios": subset},
                       held_in=["cancel_shipped_refused"])
-    assert result["eval_seeds"] == [EVAL_SEED_BASE, EVAL_SEED_BASE + 1, EVAL_SEED_BASE + 2]
+    assert result["eval_seeds"] == [EVAL_SEED_BASE + i for i in range(9)]  # one world per episode
     assert result["episodes"] == 9 and result["held_in_episodes"] == 3 and result["held_out_episodes"] == 6
     # doing nothing is right exactly for the shipped order: all of held-in, none of held-out
     assert (result["held_in_success"], result["held_out_success"]) == (1.0, 0.0)
     assert result["success_rate"] == pytest.approx(1 / 3)
     low, high = result["held_in_success_ci95"]
     assert low == pytest.approx(0.4385, abs=1e-3) and high == 1.0  # Wilson, 3 of 3
+    # the headline in the keys `llm-zoo eval` reads, and --headline-episodes: every template alike
+    assert (result["headline"], result["interval"], result["seeds"]) == (
+        "success_rate", result["success_ci95"], [EVAL_SEED_BASE, EVAL_SEED_BASE + 8])
+    more = headline("user_sim_v0", {"assistant": sc.no_tools()}, episodes=7, env_kwargs={"scenarios": subset})
+    assert more["episodes"] == 9 and more["seeds"] == [EVAL_SEED_BASE, EVAL_SEED_BASE + 8]
     with pytest.raises(ValueError, match="user must be one of"):
         headline("user_sim_v0", {"assistant": sc.no_tools()}, user="llm")
 
@@ -104,7 +109,7 @@ def test_evaluation_reports_held_in_and_held_out_apart_on_evaluation_seeds_with_
 def test_wilson_interval_matches_known_values():
     low, high = user_sim_v0.wilson_interval(5, 10)
     assert (round(low, 4), round(high, 4)) == (0.2366, 0.7634)
-    assert user_sim_v0.wilson_interval(0, 0) == (0.0, 1.0)
+    assert list(user_sim_v0.wilson_interval(0, 0)) == [0.0, 1.0]
     assert user_sim_v0.wilson_interval(0, 20)[0] == pytest.approx(0.0, abs=1e-12)
 
 
