@@ -84,27 +84,36 @@ def _parse_sets(pairs: Sequence[str], cls: type | None = None) -> dict[str, obje
     return out
 
 
-def _train(args: argparse.Namespace) -> int:
-    import dataclasses
-    import time
+def _overrides(args: argparse.Namespace, cls: type, what: str) -> dict[str, object]:
+    """Return the config fields a command line sets: ``--config FILE`` (YAML), then ``--set``, then ``--run-dir``.
 
+    ``cls`` is the config dataclass the fields are checked against; ``what`` names them in errors.
+    """
     import yaml
 
     from llm_zoo.configdoc import check_overrides
-    from llm_zoo.trainers.grpo import TrainConfig, make_config, train
 
     overrides: dict[str, object] = {}
     if args.config:
         with open(args.config) as f:
             loaded = yaml.safe_load(f) or {}
         if not isinstance(loaded, dict):
-            raise ValueError(f"{args.config} must hold a mapping of config fields (KEY: VALUE lines); "
+            raise ValueError(f"{args.config} must hold a mapping of {what} (KEY: VALUE lines); "
                              f"got {type(loaded).__name__}")
-        overrides.update(check_overrides(TrainConfig, loaded, source=args.config))
-    overrides.update(check_overrides(TrainConfig, _parse_sets(args.set), source="--set"))
+        overrides.update(check_overrides(cls, loaded, source=args.config))
+    overrides.update(check_overrides(cls, _parse_sets(args.set, cls), source="--set"))
     if args.run_dir:
         overrides["run_dir"] = args.run_dir
-    config = make_config(args.env, overrides)
+    return overrides
+
+
+def _train(args: argparse.Namespace) -> int:
+    import dataclasses
+    import time
+
+    from llm_zoo.trainers.grpo import TrainConfig, make_config, train
+
+    config = make_config(args.env, _overrides(args, TrainConfig, "config fields"))
     from llm_zoo.trainers import distributed
 
     joined = distributed.setup(config.device)  # under torchrun: the ranks agree on one run directory
@@ -161,24 +170,9 @@ def _final_line(env: str, result: dict, scored: str, last: dict[str, float], run
 
 
 def _sft(args: argparse.Namespace) -> int:
-    import yaml
-
-    from llm_zoo.configdoc import check_overrides
     from llm_zoo.trainers.sft import SFTConfig, make_sft_config, sft
 
-    overrides: dict[str, object] = {}
-    if args.config:
-        with open(args.config) as f:
-            loaded = yaml.safe_load(f) or {}
-        if not isinstance(loaded, dict):
-            raise ValueError(f"{args.config} must hold a mapping of SFT config fields (KEY: VALUE lines); "
-                             f"got {type(loaded).__name__}")
-        overrides.update(check_overrides(SFTConfig, loaded, source=args.config))
-    overrides.update(check_overrides(SFTConfig, _parse_sets(args.set, SFTConfig), source="--set"))
-    overrides["role"] = args.role
-    if args.run_dir:
-        overrides["run_dir"] = args.run_dir
-    config = make_sft_config(args.env, overrides)
+    config = make_sft_config(args.env, {**_overrides(args, SFTConfig, "SFT config fields"), "role": args.role})
     if not config.run_dir:  # named here, so that it can be printed before the run starts
         import dataclasses
         import time
