@@ -52,6 +52,7 @@ __all__ = [
     "CHARSET",
     "FastOrderEnforcingWrapper",
     "InvalidReply",
+    "MoveReader",
     "TextEnv",
     "Tool",
     "ToolCall",
@@ -120,6 +121,48 @@ class ToolError(Exception):
 
 class InvalidReply(Exception):  # noqa: N818 - it names the situation, as PettingZoo's IllegalMove does
     """Raised by :meth:`TextEnv.parse` for a reply that is not a valid move; the message is feedback."""
+
+
+class MoveReader:
+    """Reads one move of a card game out of a free-text reply (the poker envs' parser, one copy).
+
+    ``moves`` is the game's move enum, each value a lower-case word. The canonical reply of a move
+    is its word in square brackets (``"[bet]"``) and is read without a regex. Otherwise the reader
+    is lenient about case and surrounding text, strict about ambiguity: if the reply has bracketed
+    moves only those count, else whole words do (``"I bet"`` is a bet, ``"betting"`` is not), and a
+    reply naming two different moves, or none, is not a move.
+    """
+
+    def __init__(self, moves: type[Any]) -> None:
+        self._moves = moves
+        names = "|".join(re.escape(m.value) for m in moves)
+        self.canonical = {f"[{m.value}]": m for m in moves}
+        self._bracketed = re.compile(rf"\[\s*({names})\s*\]", re.IGNORECASE)
+        self._word = re.compile(rf"(?<![\w-])({names})(?![\w-])", re.IGNORECASE)
+
+    def named(self, reply: str) -> set[str]:
+        """Return the moves a reply names: its bracketed ones if it has any, else its whole words."""
+        return {m.lower() for m in self._bracketed.findall(reply)} or {m.lower() for m in self._word.findall(reply)}
+
+    def parse(self, reply: str, legal: Sequence[Any]) -> Any | None:
+        """Return the legal move ``reply`` names, or None (no move, several, or one not in ``legal``)."""
+        move = self.canonical.get(reply)
+        if move is None:
+            found = self.named(reply)
+            if len(found) != 1:
+                return None
+            move = self._moves(found.pop())
+        return move if move in legal else None
+
+    def feedback(self, reply: str, legal: Sequence[Any]) -> str:
+        """Explain why a reply was not read as a legal move."""
+        found = sorted(self.named(reply))
+        expected = " or ".join(f"[{self._moves(m).value}]" for m in legal)
+        if not found:
+            return f"expected one of {expected}; no move found in {reply[-120:]!r}."
+        if len(found) > 1:
+            return f"expected exactly one move, {expected}; the reply names {len(found)}: {', '.join(found)}."
+        return f"{found[0]} is not legal now; expected {expected}."
 
 
 @dataclass(frozen=True)

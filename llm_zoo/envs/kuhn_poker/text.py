@@ -7,9 +7,9 @@ vocabulary of the env (a word-level tokenizer for a tiny model is drawn from it)
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Iterable, Sequence
 
+from llm_zoo.envs.core import MoveReader
 from llm_zoo.envs.kuhn_poker.rules import CARDS, Move
 
 SYSTEM_PROMPT = "You are {agent} in a match of Kuhn poker ({hands}).\n{rules}"
@@ -24,8 +24,6 @@ REPLY_FORMAT = (
     "You may think before it, but name exactly one move."
 )
 _VERB = {Move.CHECK: "checks", Move.BET: "bets", Move.CALL: "calls", Move.FOLD: "folds"}
-_BRACKETED = re.compile(r"\[\s*(check|bet|call|fold)\s*\]", re.IGNORECASE)
-_WORD = re.compile(r"(?<![\w-])(check|bet|call|fold)(?![\w-])", re.IGNORECASE)
 
 
 @functools.lru_cache(maxsize=64)  # built at every reset; the same few prompts recur
@@ -40,7 +38,7 @@ def reply_for(move: Move) -> str:
     return f"[{Move(move).value}]"
 
 
-_CANONICAL = {reply_for(m): m for m in Move}  # "[bet]" -> Move.BET: what most replies are, read without a regex
+_READER = MoveReader(Move)  # "[bet]" -> Move.BET read without a regex; see MoveReader
 
 
 def legal_replies(moves: Sequence[Move]) -> tuple[str, ...]:
@@ -89,24 +87,12 @@ def parse_move(reply: str, legal: Sequence[Move]) -> Move | None:
     (``[bet]``), only those count; otherwise whole words count (``"I bet"`` is a bet, ``"alphabet"``
     and ``"betting"`` are not). A reply naming two different moves is invalid.
     """
-    move = _CANONICAL.get(reply)
-    if move is None:
-        found = {m.lower() for m in _BRACKETED.findall(reply)} or {m.lower() for m in _WORD.findall(reply)}
-        if len(found) != 1:
-            return None
-        move = Move(found.pop())
-    return move if move in legal else None
+    return _READER.parse(reply, legal)
 
 
 def invalid_feedback(reply: str, legal: Sequence[Move]) -> str:
     """Explain why a reply was not read as a legal move."""
-    found = sorted({m.lower() for m in _BRACKETED.findall(reply)} or {m.lower() for m in _WORD.findall(reply)})
-    expected = " or ".join(legal_replies(legal))
-    if not found:
-        return f"expected one of {expected}; no move found in {reply[-120:]!r}."
-    if len(found) > 1:
-        return f"expected exactly one move, {expected}; the reply names {len(found)}: {', '.join(found)}."
-    return f"{found[0]} is not legal now; expected {expected}."
+    return _READER.feedback(reply, legal)
 
 
 def corpus(max_hands: int = 2, agents: Iterable[str] = ("player_0", "player_1")) -> list[str]:

@@ -8,9 +8,9 @@ bracketed move, ``[raise]``, is then one token).
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Iterable, Sequence
 
+from llm_zoo.envs.core import MoveReader
 from llm_zoo.envs.leduc_poker.rules import RANKS, ROUND_LEGAL, Move
 
 SYSTEM_PROMPT = "You are {agent} in a match of Leduc hold'em ({hands}).\n{rules}"
@@ -27,9 +27,6 @@ REPLY_FORMAT = (
     "You may think before it, but name exactly one move."
 )
 _VERB = {Move.CHECK: "checks", Move.BET: "bets", Move.CALL: "calls", Move.RAISE: "raises", Move.FOLD: "folds"}
-_NAMES = "|".join(m.value for m in Move)
-_BRACKETED = re.compile(rf"\[\s*({_NAMES})\s*\]", re.IGNORECASE)
-_WORD = re.compile(rf"(?<![\w-])({_NAMES})(?![\w-])", re.IGNORECASE)
 
 
 @functools.lru_cache(maxsize=64)
@@ -44,7 +41,7 @@ def reply_for(move: Move) -> str:
     return f"[{Move(move).value}]"
 
 
-_CANONICAL = {reply_for(m): m for m in Move}
+_READER = MoveReader(Move)  # "[bet]" -> Move.BET read without a regex; see MoveReader
 
 
 def legal_replies(moves: Sequence[Move]) -> tuple[str, ...]:
@@ -96,24 +93,12 @@ def parse_move(reply: str, legal: Sequence[Move]) -> Move | None:
     (``[raise]``) only those count, otherwise whole words do (``"I raise"`` is a raise, ``"raised"``
     is not). A reply naming two different moves is invalid.
     """
-    move = _CANONICAL.get(reply)
-    if move is None:
-        found = {m.lower() for m in _BRACKETED.findall(reply)} or {m.lower() for m in _WORD.findall(reply)}
-        if len(found) != 1:
-            return None
-        move = Move(found.pop())
-    return move if move in legal else None
+    return _READER.parse(reply, legal)
 
 
 def invalid_feedback(reply: str, legal: Sequence[Move]) -> str:
     """Explain why a reply was not read as a legal move."""
-    found = sorted({m.lower() for m in _BRACKETED.findall(reply)} or {m.lower() for m in _WORD.findall(reply)})
-    expected = " or ".join(legal_replies(legal))
-    if not found:
-        return f"expected one of {expected}; no move found in {reply[-120:]!r}."
-    if len(found) > 1:
-        return f"expected exactly one move, {expected}; the reply names {len(found)}: {', '.join(found)}."
-    return f"{found[0]} is not legal now; expected {expected}."
+    return _READER.feedback(reply, legal)
 
 
 def corpus(max_hands: int = 2, agents: Iterable[str] = ("player_0", "player_1")) -> list[str]:
