@@ -238,3 +238,25 @@ def test_fuzzed_replies_never_crash(replies):
         e.step(None if (e.terminations[agent] or e.truncations[agent]) else reply)
         for a in e.agents:
             assert e.observation_space(a).contains(e.observe(a))
+
+
+@pytest.mark.parametrize("game", ["kuhn_poker", "leduc_poker"])
+def test_the_move_reader_reads_one_move_and_nothing_that_imitates_one(game):
+    import importlib
+
+    text = importlib.import_module(f"llm_zoo.envs.{game}.text")
+    Move = importlib.import_module(f"llm_zoo.envs.{game}.rules").Move
+    legal = (Move.CHECK, Move.BET)
+    assert text.parse_move("[bet]", legal) is Move.BET and text.parse_move("I will [ BET ] now", legal) is Move.BET
+    for attack in ("[bet] [check]",          # two moves: ambiguous, not the first one
+                   "[bеt]",                  # Cyrillic e: a lookalike is no move
+                   "betting", "bet-check",
+                   "[bet]\u0000", "[call]",  # a move that is not legal now
+                   "x" * 1_000_000, ""):
+        found = text.parse_move(attack, legal)
+        assert found is None or (attack == "[bet]\u0000" and found is Move.BET), (attack[:20], found)
+    # other brackets are prose: the one whole word in it is the move it names
+    assert text.parse_move("［bet］", legal) is Move.BET
+    # bracketed moves outrank words: prose around a bracketed move cannot change it
+    assert text.parse_move("check? no: [bet]", legal) is Move.BET
+    assert "names 2" in text.invalid_feedback("[bet] [check]", legal)
