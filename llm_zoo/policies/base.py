@@ -43,6 +43,21 @@ class PromptTooLong(ValueError):  # noqa: N818 - names the situation, as rollout
         super().__init__(message)
         self.rows = tuple(rows)
 
+    @classmethod
+    def check(cls, name: str, prompts: Sequence[Sequence[int]], limit: int | None) -> None:
+        """Raise for the prompts longer than ``limit`` tokens (``None``: no limit), naming their rows.
+
+        The one check every model-backed policy runs on its encoded prompts before generating, so the
+        cap holds whichever engine samples (transformers or vLLM).
+        """
+        if limit is None:
+            return
+        too_long = [i for i, p in enumerate(prompts) if len(p) > limit]
+        if too_long:
+            raise cls(f"{name}: the prompt of observation(s) {too_long[:10]} is {len(prompts[too_long[0]])} tokens, "
+                      f"over max_prompt_tokens={limit}; raise max_prompt_tokens (config field max_prompt_tokens, "
+                      "within memory_limit_gb) or shorten the env's prompts (fewer turns).", too_long)
+
 
 class Reply(str):
     """A policy's reply: the text itself, plus optional per-reply training records.

@@ -196,14 +196,7 @@ class TransformersPolicy(Policy):
         if not observations:
             return []
         prompts = self.encode_prompts(observations)
-        if self.max_prompt_tokens is not None:
-            too_long = [i for i, p in enumerate(prompts) if len(p) > self.max_prompt_tokens]
-            if too_long:
-                raise PromptTooLong(
-                    f"{self.name}: the prompt of observation(s) {too_long[:10]} is {len(prompts[too_long[0]])} tokens, "
-                    f"over max_prompt_tokens={self.max_prompt_tokens}; raise max_prompt_tokens (config field "
-                    "max_prompt_tokens, within memory_limit_gb) or shorten the env's prompts (fewer turns).",
-                    too_long)
+        PromptTooLong.check(self.name, prompts, self.max_prompt_tokens)
         paths = [self.legal_paths(obs) for obs in observations] if self.constrain else None
         with _eval_mode(self.model), torch.inference_mode():
             completions, logprobs = self._sample_in_chunks(prompts, paths)

@@ -95,7 +95,7 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer, GenerationConfig, PreTrainedTokenizerBase
 
-from llm_zoo.policies.base import Observation, Policy, Reply
+from llm_zoo.policies.base import Observation, Policy, PromptTooLong, Reply
 from llm_zoo.policies.transformers import TransformersPolicy
 
 if sys.version_info >= (3, 12):
@@ -185,6 +185,10 @@ class VLLMPolicy(Policy):
         enable_prefix_caching: Reuse the KV cache of prompt prefixes across requests.
         engine_kwargs: More keyword arguments for ``vllm.LLM`` (``max_model_len``, ``enforce_eager``,
             ``kv_cache_memory_bytes``, ...).
+        max_prompt_tokens: Longest prompt taken, in tokens, as :class:`TransformersPolicy`'s: :meth:`act`
+            raises :class:`~llm_zoo.policies.base.PromptTooLong` for the observations whose prompt is
+            longer, before anything is generated (the trainer then scores no sequence past the cap);
+            ``None``: no cap.
 
     Raises:
         ValueError: on a bad sampling setting (see :func:`logprobs_mode`), or on vLLM's CPU build for
@@ -213,7 +217,10 @@ class VLLMPolicy(Policy):
         dtype: str | None = None,
         enable_prefix_caching: bool = True,
         engine_kwargs: Mapping[str, Any] | None = None,
+        max_prompt_tokens: int | None = None,
     ) -> None:
+        if max_prompt_tokens is not None and (isinstance(max_prompt_tokens, bool) or int(max_prompt_tokens) < 1):
+            raise ValueError(f"VLLMPolicy: max_prompt_tokens must be None or an integer >= 1, got {max_prompt_tokens!r}.")
         if temperature < 0:
             raise ValueError(f"VLLMPolicy: temperature must be >= 0 (0 is greedy), got {temperature!r}.")
         if not 0 < top_p <= 1:
@@ -244,6 +251,7 @@ class VLLMPolicy(Policy):
         self.temperature = float(temperature)
         self.top_p = float(top_p)
         self.max_new_tokens = int(max_new_tokens)
+        self.max_prompt_tokens = None if max_prompt_tokens is None else int(max_prompt_tokens)
         self.constrain = bool(constrain)
         self.logprobs_mode = mode
         self.tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(path)
@@ -295,6 +303,7 @@ class VLLMPolicy(Policy):
         if not observations:
             return []
         prompts = self.encode_prompts(observations)
+        PromptTooLong.check(self.name, prompts, self.max_prompt_tokens)
         paths = [self.legal_paths(obs) for obs in observations] if self.constrain else [None] * len(prompts)
         params = [self._params(p) for p in paths]
         outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)

@@ -463,7 +463,7 @@ def make_vllm_generator(learner: Learner, path: Path, config: TrainConfig):
     learner.policy.tokenizer.save_pretrained(path)
     return VLLMPolicy(path, name=learner.name, temperature=config.temperature, top_p=config.top_p,
                       max_new_tokens=config.max_new_tokens, seed=config.seed, constrain=config.constrain_to_legal,
-                      gpu_memory_utilization=config.vllm_gpu_memory_utilization,
+                      max_prompt_tokens=config.max_prompt_tokens, gpu_memory_utilization=config.vllm_gpu_memory_utilization,
                       dtype=str(learner.model.dtype).removeprefix("torch."))
 
 

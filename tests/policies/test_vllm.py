@@ -279,6 +279,24 @@ def test_a_constrained_policy_sends_the_transformers_legal_paths(fake_engine, mo
     assert params[2].kwargs["extra_args"] is None  # no legal_actions: unconstrained
 
 
+def test_prompts_over_max_prompt_tokens_are_refused_before_the_engine_sees_the_batch(fake_engine, model_dir):
+    from llm_zoo.policies.base import PromptTooLong
+
+    batch = [{"messages": ({"role": "user", "content": "Move?" + " more" * k},)} for k in (0, 30, 1, 60)]
+    lengths = [len(p) for p in TransformersPolicy.from_pretrained(model_dir, device="cpu").encode_prompts(batch)]
+    limit = sorted(lengths)[1]  # the two shortest prompts fit, the two longer ones do not
+    policy = VLLMPolicy(model_dir, max_prompt_tokens=limit)
+    with pytest.raises(PromptTooLong, match="max_prompt_tokens") as err:
+        policy.act(batch)
+    assert err.value.rows == (1, 3)
+    assert policy.llm.requests == []  # nothing was generated for the batch
+    fits = [obs for obs, n in zip(batch, lengths) if n <= limit]
+    assert len(policy.act(fits)) == len(fits)
+    for bad in (0, -3, True):
+        with pytest.raises(ValueError, match="max_prompt_tokens"):
+            VLLMPolicy(model_dir, max_prompt_tokens=bad)
+
+
 def test_a_seeded_policy_gives_each_request_a_seed_and_replays(fake_engine, model_dir):
     policy = VLLMPolicy(model_dir, seed=3)
     policy.act(OBSERVATIONS)
