@@ -517,6 +517,8 @@ def _train(config: TrainConfig, resume: bool, device: torch.device) -> dict[str,
                              f"its players are {sorted(players)}")
     names = sorted(set(policy_of.values()) - scripted)
     init = {}
+    if config.init == "sft" and not resume and names:  # refuse a setting that cannot fit before the SFT stage runs
+        preflight(config, sft_stage.model_config(config, spec), learners=len(names))
     if config.init and not resume:  # a resumed run loads its own checkpoint instead
         init = (sft_stage.warm_start(config, run_dir, policy_of, names, roles) if config.init == "sft"
                 else sft_stage.init_checkpoint(config.init, names))

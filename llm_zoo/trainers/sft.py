@@ -47,7 +47,7 @@ from llm_zoo.trainers.checkpoint import latest_checkpoint, save_checkpoint
 from llm_zoo.trainers.rollout import collect
 
 __all__ = ["SFT_PRESETS", "SFTConfig", "SFTRows", "build_tokenizer_and_model", "check_stage_fields", "init_checkpoint",
-           "make_sft_config", "micro_batches", "play_traces", "policy_name", "sft", "sft_loss", "teachers_of", "tokenize_rows",
+           "make_sft_config", "micro_batches", "model_config", "play_traces", "policy_name", "sft", "sft_loss", "teachers_of", "tokenize_rows",
            "token_nll", "warm_start"]
 
 # ---------------------------------------------------------------------------------------------
@@ -274,6 +274,22 @@ def build_tokenizer_and_model(config: Any, seed: int, spec: EnvSpec | None = Non
                                     initializer_range=config.model_init_std, seed=seed,
                                     zero_head=config.model_zero_head)
     return tokenizer, model
+
+
+def model_config(config: Any, spec: EnvSpec | None = None) -> Any:
+    """Return the transformers config of the model ``config`` builds (what the memory preflight reads).
+
+    A local model directory's is read from disk without its weights; the tiny model is built (it
+    takes well under a second beside the tokenizer).
+    """
+    if config.model != "tiny":
+        from transformers import AutoConfig
+
+        path = Path(config.model)
+        if not path.is_dir():
+            raise FileNotFoundError(f"config.model must be 'tiny' or a local model directory; {path} is not one")
+        return AutoConfig.from_pretrained(path)
+    return build_tokenizer_and_model(config, seed=config.seed, spec=spec)[1].config
 
 
 @dataclass

@@ -84,6 +84,17 @@ def test_a_run_that_cannot_fit_is_refused_before_its_first_step_naming_the_field
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
+def test_a_warm_started_run_that_cannot_fit_is_refused_before_the_sft_stage_runs(tmp_path):
+    # user_sim's preset warm-starts (init: sft, minutes of fitting); a setting that cannot fit must be
+    # refused first, not after the warm start has spent its time
+    config = make_config("user_sim_v0", {"steps": 1, "memory_limit_gb": 0.05, "run_dir": str(tmp_path / "run"),
+                                         "progress": False, "tensorboard": False})
+    assert config.init == "sft"
+    with pytest.raises(ValueError, match="over memory_limit_gb=0.05"):
+        train(config)
+    assert not (tmp_path / "run" / "sft").exists()  # the SFT stage never started
+
+
 def test_the_defaults_fit_and_a_lower_limit_refuses_them():
     from llm_zoo.models import build_byte_tokenizer, build_tiny_model
 
