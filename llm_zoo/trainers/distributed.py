@@ -33,6 +33,7 @@ The model is replicated on every rank: a model that does not fit one device need
 
 from __future__ import annotations
 
+import datetime
 import os
 from collections.abc import Sequence
 from typing import Any, TypeVar
@@ -66,6 +67,10 @@ def launched() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
+GROUP_TIMEOUT_S = 3600
+"""How long a collective waits for every rank (the process group's timeout): an hour, enough for rank 0's warm start."""
+
+
 def setup(device: str = "auto") -> bool:
     """Join the process group torchrun describes, when it describes one; return True if this call created it.
 
@@ -80,7 +85,9 @@ def setup(device: str = "auto") -> bool:
     cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group(backend="nccl" if cuda else "gloo")
+    # A collective waits this long for the slowest rank: rank 0 alone runs a warm start (init: sft)
+    # while the others wait at its broadcast, which takes minutes (torch's default: 10 min on nccl).
+    dist.init_process_group(backend="nccl" if cuda else "gloo", timeout=datetime.timedelta(seconds=GROUP_TIMEOUT_S))
     return True
 
 

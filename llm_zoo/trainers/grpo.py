@@ -519,9 +519,11 @@ def _train(config: TrainConfig, resume: bool, device: torch.device) -> dict[str,
     init = {}
     if config.init == "sft" and not resume and names:  # refuse a setting that cannot fit before the SFT stage runs
         preflight(config, sft_stage.model_config(config, spec), learners=len(names))
-    if config.init and not resume:  # a resumed run loads its own checkpoint instead
-        init = (sft_stage.warm_start(config, run_dir, policy_of, names, roles) if config.init == "sft"
-                else sft_stage.init_checkpoint(config.init, names))
+    if config.init == "sft" and not resume:  # a resumed run loads its own checkpoint instead
+        # rank 0 alone fits (one fit, one writer of run_dir/sft); the other ranks wait for its checkpoint
+        init = distributed.broadcast(sft_stage.warm_start(config, run_dir, policy_of, names, roles) if main else {})
+    elif config.init and not resume:
+        init = sft_stage.init_checkpoint(config.init, names)
     learners = {name: make_learner(name, config, device, i, spec, init.get(name)) for i, name in enumerate(names)}
     if learners:  # a setting that cannot fit is refused here, before the first step
         preflight(config, next(iter(learners.values())).model.config, learners=len(learners))

@@ -144,3 +144,27 @@ def test_a_killed_two_rank_run_resumes_to_the_uninterrupted_metrics(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _rows(killed) == rows
     assert json.loads((killed / "eval.json").read_text()) == json.loads((straight / "eval.json").read_text())
+
+
+def test_a_warm_started_two_rank_run_fits_once_on_rank_0(tmp_path):
+    # init: sft under torchrun: rank 0 alone runs the SFT stage (one fit, one writer of run_dir/sft);
+    # rank 1 waits for its checkpoint. Each rank's output goes to its own file (torchrun --redirects).
+    run_dir, logs = tmp_path / "run", tmp_path / "logs"
+    sets = {**RUN, "steps": 2, "checkpoint_every": 0, "eval_every": 0, "sample_every": 0, "pool_every": 0,
+            "init": "sft", "sft": {"episodes": 16, "epochs": 1, "batch_size": 8, "progress": True}}
+    args = [a for k, v in sets.items() for a in ("--set", f"{k}={v if isinstance(v, str) else json.dumps(v)}")]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+               "--log-dir", str(logs), "--redirects", "3",
+               "-m", "llm_zoo", "train", "kuhn_poker_v0", "--run-dir", str(run_dir), *args]
+    done = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300)
+    errors = {p.parent.name: p.read_text() for p in logs.rglob("stderr.log")}
+    assert done.returncode == 0, done.stderr[-3000:] + "".join(e[-2000:] for e in errors.values())
+    assert sorted(errors) == ["0", "1"]
+    assert "sft kuhn_poker_v0" in errors["0"]  # rank 0's progress bar of the fit
+    assert "sft kuhn_poker_v0" not in errors["1"]  # rank 1 never fitted
+    assert errors["0"].count("sft kuhn_poker_v0") >= 2  # one fit per seat's policy (the main job's two models)
+    for name in ("seat_0", "seat_1"):
+        fit = run_dir / "sft" / name
+        steps = json.loads((fit / "summary.json").read_text())["steps"]
+        assert steps >= 1 and len((fit / "metrics.jsonl").read_text().splitlines()) == steps + 1  # written once
+    assert [r["step"] for r in _rows(run_dir)] == [1, 2]
