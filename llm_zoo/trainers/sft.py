@@ -46,7 +46,7 @@ from llm_zoo.trainers.advantages import RAEState
 from llm_zoo.trainers.checkpoint import latest_checkpoint, save_checkpoint
 from llm_zoo.trainers.rollout import collect
 
-__all__ = ["SFT_PRESETS", "SFTConfig", "SFTRows", "build_tokenizer_and_model", "check_stage_fields", "init_checkpoint",
+__all__ = ["SFT_PRESETS", "SFTConfig", "SFTRows", "build_tokenizer_and_model", "check_stage_fields", "digit_tokens", "init_checkpoint",
            "make_sft_config", "micro_batches", "model_config", "play_traces", "policy_name", "sft", "sft_loss", "teachers_of", "tokenize_rows",
            "token_nll", "warm_start"]
 
@@ -389,11 +389,15 @@ def micro_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
 
 
 def sft_loss(model: torch.nn.Module, rows: SFTRows, indices: Sequence[int], *, pad_token_id: int,
-             budget: int, device: torch.device | str = "cpu", backward: bool = False) -> tuple[float, int, int]:
+             budget: int, device: torch.device | str = "cpu", backward: bool = False,
+             digits: torch.Tensor | None = None, tally: dict[str, int] | None = None) -> tuple[float, int, int]:
     """Return (mean NLL over the loss tokens of ``rows[indices]``, their count, how many are the model's argmax).
 
     The mean is over the batch's tokens, as trl's (each micro-batch's sum divided by the batch's
-    count); with ``backward`` the gradients of that mean accumulate on the model.
+    count); with ``backward`` the gradients of that mean accumulate on the model. With ``digits`` (a
+    bool per vocabulary id: :func:`digit_tokens`) and a ``tally`` dict, the digit tokens among the
+    loss tokens are counted into ``tally["digits"]`` and the model's argmax hits on them into
+    ``tally["digit_hits"]``.
     """
     total = sum(sum(rows.loss_mask[i][1:]) for i in indices)
     loss_sum, correct = 0.0, 0
@@ -405,7 +409,27 @@ def sft_loss(model: torch.nn.Module, rows: SFTRows, indices: Sequence[int], *, p
             (nll.sum() / max(1, total)).backward()
         loss_sum += float(nll.detach().sum())
         correct += int(hits.sum())
+        if digits is not None and tally is not None:  # the targets in token_nll's order: row by row
+            targets = torch.tensor([t for i in chosen for t, m in zip(rows.input_ids[i][1:], rows.loss_mask[i][1:]) if m],
+                                   dtype=torch.long)
+            is_digit = digits[targets].to(hits.device)
+            tally["digits"] = tally.get("digits", 0) + int(is_digit.sum())
+            tally["digit_hits"] = tally.get("digit_hits", 0) + int((hits & is_digit).sum())
     return loss_sum / max(1, total), total, correct
+
+
+def digit_tokens(tokenizer: Any) -> torch.Tensor:
+    """Return a bool per vocabulary id: the token decodes to digits only (ids, amounts, dates a reply copies).
+
+    A reply's digits mostly come from its context (an order id the customer gave, an amount a tool
+    returned), so the validation's accuracy on them (``charts/val_digit_accuracy``) tells whether the
+    model copies from its context; the template text around them is learned long before.
+    """
+    flags = torch.zeros(len(tokenizer), dtype=torch.bool)
+    for i in range(len(tokenizer)):
+        text = tokenizer.decode([i]).strip()
+        flags[i] = bool(text) and text.isascii() and text.isdigit()
+    return flags
 
 
 # ---------------------------------------------------------------------------------------------
@@ -509,14 +533,22 @@ def sft(config: SFTConfig) -> dict[str, Any]:
     bar = progress_bar(total=steps, initial=0, desc=f"sft {config.env}:{name}") if config.progress else None
     fitted = _Fitted(model, tokenizer, optimizer)
 
+    digits = digit_tokens(tokenizer)
+
     def validate() -> dict[str, float]:
         if not len(val_tok):
             return {}
         model.eval()
+        tally: dict[str, int] = {}
         with torch.no_grad():
             loss, n, right = sft_loss(model, val_tok, range(len(val_tok)), pad_token_id=pad,
-                                      budget=config.max_tokens_per_micro_batch, device=device)
-        return {"losses/val": loss, "charts/val_token_accuracy": right / max(1, n)}
+                                      budget=config.max_tokens_per_micro_batch, device=device, digits=digits,
+                                      tally=tally)
+        figures = {"losses/val": loss, "charts/val_token_accuracy": right / max(1, n)}
+        if tally.get("digits"):  # the replies hold digits: how many of them the model gets (mostly copies)
+            figures["charts/val_digit_accuracy"] = tally["digit_hits"] / tally["digits"]
+            figures["charts/val_other_accuracy"] = (right - tally["digit_hits"]) / max(1, n - tally["digits"])
+        return figures
 
     first = validate()
     logger.log(0, {**first, "data/train_conversations": len(train_tok), "data/val_conversations": len(val_tok),
@@ -565,6 +597,8 @@ def sft(config: SFTConfig) -> dict[str, Any]:
                "agents": fitted_agents, "steps": step,
                "train_loss": last.get("losses/train"), "val_loss_initial": first.get("losses/val"),
                "val_loss": last.get("losses/val"), "val_token_accuracy": last.get("charts/val_token_accuracy"),
+               "val_digit_accuracy": last.get("charts/val_digit_accuracy"),
+               "val_other_accuracy": last.get("charts/val_other_accuracy"),
                "episodes": len(episodes), "failed_episodes": len(episodes) - len(finished),
                "train_episodes": len(train_eps), "val_episodes": len(val_eps),
                "train_conversations": len(train_tok), "val_conversations": len(val_tok),

@@ -427,3 +427,29 @@ def test_max_length_keeps_the_start_and_refuses_a_row_left_without_the_roles_tok
     assert cut.input_ids[0] == whole.input_ids[0][: first_reply + 10] and sum(cut.loss_mask[0]) == 10
     with pytest.raises(ValueError, match="no assistant token to learn"):
         tokenize_rows(tokenizer, rows, max_length=first_reply)
+
+
+def test_the_digit_accuracy_counts_the_digit_targets_and_the_models_hits_on_them():
+    # user_sim's replies copy ids and amounts from their context: the validation reports the model's
+    # accuracy on those digits apart (charts/val_digit_accuracy), checked here against a direct count
+    config = make_sft_config("user_sim_v0", {"role": "assistant", "model_hidden_size": 32, "model_init_std": 0.5})
+    rows = _rows(_episodes("user_sim_v0", 2, **config.env_kwargs), "assistant")
+    tokenizer, model = build_tokenizer_and_model(config, seed=0)
+    digits = sft.digit_tokens(tokenizer)
+    assert digits[tokenizer.convert_tokens_to_ids("7")] and not digits[tokenizer.eos_token_id]
+    assert sorted(tokenizer.decode([i]).strip() for i in torch.nonzero(digits).flatten().tolist()) == list("0123456789")
+    tok = tokenize_rows(tokenizer, rows)
+    tally: dict[str, int] = {}
+    with torch.no_grad():
+        _, n, right = sft_loss(model, tok, range(len(tok)), pad_token_id=tokenizer.pad_token_id, budget=100_000,
+                               digits=digits, tally=tally)
+        expected_digits = expected_hits = 0
+        for ids, mask in zip(tok.input_ids, tok.loss_mask):
+            predicted = model(input_ids=torch.tensor([ids])).logits[0, :-1].argmax(-1).tolist()
+            for t, m, p in zip(ids[1:], mask[1:], predicted):
+                if m and tokenizer.decode([t]).strip().isdigit():
+                    expected_digits += 1
+                    expected_hits += p == t
+    assert expected_digits > 10  # the replies hold ids (an email's digits, an order id)
+    assert tally == {"digits": expected_digits, "digit_hits": expected_hits}
+    assert 0 <= tally["digit_hits"] <= right <= n
