@@ -49,20 +49,17 @@ times in a row (default 1); the next invalid reply forfeits. Counts are in
 
 from __future__ import annotations
 
-import functools
-import random
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 
-from llm_zoo.envs.core import FastOrderEnforcingWrapper, InvalidReply, TextEnv, text_space
+from llm_zoo.envs.core import FastOrderEnforcingWrapper, text_space
 from llm_zoo.envs.kuhn_poker import text
 from llm_zoo.envs.kuhn_poker.rules import CARDS, LEGAL, Hand, Move, deal, first_player
+from llm_zoo.envs.poker import AGENTS, OPPONENT, PokerMatch, memoised
 
 ENV_ID = "kuhn_poker_v0"
-AGENTS = ("player_0", "player_1")
 REWARD_RANGE = (-2.0, 2.0)  # per hand
 _MOVES = tuple(Move)
 MENU = text.legal_replies(_MOVES)  # ("[check]", "[bet]", "[call]", "[fold]"): the discrete view's actions
@@ -72,15 +69,10 @@ _LEGAL_REPLIES = {history: text.legal_replies(moves) for history, moves in LEGAL
 _PROMPT_LINE = {(card, history): text.prompt_line(moves, card)
                 for history, moves in LEGAL.items() for card in range(len(CARDS))}
 _MOVE_LINE = {(agent, move): text.move_line(agent, move) for agent in AGENTS for move in Move}
-_OPPONENT = {AGENTS[0]: AGENTS[1], AGENTS[1]: AGENTS[0]}
-# Formatting the amounts (:g) is most of the cost of a hand's end, and the same few lines recur. (A
-# memo cannot tell -0.0 from 0.0; totals never are -0.0: they start at 0.0 and move by non-zero payoffs.)
-_result_line = functools.lru_cache(maxsize=1024)(text.result_line)
-_match_over_line = functools.lru_cache(maxsize=64)(text.match_over_line)
 
 
-class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the class raw_env
-    """Kuhn poker as a text AEC env; see the module docstring.
+class raw_env(PokerMatch):  # noqa: N801 - PettingZoo's module pattern names the class raw_env
+    """Kuhn poker as a text AEC env; see the module docstring. The match itself is :class:`~llm_zoo.envs.poker.PokerMatch`.
 
     Args:
         num_hands: hands in a match (>= 1); the first player alternates.
@@ -92,66 +84,41 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
     """
 
     metadata = {"render_modes": ["human", "ansi"], "name": ENV_ID, "is_parallelizable": False}
-    possible_agents = list(AGENTS)
+    title = "Kuhn poker"
+    card_names = CARDS
+    text = text
+    legal_replies = _LEGAL_REPLIES
+    move_lines = _MOVE_LINE
+    result_line = memoised(text.result_line, 1024)
+    match_over_line = memoised(text.match_over_line, 64)
+    first_player = staticmethod(first_player)
 
     def __init__(self, *, num_hands: int = 1, forfeit_penalty: float = 1.0, rules_in_prompt: bool = True,
                  **kwargs: Any) -> None:
-        if not isinstance(num_hands, int) or isinstance(num_hands, bool) or num_hands < 1:
-            raise ValueError(f"num_hands must be an integer >= 1; got {num_hands!r}")
         if not isinstance(forfeit_penalty, (int, float)) or forfeit_penalty < 0:
             raise ValueError(f"forfeit_penalty must be a number >= 0; got {forfeit_penalty!r}")
-        self.num_hands = num_hands
         self.forfeit_penalty = float(forfeit_penalty)
-        self.rules_in_prompt = bool(rules_in_prompt)
-        self.possible_agents = list(AGENTS)
-        super().__init__(**kwargs)
+        super().__init__(num_hands=num_hands, rules_in_prompt=rules_in_prompt, **kwargs)
 
     # ---- hooks ----------------------------------------------------------------------------
 
     def extra_spaces(self) -> dict[str, spaces.Space]:
         return {"legal_actions": spaces.Sequence(text_space(8), stack=False), "info_set": text_space(32)}
 
-    def extra_observation(self, agent: str) -> dict[str, Any]:
-        acting = agent == self.agent_selection and not (self.terminations.get(agent) or self.truncations.get(agent))
-        legal = _LEGAL_REPLIES.get(self._hand.history, ()) if acting else ()
-        return {"legal_actions": legal, "info_set": self._hand.info_set(self._first.index(agent))}
+    def read_deals(self, deals: Any) -> list[tuple[int, ...]] | None:
+        return _read_deals(deals, self.num_hands)
 
-    def system_prompt(self, agent: str) -> str:
-        return text.system_prompt(agent, self.num_hands, self.rules_in_prompt)
+    def deal_hand(self, first: str) -> tuple[int, ...]:
+        if self._deals is None:
+            return deal(self.rng)
+        by_agent = dict(zip(AGENTS, self._deals[self._hand_index]))
+        return by_agent[first], by_agent[OPPONENT[first]]
 
-    def start(self, rng: random.Random, options: Mapping[str, Any] | None) -> str:
-        self._deals = _read_deals((options or {}).get("deal"), self.num_hands)
-        self._hand_index = 0
-        self._totals = {a: 0.0 for a in AGENTS}
-        self._pending: dict[str, list[str]] = {a: [] for a in AGENTS}
-        if self.render_mode is not None:  # here and below: no transcript line is formatted that nothing shows
-            self.narrate(f"Kuhn poker, {self.num_hands} hand(s).")
-        return self._start_hand()
+    def make_hand(self, ranks: tuple[int, ...]) -> Hand:
+        return Hand(ranks)  # type: ignore[arg-type]
 
-    def parse(self, agent: str, reply: str) -> Move:
-        move = text.parse_move(reply, self._hand.legal_moves)
-        if move is None:
-            raise InvalidReply(text.invalid_feedback(reply, self._hand.legal_moves))
-        return move
-
-    def play(self, agent: str, move: Move) -> None:
-        self._hand = self._hand.play(move)
-        other = _OPPONENT[agent]
-        self._pending[other].append(_MOVE_LINE[agent, move])
-        if self.render_mode is not None:
-            self.narrate(f"   {agent} {move.value}s")
-        if not self._hand.is_terminal:
-            self._ask(other)
-            return
-        self._settle_hand()
-        self._hand_index += 1
-        if self._hand_index < self.num_hands:
-            self._start_hand()
-            return
-        for a in AGENTS:
-            self._pending[a].append(_match_over_line(self._totals[a]))
-            self._flush(a)
-        self.end(totals=dict(self._totals))
+    def prompt(self, seat: int) -> str:
+        return _PROMPT_LINE[self._hand.cards[seat], self._hand.history]
 
     def action_menu(self) -> tuple[str, ...]:
         return MENU
@@ -170,56 +137,7 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
         return spaces.Box(0.0, 1.0, (FEATURE_SIZE,), np.float32)
 
     def forfeit_rewards(self, agent: str) -> dict[str, float]:
-        return {agent: -self.forfeit_penalty, _OPPONENT[agent]: self.forfeit_penalty}
-
-    # ---- internals ------------------------------------------------------------------------
-
-    def _start_hand(self) -> str:
-        first = AGENTS[first_player(self._hand_index)]
-        self._first = (first, _OPPONENT[first])
-        if self._deals is not None:
-            by_agent = dict(zip(AGENTS, self._deals[self._hand_index]))
-            cards = (by_agent[self._first[0]], by_agent[self._first[1]])
-        else:
-            cards = deal(self.rng)
-        self._hand = Hand(cards)
-        for seat, agent in enumerate(self._first):
-            self._pending[agent].append(text.deal_line(self._hand_index, self.num_hands, cards[seat]))
-            self.infos[agent].update(card=CARDS[cards[seat]], hand=self._hand_index, seat=seat)
-        if self.render_mode is not None:
-            self.narrate(f"Hand {self._hand_index + 1}: {self._first[0]} has {CARDS[cards[0]]}, "
-                         f"{self._first[1]} has {CARDS[cards[1]]}; {first} acts first")
-        self._ask(first)
-        return first
-
-    def _ask(self, agent: str) -> None:
-        seat = self._first.index(agent)
-        self._pending[agent].append(_PROMPT_LINE[self._hand.cards[seat], self._hand.history])
-        self._flush(agent)
-        self.infos[agent]["info_set"] = self._hand.info_set(seat)
-        if self.agents:
-            self.pass_turn(agent)
-
-    def _flush(self, agent: str) -> None:
-        if self._pending[agent]:
-            self.tell(agent, "\n".join(self._pending[agent]))
-            self._pending[agent] = []
-
-    def _settle_hand(self) -> None:
-        hand, first = self._hand, self._first
-        payoff, showdown = hand.payoff, hand.is_showdown  # seat 0's payoff
-        winner = first[0] if payoff > 0 else first[1]
-        for seat, agent in enumerate(first):
-            won = payoff if seat == 0 else -payoff
-            self.reward(agent, won)
-            self._totals[agent] += won
-            shown = f"{first[1 - seat]} had {CARDS[hand.cards[1 - seat]]}" if showdown else None
-            self._pending[agent].append(
-                _result_line(self._hand_index, winner, abs(payoff), shown, agent, self._totals[agent]))
-            self.infos[agent].setdefault("payoffs", []).append(won)
-            self.infos[agent]["total"] = self._totals[agent]
-        if self.render_mode is not None:
-            self.narrate(f"   {winner} wins {abs(payoff):g}" + (" at showdown" if showdown else ""))
+        return {agent: -self.forfeit_penalty, OPPONENT[agent]: self.forfeit_penalty}
 
 
 def _read_deals(deals: Any, num_hands: int) -> list[tuple[int, int]] | None:

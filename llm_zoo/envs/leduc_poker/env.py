@@ -57,19 +57,17 @@ the public card); no rank may appear three times.
 from __future__ import annotations
 
 import functools
-import random
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 
-from llm_zoo.envs.core import FastOrderEnforcingWrapper, InvalidReply, TextEnv, text_space
+from llm_zoo.envs.core import FastOrderEnforcingWrapper, text_space
 from llm_zoo.envs.leduc_poker import text
 from llm_zoo.envs.leduc_poker.rules import NODES, RANKS, Hand, Move, check_ranks, deal, first_player
+from llm_zoo.envs.poker import AGENTS, OPPONENT, PokerMatch, memoised
 
 ENV_ID = "leduc_poker_v0"
-AGENTS = ("player_0", "player_1")
 MAX_HAND_LOSS = max(max(n.put) for n in NODES.values())  # 13: ante 1, 2 + 2 in round 1, 4 + 4 in round 2
 REWARD_RANGE = (-float(MAX_HAND_LOSS), float(MAX_HAND_LOSS))  # per hand
 _MOVES = tuple(Move)
@@ -78,14 +76,11 @@ _MAX_ROUND_MOVES = 4
 FEATURE_SIZE = 2 * len(RANKS) + 2 * _MAX_ROUND_MOVES * len(_MOVES) + 2
 _LEGAL_REPLIES = {history: text.legal_replies(node.legal) for history, node in NODES.items()}
 _MOVE_LINE = {(agent, move): text.move_line(agent, move) for agent in AGENTS for move in Move}
-_OPPONENT = {AGENTS[0]: AGENTS[1], AGENTS[1]: AGENTS[0]}
 _prompt_line = functools.lru_cache(maxsize=1024)(text.prompt_line)
-_result_line = functools.lru_cache(maxsize=4096)(text.result_line)
-_match_over_line = functools.lru_cache(maxsize=256)(text.match_over_line)
 
 
-class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the class raw_env
-    """Leduc hold'em as a text AEC env; see the module docstring.
+class raw_env(PokerMatch):  # noqa: N801 - PettingZoo's module pattern names the class raw_env
+    """Leduc hold'em as a text AEC env; see the module docstring. The match itself is :class:`~llm_zoo.envs.poker.PokerMatch`.
 
     Args:
         num_hands: hands in a match (>= 1); the first player alternates.
@@ -97,75 +92,57 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
     """
 
     metadata = {"render_modes": ["human", "ansi"], "name": ENV_ID, "is_parallelizable": False}
-    possible_agents = list(AGENTS)
+    title = "Leduc hold'em"
+    card_names = RANKS
+    text = text
+    legal_replies = _LEGAL_REPLIES
+    move_lines = _MOVE_LINE
+    result_line = memoised(text.result_line, 4096)
+    match_over_line = memoised(text.match_over_line, 256)
+    first_player = staticmethod(first_player)
 
     def __init__(self, *, num_hands: int = 1, forfeit_penalty: float | None = None, rules_in_prompt: bool = True,
                  **kwargs: Any) -> None:
-        if not isinstance(num_hands, int) or isinstance(num_hands, bool) or num_hands < 1:
-            raise ValueError(f"num_hands must be an integer >= 1; got {num_hands!r}")
         if forfeit_penalty is not None and (not isinstance(forfeit_penalty, (int, float))
                                             or isinstance(forfeit_penalty, bool) or not forfeit_penalty >= 0):
             raise ValueError(f"forfeit_penalty must be a number >= 0 or None (13 per hand left); got {forfeit_penalty!r}")
-        self.num_hands = num_hands
         self.forfeit_penalty = None if forfeit_penalty is None else float(forfeit_penalty)
-        self.rules_in_prompt = bool(rules_in_prompt)
-        self.possible_agents = list(AGENTS)
-        super().__init__(**kwargs)
+        super().__init__(num_hands=num_hands, rules_in_prompt=rules_in_prompt, **kwargs)
 
     # ---- hooks ----------------------------------------------------------------------------
 
     def extra_spaces(self) -> dict[str, spaces.Space]:
         return {"legal_actions": spaces.Sequence(text_space(8), stack=False), "info_set": text_space(48)}
 
-    def extra_observation(self, agent: str) -> dict[str, Any]:
-        acting = agent == self.agent_selection and not (self.terminations.get(agent) or self.truncations.get(agent))
-        legal = _LEGAL_REPLIES[self._hand.history] if acting else ()
-        return {"legal_actions": legal, "info_set": self._hand.info_set(self._first.index(agent))}
+    def read_deals(self, deals: Any) -> list[tuple[int, ...]] | None:
+        return _read_deals(deals, self.num_hands)
 
-    def system_prompt(self, agent: str) -> str:
-        return text.system_prompt(agent, self.num_hands, self.rules_in_prompt)
+    def deal_hand(self, first: str) -> tuple[int, ...]:
+        if self._deals is None:
+            return deal(self.rng)
+        p0, p1, public = self._deals[self._hand_index]
+        return (p0, p1, public) if first == AGENTS[0] else (p1, p0, public)
 
-    def start(self, rng: random.Random, options: Mapping[str, Any] | None) -> str:
-        self._deals = _read_deals((options or {}).get("deal"), self.num_hands)
-        self._hand_index = 0
-        self._totals = {a: 0.0 for a in AGENTS}
-        self._pending: dict[str, list[str]] = {a: [] for a in AGENTS}
-        if self.render_mode is not None:
-            self.narrate(f"Leduc hold'em, {self.num_hands} hand(s).")
-        return self._start_hand()
+    def make_hand(self, ranks: tuple[int, ...]) -> Hand:
+        return Hand(ranks)  # type: ignore[arg-type]
 
-    def parse(self, agent: str, reply: str) -> Move:
-        move = text.parse_move(reply, self._hand.legal_moves)
-        if move is None:
-            raise InvalidReply(text.invalid_feedback(reply, self._hand.legal_moves))
-        return move
+    def prompt(self, seat: int) -> str:
+        hand = self._hand
+        return _prompt_line(hand.legal_moves, hand.ranks[seat], hand.public)
 
-    def play(self, agent: str, move: Move) -> None:
-        before = self._hand.round
-        self._hand = self._hand.play(move)
-        other = _OPPONENT[agent]
-        self._pending[other].append(_MOVE_LINE[agent, move])
-        if self.render_mode is not None:
-            self.narrate(f"   {agent} {move.value}s")
-        if not self._hand.is_terminal:
-            if self._hand.round != before:  # the first round closed: show the public card to both
-                line = text.public_line(self._hand.ranks[2])
-                for a in AGENTS:
-                    self._pending[a].append(line)
-                    self.infos[a]["public"] = RANKS[self._hand.ranks[2]]
-                if self.render_mode is not None:
-                    self.narrate(f"   public card {RANKS[self._hand.ranks[2]]}")
-            self._ask(self._first[self._hand.to_act])
-            return
-        self._settle_hand()
-        self._hand_index += 1
-        if self._hand_index < self.num_hands:
-            self._start_hand()
-            return
-        for a in AGENTS:
-            self._pending[a].append(_match_over_line(self._totals[a]))
-            self._flush(a)
-        self.end(totals=dict(self._totals))
+    def describe_deal(self, ranks: tuple[int, ...], first: str) -> str:
+        return (f"Hand {self._hand_index + 1}: {self._first[0]} has {RANKS[ranks[0]]}, "
+                f"{self._first[1]} has {RANKS[ranks[1]]}, public {RANKS[ranks[2]]}; {first} acts first")
+
+    def after_move(self, agent: str, before: Hand) -> str:
+        if self._hand.round != before.round:  # the first round closed: show the public card to both
+            line = text.public_line(self._hand.ranks[2])
+            for a in AGENTS:
+                self._pending[a].append(line)
+                self.infos[a]["public"] = RANKS[self._hand.ranks[2]]
+            if self.render_mode is not None:
+                self.narrate(f"   public card {RANKS[self._hand.ranks[2]]}")
+        return self._first[self._hand.to_act]
 
     def action_menu(self) -> tuple[str, ...]:
         return MENU
@@ -192,58 +169,7 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
         penalty = self.forfeit_penalty
         if penalty is None:
             penalty = float(MAX_HAND_LOSS * (self.num_hands - self._hand_index))
-        return {agent: -penalty, _OPPONENT[agent]: penalty}
-
-    # ---- internals ------------------------------------------------------------------------
-
-    def _start_hand(self) -> str:
-        first = AGENTS[first_player(self._hand_index)]
-        self._first = (first, _OPPONENT[first])
-        if self._deals is not None:
-            p0, p1, public = self._deals[self._hand_index]
-            ranks = (p0, p1, public) if first == AGENTS[0] else (p1, p0, public)
-        else:
-            ranks = deal(self.rng)
-        self._hand = Hand(ranks)
-        for seat, agent in enumerate(self._first):
-            self._pending[agent].append(text.deal_line(self._hand_index, self.num_hands, ranks[seat]))
-            self.infos[agent].update(card=RANKS[ranks[seat]], hand=self._hand_index, seat=seat)
-            self.infos[agent].pop("public", None)
-        if self.render_mode is not None:
-            self.narrate(f"Hand {self._hand_index + 1}: {self._first[0]} has {RANKS[ranks[0]]}, "
-                         f"{self._first[1]} has {RANKS[ranks[1]]}, public {RANKS[ranks[2]]}; {first} acts first")
-        self._ask(first)
-        return first
-
-    def _ask(self, agent: str) -> None:
-        seat = self._first.index(agent)
-        hand = self._hand
-        self._pending[agent].append(_prompt_line(hand.legal_moves, hand.ranks[seat], hand.public))
-        self._flush(agent)
-        self.infos[agent]["info_set"] = hand.info_set(seat)
-        if self.agents:
-            self.pass_turn(agent)
-
-    def _flush(self, agent: str) -> None:
-        if self._pending[agent]:
-            self.tell(agent, "\n".join(self._pending[agent]))
-            self._pending[agent] = []
-
-    def _settle_hand(self) -> None:
-        hand, first = self._hand, self._first
-        payoff, showdown = hand.payoff, hand.is_showdown  # seat 0's payoff
-        winner = None if payoff == 0 else first[0] if payoff > 0 else first[1]
-        for seat, agent in enumerate(first):
-            won = payoff if seat == 0 else -payoff
-            self.reward(agent, won)
-            self._totals[agent] += won
-            shown = f"{first[1 - seat]} had {RANKS[hand.ranks[1 - seat]]}" if showdown else None
-            self._pending[agent].append(
-                _result_line(self._hand_index, winner, abs(payoff), shown, agent, self._totals[agent]))
-            self.infos[agent].setdefault("payoffs", []).append(won)
-            self.infos[agent]["total"] = self._totals[agent]
-        if self.render_mode is not None:
-            self.narrate(f"   {winner or 'nobody'} wins {abs(payoff):g}" + (" at showdown" if showdown else ""))
+        return {agent: -penalty, OPPONENT[agent]: penalty}
 
 
 def _read_deals(deals: Any, num_hands: int) -> list[tuple[int, int, int]] | None:
