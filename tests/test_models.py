@@ -20,6 +20,7 @@ from llm_zoo.models import (  # noqa: E402
     PAD_TOKEN,
     SPECIAL_TOKENS,
     UNK_TOKEN,
+    build_bpe_tokenizer,
     build_byte_tokenizer,
     build_tiny_model,
     build_word_tokenizer,
@@ -202,6 +203,8 @@ def test_tiny_model_init_is_seeded_and_leaves_global_rng_alone(byte_tok):
     [
         ({"arch": "gpt9"}, "arch must be one of"),
         ({"hidden_size": 30, "num_heads": 4}, "divisible by num_heads"),
+        ({"copy_heads": True, "num_layers": 1}, "copy_heads needs num_layers >= 2"),
+        ({"copy_heads": True, "num_heads": 2}, "num_heads >= 4"),
     ],
 )
 def test_tiny_model_rejects_bad_arguments(byte_tok, kwargs, match):
@@ -288,3 +291,47 @@ def test_zero_head_starts_from_a_uniform_next_token_distribution(word_tok):
     assert torch.equal(logits, torch.zeros_like(logits))
     body = {k: v for k, v in zero_head.state_dict().items() if not k.startswith("lm_head")}
     assert all(torch.equal(v, random_head.state_dict()[k]) for k, v in body.items())  # only the head differs
+
+
+# ---- copy heads ---------------------------------------------------------------------------------
+
+
+def _copy_accuracy(model, vocab: list[int], filler: list[int] | None = None, seed: int = 0) -> float:
+    """How often the model's argmax continues a random string of ``vocab`` tokens it saw earlier (its second
+    copy), the two copies among random ``filler`` tokens (default: ``vocab``)."""
+    import random
+
+    rng = random.Random(seed)
+    filler = filler or vocab
+    hits = total = 0
+    for _ in range(24):
+        span = [rng.choice(vocab) for _ in range(12)]
+        seq = ([rng.choice(filler) for _ in range(rng.randint(0, 30))] + span
+               + [rng.choice(filler) for _ in range(rng.randint(0, 300))] + span)
+        with torch.no_grad():
+            predicted = model(input_ids=torch.tensor([seq])).logits[0].argmax(-1).tolist()
+        for i in range(len(seq) - len(span) + 1, len(seq)):  # the second copy after its first token
+            hits += predicted[i - 1] == seq[i]
+            total += 1
+    return hits / total
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_copy_heads_copy_a_repeated_span_before_any_training(arch):
+    corpus = [f"order #W{n:07d} for customer C{n % 9973:04d} at {n % 997} Oak Lane" for n in range(0, 10**7, 7919)]
+    tok = build_bpe_tokenizer(corpus, vocab_size=512)
+    vocab = [i for i in range(len(tok)) if i not in tok.all_special_ids]
+    plain = build_tiny_model(tok, arch=arch, hidden_size=128, num_heads=4, seed=1)
+    copying = build_tiny_model(tok, arch=arch, hidden_size=128, num_heads=4, seed=1, copy_heads=True)
+    assert _copy_accuracy(plain, vocab) < 0.05  # a random initialisation never copies
+    assert _copy_accuracy(copying, vocab) > 0.75  # the circuit does, 300 tokens after the first copy
+    digits = [tok.convert_tokens_to_ids(str(d)) for d in range(10)]
+    # an id's digits repeat tokens, so the last two tokens tell where the copy is (0.1 is chance)
+    assert _copy_accuracy(copying, digits, filler=vocab) > 0.5
+    assert copying.config.attention_bias if arch == "llama" else True
+    # the circuit trains like any weights: every parameter gets a gradient (the silent heads and MLPs too)
+    ids = torch.tensor([[vocab[i] for i in range(40)]])
+    copying.train()
+    copying(input_ids=ids, labels=ids).loss.backward()
+    silent = [n for n, p in copying.named_parameters() if p.grad is None]
+    assert not silent, silent

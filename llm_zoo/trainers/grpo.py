@@ -100,6 +100,10 @@ class TrainConfig:
     """Std of the tiny model's weight initialisation."""
     model_zero_head: bool = False
     """Start the tiny model's output layer at zero: a uniform first policy whatever the seed."""
+    model_copy_heads: bool = False
+    """Start the tiny model's first two layers as an induction circuit (llm_zoo.models.install_copy_heads):
+    it copies what its context holds (an id, an email) before any training, which a tiny model trained from
+    scratch learns only after a long plateau. Needs model_layers >= 2 and 4 or more heads."""
     init: str = ""
     """Start the learners from trained weights: a checkpoint directory or a run directory (its latest
     checkpoint) of `llm-zoo sft` or `train`, holding policies/NAME for every learner; or sft: run the SFT

@@ -91,6 +91,8 @@ class SFTConfig:
     """Std of the tiny model's weight initialisation."""
     model_zero_head: bool = False
     """Start the tiny model's output layer at zero."""
+    model_copy_heads: bool = False
+    """Start the tiny model's first two layers as an induction circuit (llm_zoo.models.install_copy_heads)."""
     policies: dict[str, str] = field(default_factory=dict)
     """Role or agent -> policy name, as train reads it; the checkpoint holds the fitted role's policy
     under that name (policies.get(role, "main"))."""
@@ -158,7 +160,7 @@ class SFTConfig:
 
 
 SHARED_WITH_TRAIN = ("env_kwargs", "seed", "model", "model_hidden_size", "model_layers", "model_init_std",
-                     "model_zero_head", "policies", "device", "threads", "progress", "tensorboard")
+                     "model_zero_head", "model_copy_heads", "policies", "device", "threads", "progress", "tensorboard")
 """Fields SFTConfig shares with TrainConfig (same names and meaning): the env's training preset and
 ``train``'s own config set them, so the warm start fits the model RL goes on with."""
 
@@ -272,7 +274,8 @@ def build_tokenizer_and_model(config: Any, seed: int, spec: EnvSpec | None = Non
     tokenizer = build(spec.corpus()) if spec.corpus else models.build_byte_tokenizer()
     model = models.build_tiny_model(tokenizer, hidden_size=config.model_hidden_size, num_layers=config.model_layers,
                                     initializer_range=config.model_init_std, seed=seed,
-                                    zero_head=config.model_zero_head)
+                                    zero_head=config.model_zero_head,
+                                    copy_heads=getattr(config, "model_copy_heads", False))
     return tokenizer, model
 
 
