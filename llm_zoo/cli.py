@@ -131,7 +131,8 @@ def _train(args: argparse.Namespace) -> int:
     print(f"llm-zoo train {config.env}: run directory {config.run_dir}", file=sys.stderr, flush=True)
     result = train(config, resume=args.resume)
     distributed.teardown(joined)
-    scored = (f"the average of the learner's weights (average_ema={config.average_ema})" if config.average_ema
+    power = f", average_power={config.average_power:g}" if config.average_power else ""
+    scored = (f"the average of the learner's weights (average_ema={config.average_ema}{power})" if config.average_ema
               else "the last iterate (the learner's own weights)")
     summary = {"run_dir": config.run_dir, "scored": scored,
                **{k: v for k, v in result.items() if k != "strategy"}}

@@ -34,7 +34,8 @@ READY_TIMEOUT_S = 120
 HANDS = 48
 RUN = {"steps": 100, "episodes_per_step": 32, "rollout_batch_size": 32, "model_hidden_size": 32, "eval_every": 0,
        "checkpoint_every": 0, "sample_every": 0, "progress": False, "tensorboard": False, "threads": 1,
-       "lr": 1e-2, "validity_coef": 1.0, "average_ema": 0.9, "average_debias": True}
+       "lr": 1e-2, "warmup_steps": 0, "validity_coef": 1.0, "average_ema": 0.9, "average_debias": True,
+       "average_power": 0.0, "reference_ema": 0.995, "reference_ema_final": 0.0}
 """A small run of the main job's settings (one model per seat, the mask, a weights' average) with the term: in
 100 steps it puts 0.99 of every info set's mass on a legal reply then end of turn (0.0002 at the start)."""
 

@@ -146,6 +146,9 @@ def headline_summary(figures: Mapping[str, Any], *, method: str = "exact") -> di
 def scored_weights(config: Mapping[str, Any]) -> str:
     """Say which weights a checkpoint's ``policies/`` hold: the average of the learner's (``average_ema`` > 0) or its own."""
     ema = float(config.get("average_ema", 0.0) or 0.0)
+    power = float(config.get("average_power", 0.0) or 0.0)  # weights step ** power in place of the EMA's decay
+    if ema > 0 and power > 0:
+        return f"average (average_ema={ema:g}, average_power={power:g})"
     return f"average (average_ema={ema:g})" if ema > 0 else "last iterate"
 
 

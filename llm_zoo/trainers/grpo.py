@@ -170,6 +170,10 @@ class TrainConfig:
     """1 keeps the reference at the initial policy; below 1 the reference follows the learner as an
     EMA of its weights (decay per step): a magnet that regularises self-play toward its own recent
     past (as in magnetic mirror descent and R-NaD), which damps the cycling of plain self-play."""
+    reference_ema_final: float = 0.0
+    """0: the magnet's decay stays ``reference_ema``. In (0, 1): the decay moves from ``reference_ema`` to
+    this over the run, linearly in the magnet's horizon ``1 / (1 - decay)`` (a fast magnet early, a slow
+    one late); :func:`~llm_zoo.trainers.loss_terms.magnet_decay`."""
     average_ema: float = 0.0
     """0: the trained policy is the learner itself. Above 0 the trainer also keeps an EMA of the
     learner's weights (Polyak averaging, this decay per step), and that average is the trained
@@ -181,6 +185,11 @@ class TrainConfig:
     """Bias-correct the weights' average (``average_ema``) as Adam does its moments: the starting weights
     get no share, so the average is the learner itself after the first step and tends to the plain EMA
     after about ``1 / (1 - average_ema)`` steps, instead of lagging toward the initial policy early on."""
+    average_power: float = 0.0
+    """0: the weights' average is the EMA of ``average_ema``. Above 0 it weights the learner's weights after
+    steps ``1..t`` by ``step ** average_power`` instead (1: linear, as CFR+ averages its strategies; over
+    ``average_debias``): a window that grows with the run, in which the early steps fade. Read only when
+    an average is kept (``average_ema`` > 0); :func:`~llm_zoo.trainers.loss_terms.average_keep`."""
     kl_estimator: str = "k3"
     """k3 (sampled-token estimator) or exact (summed over the vocabulary)."""
     entropy_coef: float = 0.0
@@ -248,6 +257,11 @@ class TrainConfig:
             raise ValueError(f"config.reference_ema must be in [0, 1]; got {self.reference_ema!r}")
         if not 0.0 <= self.average_ema < 1.0:
             raise ValueError(f"config.average_ema must be in [0, 1) (0: no average); got {self.average_ema!r}")
+        if not 0.0 <= self.reference_ema_final < 1.0 or (self.reference_ema_final and self.reference_ema >= 1.0):
+            raise ValueError(f"config.reference_ema_final must be in [0, 1) (0: off), with reference_ema < 1; got "
+                             f"{self.reference_ema_final!r} (reference_ema={self.reference_ema!r})")
+        if not (math.isfinite(self.average_power) and self.average_power >= 0.0):
+            raise ValueError(f"config.average_power must be a finite number >= 0 (0: off); got {self.average_power!r}")
         if not self.memory_limit_gb >= 0.0:
             raise ValueError(f"config.memory_limit_gb must be >= 0 (0: no check); got {self.memory_limit_gb!r}")
         if self.turn_baseline not in loss_terms.TURN_BASELINES:
@@ -737,11 +751,14 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig) -> di
     learner.optimizer.step()
     with torch.no_grad():
         if learner.reference is not None and config.reference_ema < 1.0:
+            decay = loss_terms.magnet_decay(learner.step, config.steps, config.reference_ema, config.reference_ema_final)
             for ref_param, param in zip(learner.reference.parameters(), model.parameters()):
-                ref_param.lerp_(param, 1.0 - config.reference_ema)
+                ref_param.lerp_(param, 1.0 - decay)
         if learner.average is not None:
             keep = config.average_ema
-            if config.average_debias:  # bias-corrected EMA: weights ema^(t-i) over steps 1..t
+            if config.average_power:
+                keep = loss_terms.average_keep(learner.step + 1, config.average_power)
+            elif config.average_debias:  # bias-corrected EMA: weights ema^(t-i) over steps 1..t
                 t = learner.step + 1
                 keep = config.average_ema * (1.0 - config.average_ema ** (t - 1)) / (1.0 - config.average_ema ** t)
             for avg_param, param in zip(learner.average.model.parameters(), model.parameters()):

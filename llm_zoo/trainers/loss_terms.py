@@ -1,4 +1,4 @@
-"""Two additions to the trainer's per-turn loss, each off by default: per-prompt baselines, and the validity term.
+"""Additions to the trainer's loss and its weight averages, each off by default.
 
 * :func:`centre_by_prompt` (``config.turn_baseline``): each trained turn's advantage minus the mean
   advantage of the step's turns of the same learner with the same prompt (and, with ``"prompt_std"``,
@@ -10,6 +10,11 @@
   prompts. A policy trained under a decoding mask (``constrain_to_legal``) learns only the ratios
   between its legal replies; this term also teaches it to put its mass on them, so that it plays
   without the mask (served by ``llm-zoo serve`` to a client that cannot constrain decoding).
+* :func:`magnet_decay` (``config.reference_ema_final``): the magnet's EMA decay moved over the run,
+  from a fast magnet early (``reference_ema``) to a slow one late, linearly in its horizon
+  ``1 / (1 - decay)``.
+* :func:`average_keep` (``config.average_power``): the weights' average with weights ``t ** power``
+  over steps ``1..t`` (CFR+ averages its strategies linearly, power 1) in place of a constant EMA decay.
 """
 
 from __future__ import annotations
@@ -26,6 +31,23 @@ TURN_BASELINES = ("none", "prompt", "prompt_std")
 """The values of ``config.turn_baseline``."""
 
 STD_EPS = 1e-4
+
+
+def magnet_decay(step: int, steps: int, start: float, final: float) -> float:
+    """Return the magnet's EMA decay at ``step`` (0-based) of ``steps``: ``start`` when ``final`` is 0, else
+    the decay whose horizon ``1 / (1 - decay)`` moves linearly from ``start``'s to ``final``'s over the run."""
+    if not final:
+        return start
+    progress = step / max(1, steps - 1)
+    horizon = 1.0 / (1.0 - start) + (1.0 / (1.0 - final) - 1.0 / (1.0 - start)) * progress
+    return 1.0 - 1.0 / horizon
+
+
+def average_keep(t: int, power: float) -> float:
+    """Return the share of the old average to keep at update ``t`` (1-based) so that the average weights the
+    iterates of steps ``1..t`` in proportion to ``step ** power`` (exactly: a running weighted mean)."""
+    total = math.fsum(i ** power for i in range(1, t + 1))
+    return 1.0 - t ** power / total
 
 
 def centre_by_prompt(advantages: Sequence[float], prompts: Sequence[Sequence[int]], mode: str) -> list[float]:

@@ -1,4 +1,4 @@
-"""The trainer's per-prompt baselines, validity term and bias-corrected weight average (llm_zoo.trainers.loss_terms)."""
+"""The trainer's per-prompt baselines, validity term, magnet schedule and weight averages (llm_zoo.trainers.loss_terms)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from llm_zoo.trainers import grpo, loss_terms  # noqa: E402
 from llm_zoo.trainers.grpo import make_config  # noqa: E402
 
 TINY = {"steps": 2, "episodes_per_step": 8, "rollout_batch_size": 8, "model_hidden_size": 32, "eval_every": 1,
-        "progress": False, "tensorboard": False, "threads": 1, "lr": 1e-2, "sample_every": 0, "checkpoint_every": 0}
+        "progress": False, "tensorboard": False, "threads": 1, "lr": 1e-2, "sample_every": 0, "checkpoint_every": 0,
+        "warmup_steps": 0}
 
 
 def test_centre_by_prompt_subtracts_each_prompt_s_mean_and_scales_by_its_std():
@@ -51,6 +52,24 @@ def test_validity_loss_is_minus_the_log_of_the_legal_replies_mass():
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
 
 
+def test_magnet_decay_moves_the_horizon_linearly_from_start_to_final():
+    assert loss_terms.magnet_decay(7, 100, 0.95, 0.0) == 0.95
+    assert loss_terms.magnet_decay(0, 101, 0.95, 0.995) == pytest.approx(0.95)
+    assert loss_terms.magnet_decay(100, 101, 0.95, 0.995) == pytest.approx(0.995)
+    middle = loss_terms.magnet_decay(50, 101, 0.95, 0.995)
+    assert 1 / (1 - middle) == pytest.approx((20 + 200) / 2)
+
+
+@pytest.mark.parametrize("power", [1.0, 2.0, 0.5])
+def test_average_keep_gives_the_running_mean_weighted_by_step_to_the_power(power):
+    values = [3.0, -1.0, 4.0, 1.0, -5.0, 9.0]
+    average = 0.0
+    for t, value in enumerate(values, start=1):
+        average += (1.0 - loss_terms.average_keep(t, power)) * (value - average)  # what lerp_ does
+        weights = [i ** power for i in range(1, t + 1)]
+        assert average == pytest.approx(sum(w * v for w, v in zip(weights, values)) / sum(weights))
+
+
 def test_validity_coef_raises_the_unconstrained_mass_of_the_legal_replies(tmp_path):
     base = {**TINY, "steps": 6, "eval_every": 0, "policies": {}, "average_ema": 0.0}  # score the learner itself
     without = grpo.train(make_config("kuhn_poker_v0", {**base, "run_dir": str(tmp_path / "off")}))
@@ -77,3 +96,9 @@ def test_new_fields_are_checked():
         make_config("kuhn_poker_v0", {"turn_baseline": "card"})
     with pytest.raises(ValueError, match="config.validity_coef"):
         make_config("kuhn_poker_v0", {"validity_coef": -1})
+    with pytest.raises(ValueError, match="config.reference_ema_final"):
+        make_config("kuhn_poker_v0", {"reference_ema_final": 1.0})
+    with pytest.raises(ValueError, match="config.reference_ema_final"):
+        make_config("kuhn_poker_v0", {"reference_ema": 1.0, "reference_ema_final": 0.99})
+    with pytest.raises(ValueError, match="config.average_power"):
+        make_config("kuhn_poker_v0", {"average_power": -1.0})
