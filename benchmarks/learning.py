@@ -19,6 +19,17 @@ the warm start and the final RAE policy against a second user simulator (``scrip
 words), the seeds' question whether the assistant only learned to serve its simulator. A plot of the
 metric against training episodes (the runs' own evaluations) goes to ``learning.png`` under ``--out``.
 
+The proposer_solver rows (``--envs proposer_solver_v0``) score the proposer's mean learnability 4·p·(1−p)
+on the 10 held-out seed topics (an invalid task counts 0; normal intervals over episodes), against the
+frozen panel of scripted solvers (``proposer_solver_v0.PANEL``). Beside the floor (``proposer_easy``) and
+the warm start they give, on the same evaluation episodes, the scripted proposers of fixed difficulty 1-9
+(``fixed d=N``) and the adaptive controller (``adaptive``, told each round of 16 episodes), and RL with
+``hgrpo`` (the preset's), ``rae`` and ``grpo`` from the same warm start on the same budget.
+``learning_proposer.png`` draws the pass-rate histograms (the warm start's, each method's final
+policy's, the best fixed difficulty's, the adaptive controller's) and the share of invalid tasks over
+training; the JSON line gains ``proposer_learned_learnability`` (the hgrpo row) and
+``proposer_best_fixed_learnability`` (the best ``fixed d=N`` row).
+
 Runs go two at a time (``--jobs``), one torch thread each (the presets' ``threads``).
 
     python benchmarks/learning.py --out results/     # 3 seeds x (warm start + 3 methods): 31.5 min on 2 busy cores
@@ -101,7 +112,7 @@ ENVS: dict[str, EnvRows] = {
     "proposer_solver_v0": EnvRows(
         # the proposer's mean learnability 4p(1-p) on the 10 held-out topics, against the frozen panel of solvers
         metric="learnability", floor="proposer_easy", per_episode="learnability_per_episode",
-        eval_options={"episodes": 48, "solver_episodes": 0, "batch_size": 16},
+        eval_options={"episodes": 32, "solver_episodes": 0, "batch_size": 16},
         quick_eval_options={"episodes": 2, "solver_episodes": 0, "batch_size": 2},
         quick={"steps": 1, "episodes_per_step": 2, "group_size": 2, "rollout_batch_size": 2, "max_new_tokens": 16,
                "eval_every": 0, "model_hidden_size": 32, "sft": {"teachers": {"proposer": "proposer_mixed"},
@@ -270,7 +281,8 @@ def _fmt_ci(ci: Sequence[float]) -> str:
 
 def print_table(env: str, table: Mapping[str, Mapping[str, Any]]) -> None:
     rows_of = ENVS[env]
-    print(f"\n{env}: {rows_of.metric} on evaluation seeds (mean ± spread over training seeds; 95% Wilson interval "
+    kind = "normal" if rows_of.per_episode else "Wilson"
+    print(f"\n{env}: {rows_of.metric} on evaluation seeds (mean ± spread over training seeds; 95% {kind} interval "
           "of all seeds' episodes pooled)")
     head = f"{'stage':<11} {'seeds':>5} {'metric':>13} {'interval':>13}"
     for key in rows_of.split:

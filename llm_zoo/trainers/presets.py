@@ -119,7 +119,8 @@ PROPOSER_SOLVER_V0: dict[str, Any] = {
     # integer's run to 480-580 at difficulty 9). No retries: a malformed task ends the episode at once.
     "env_kwargs": {"modes": ["deduction", "abduction"], "topics": "training", "max_retries": 0},
     "init": "sft",
-    "sft": {"teachers": {"proposer": "proposer_mixed"}, "episodes": 192, "epochs": 4, "batch_size": 16,
+    # 256 tasks, 10 epochs: 85-90% of the warm start's tasks are valid (4 epochs of 192: none is)
+    "sft": {"teachers": {"proposer": "proposer_mixed"}, "episodes": 256, "epochs": 10, "batch_size": 16,
             "lr": 3e-3, "warmup_steps": 4, "val_fraction": 0.1},
     "model_hidden_size": 128,
     # the longest scripted task of these modes is 185 tokens (difficulty 9)
@@ -127,13 +128,15 @@ PROPOSER_SOLVER_V0: dict[str, Any] = {
     # hierarchical GRPO: each proposal minus the mean of the proposals on its seed topic; four episodes
     # per env seed share the topic and mode, so each group compares four tasks written for one prompt
     "algorithm": "hgrpo",
+    # 30 steps of 32 episodes (8 topics x 4 tasks): measured from a warm start, held-out learnability went
+    # 0.52 -> 0.66 in 25 such steps (16 evaluation episodes), the share of 4/4-right tasks 0.44 -> 0.07
     "steps": 30,
-    "episodes_per_step": 16,
+    "episodes_per_step": 32,
     "group_size": 4,
-    "rollout_batch_size": 16,
-    "micro_batch_size": 16,
+    "rollout_batch_size": 32,
+    "micro_batch_size": 32,
     "lr": 1e-3,
-    "eval_every": 10,
+    "eval_every": 15,
     "checkpoint_every": 0,
     "sample_every": 0,
     "threads": 1,

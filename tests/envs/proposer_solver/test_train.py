@@ -18,7 +18,7 @@ from llm_zoo.trainers import advantages, grpo  # noqa: E402
 from llm_zoo.trainers.logging import read_metrics  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
-TINY = {"steps": 1, "episodes_per_step": 2, "rollout_batch_size": 2, "max_new_tokens": 8, "model_hidden_size": 32,
+TINY = {"steps": 1, "episodes_per_step": 2, "group_size": 2, "rollout_batch_size": 2, "max_new_tokens": 8, "model_hidden_size": 32,
         "progress": False, "tensorboard": False, "threads": 1}
 SOLVERS = ("solver_0", "solver_1", "solver_2", "solver_3")
 
