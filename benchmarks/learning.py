@@ -23,7 +23,8 @@ The proposer_solver rows (``--envs proposer_solver_v0``) score the proposer's me
 on the 10 held-out seed topics (an invalid task counts 0; normal intervals over episodes), against the
 frozen panel of scripted solvers (``proposer_solver_v0.PANEL``). Beside the floor (``proposer_easy``) and
 the warm start they give, on the same evaluation episodes, the scripted proposers of fixed difficulty 1-9
-(``fixed d=N``) and the adaptive controller (``adaptive``, told each round of 16 episodes), and RL with
+(``fixed d=N``) and the adaptive controller (``adaptive``: it climbs first on 64 unscored episodes of
+the training topics, then keeps adapting, told each round of 16 episodes), and RL with
 ``hgrpo`` (the preset's), ``rae`` and ``grpo`` from the same warm start on the same budget.
 ``learning_proposer.png`` draws the pass-rate histograms (the warm start's, each method's final
 policy's, the best fixed difficulty's, the adaptive controller's) and the share of invalid tasks over
@@ -112,7 +113,8 @@ ENVS: dict[str, EnvRows] = {
     "proposer_solver_v0": EnvRows(
         # the proposer's mean learnability 4p(1-p) on the 10 held-out topics, against the frozen panel of solvers
         metric="learnability", floor="proposer_easy", per_episode="learnability_per_episode",
-        eval_options={"episodes": 32, "solver_episodes": 0, "batch_size": 16},
+        # the adaptive controller first climbs on 64 unscored episodes of the training topics (warmup_episodes)
+        eval_options={"episodes": 32, "solver_episodes": 0, "batch_size": 16, "warmup_episodes": 64},
         quick_eval_options={"episodes": 2, "solver_episodes": 0, "batch_size": 2},
         quick={"steps": 1, "episodes_per_step": 2, "group_size": 2, "rollout_batch_size": 2, "max_new_tokens": 16,
                "eval_every": 0, "model_hidden_size": 32, "sft": {"teachers": {"proposer": "proposer_mixed"},

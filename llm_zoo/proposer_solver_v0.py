@@ -26,7 +26,7 @@ and 5000, a spread of skill, so a task's pass rate says how hard it is."""
 def evaluate_policies(policies: Mapping[str, Any], *, play: Play, env_kwargs: Mapping[str, Any] | None = None,
                       episodes: int = 16, seed: int = 0, topics: str | Sequence[str] | None = "held_out",
                       panel: Sequence[str] = PANEL, solver_episodes: int | None = None, batch_size: int = 8,
-                      **_: Any) -> dict[str, Any]:
+                      warmup_episodes: int = 0, **_: Any) -> dict[str, Any]:
     """Score the proposer against the panel of scripted solvers on held-out topics and seeds, then the solvers.
 
     The proposer (``policies["proposer"]``) writes ``episodes`` tasks, on seeds ``EVAL_SEED_BASE +
@@ -34,7 +34,9 @@ def evaluate_policies(policies: Mapping[str, Any], *, play: Play, env_kwargs: Ma
     10 topics no training run sees; None keeps ``env_kwargs``'), for the scripted solvers of
     ``panel`` (fixed skill; seat i gets ``panel[i % len(panel)]``, whatever ``policies`` seats there).
     It plays in rounds of ``batch_size`` episodes; a proposer with an ``observe`` method (the adaptive
-    controller) is told each round's episodes, as it would be in training. The headline is
+    controller) is told each round's episodes, as it would be in training, and first plays
+    ``warmup_episodes`` unscored episodes on the training topics (seeds past the scored ones), so it
+    does not pay its climb from the first difficulty on the scored episodes. The headline is
     ``learnability``: the mean over episodes of 4·p·(1−p) for the task's pass rate p, an invalid
     task (or a failed episode) counting 0, with a normal interval over episodes. Beside it:
     ``proposer_reward`` (the env's reward, an invalid task scoring −``invalid_penalty``),
@@ -58,6 +60,11 @@ def evaluate_policies(policies: Mapping[str, Any], *, play: Play, env_kwargs: Ma
     proposer = policies["proposer"]
     seats = {f"solver_{i}": PLAYERS[panel[i % len(panel)]](seed=seed + i) for i in range(n_solvers)}
     proposing = eval_seeds(episodes, seed)
+    if warmup_episodes and callable(getattr(proposer, "observe", None)):
+        warm = eval_seeds(warmup_episodes, seed + 10**6)
+        for start in range(0, len(warm), batch_size):
+            proposer.observe(play({"proposer": proposer, **seats}, warm[start:start + batch_size],
+                                  env_kwargs={**kwargs, "topics": "training"}, seed=seed + 10**6 + start))
     records = []
     for start in range(0, len(proposing), batch_size):
         played = play({"proposer": proposer, **seats}, proposing[start:start + batch_size], env_kwargs=kwargs,

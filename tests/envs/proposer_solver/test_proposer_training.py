@@ -90,6 +90,10 @@ def test_the_adaptive_controller_is_told_each_round_and_an_invalid_task_scores_z
              env_kwargs={"modes": ["deduction"], "max_retries": 0})
     # deduction at d=1 and d=2: every solver right, so it went up after each of the two rounds
     assert adaptive.difficulty_of() == 3
+    warmed = AdaptiveProposer(start=1, window=2, seed=0)
+    figures = headline("proposer_solver_v0", {"proposer": warmed}, episodes=2, batch_size=2, warmup_episodes=4,
+                       env_kwargs={"modes": ["deduction"], "max_retries": 0})
+    assert warmed.difficulty_of() == 4 and figures["episodes"] == 2  # two warm-up rounds, one scored round
 
     class Blank(Policy):
         def act(self, observations):
