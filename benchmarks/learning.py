@@ -368,16 +368,16 @@ def plot_proposer(results: Sequence[Mapping[str, Any]], path: Path) -> None:
     bars.set_title("pass rates of the proposers' tasks (legend: mean learnability)", fontsize=10)
     bars.legend(fontsize=7)
     colours = dict(zip(("rae", "grpo", "none", "hgrpo"), ("tab:blue", "tab:orange", "tab:green", "tab:red")))
-    warm = mean_of("warm start", "invalid_task_rate")
+    warm = {r["seed"]: r["evals"]["scripted"]["invalid_task_rate"] for r in results if r["stage"] == "warm start"}
     for r in results:
         points = r.get("curves", {}).get("invalid_task_rate", [])
         if r["stage"] in rows_of.methods and points:
-            xs, ys = zip(*[(0, warm), *points]) if math.isfinite(warm) else zip(*points)
+            xs, ys = zip(*([(0, warm[r["seed"]])] if r["seed"] in warm else []), *points)
             line.plot(xs, ys, marker="o", color=colours.get(r["stage"]), alpha=0.7, label=f"{r['stage']} (seed {r['seed']})")
     line.set_xlabel("RL training episodes")
     line.set_ylabel("share of invalid tasks (held-out topics)")
     line.set_ylim(-0.02, 1.02)
-    line.set_title("invalid tasks over training (0: the warm start)", fontsize=10)
+    line.set_title("invalid tasks over training (0: the seed's warm start)", fontsize=10)
     line.legend(fontsize=7)
     line.grid(alpha=0.3)
     fig.tight_layout()
