@@ -19,6 +19,18 @@ the warm start and the final RAE policy against a second user simulator (``scrip
 words), the seeds' question whether the assistant only learned to serve its simulator. A plot of the
 metric against training episodes (the runs' own evaluations) goes to ``learning.png`` under ``--out``.
 
+The proposer_solver rows (``--envs proposer_solver_v0``) score the proposer's mean learnability 4·p·(1−p)
+on the 10 held-out seed topics (an invalid task counts 0; normal intervals over episodes), against the
+frozen panel of scripted solvers (``proposer_solver_v0.PANEL``). Beside the floor (``proposer_easy``) and
+the warm start they give, on the same evaluation episodes, the scripted proposers of fixed difficulty 1-9
+(``fixed d=N``) and the adaptive controller (``adaptive``: it climbs first on 64 unscored episodes of
+the training topics, then keeps adapting, told each round of 16 episodes), and RL with
+``hgrpo`` (the preset's), ``rae`` and ``grpo`` from the same warm start on the same budget.
+``learning_proposer.png`` draws the pass-rate histograms (the warm start's, each method's final
+policy's, the best fixed difficulty's, the adaptive controller's) and the share of invalid tasks over
+training; the JSON line gains ``proposer_learned_learnability`` (the hgrpo row) and
+``proposer_best_fixed_learnability`` (the best ``fixed d=N`` row).
+
 Runs go two at a time (``--jobs``), one torch thread each (the presets' ``threads``).
 
     python benchmarks/learning.py --out results/     # 3 seeds x (warm start + 3 methods): 31.5 min on 2 busy cores
@@ -36,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing
 import resource
 import statistics
@@ -69,6 +82,19 @@ class EnvRows:
     """Further user simulators the final policies are also evaluated against (``user=NAME``)."""
     split: Sequence[str] = ()
     """Keys of the evaluation's result reported beside the metric (held-in, held-out)."""
+    methods: Sequence[str] = METHODS
+    """The advantage estimators compared (``algorithm``), each from the same warm start; the first is the preset's."""
+    scripted_rows: Mapping[str, str] = field(default_factory=dict)
+    """Further rows: stage name -> a scripted player (``SPEC.scripted``) evaluated in the learning seat, as the floor is,
+    on the same evaluation episodes (e.g. the proposers of fixed difficulty and the adaptive controller)."""
+    per_episode: str = ""
+    """Key of the evaluation's per-episode values of the metric; when set, the pooled interval is the normal
+    interval of all seeds' values (a metric that is not a rate of successes), else Wilson's."""
+    curves: Sequence[str] = ()
+    """Further numeric keys of the evaluation recorded over training (``eval/KEY`` of each run's metrics), e.g. the
+    share of invalid tasks; they go into each RL result's ``curves``."""
+    json_keys: Mapping[str, str | Sequence[str]] = field(default_factory=dict)
+    """Keys of the JSON line -> the stage whose mean they report, or a list of stages (the best of them)."""
 
 
 ENVS: dict[str, EnvRows] = {
@@ -84,8 +110,23 @@ ENVS: dict[str, EnvRows] = {
         other_users=("scripted_paraphrase",),
         split=("held_in_success", "held_out_success"),
     ),
+    "proposer_solver_v0": EnvRows(
+        # the proposer's mean learnability 4p(1-p) on the 10 held-out topics, against the frozen panel of solvers
+        metric="learnability", floor="proposer_easy", per_episode="learnability_per_episode",
+        # the adaptive controller first climbs on 64 unscored episodes of the training topics (warmup_episodes)
+        eval_options={"episodes": 32, "solver_episodes": 0, "batch_size": 16, "warmup_episodes": 64},
+        quick_eval_options={"episodes": 2, "solver_episodes": 0, "batch_size": 2},
+        quick={"steps": 1, "episodes_per_step": 2, "group_size": 2, "rollout_batch_size": 2, "max_new_tokens": 16,
+               "eval_every": 0, "model_hidden_size": 32, "sft": {"teachers": {"proposer": "proposer_mixed"},
+                                                               "episodes": 4, "epochs": 1, "batch_size": 2}},
+        methods=("hgrpo", "rae", "grpo"),
+        scripted_rows={**{f"fixed d={d}": f"proposer_d{d}" for d in range(1, 10)}, "adaptive": "proposer_adaptive"},
+        curves=("invalid_task_rate", "mean_pass_rate", *(f"pass_hist_{k}" for k in range(5))),
+        json_keys={"proposer_learned_learnability": "hgrpo",
+                   "proposer_best_fixed_learnability": [f"fixed d={d}" for d in range(1, 10)]},
+    ),
 }
-"""Env name -> how its rows are made; the next envs (agentic_judge, proposer) are one entry each."""
+"""Env name -> how its rows are made; the next envs (agentic_judge) are one entry each."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,19 +202,20 @@ def rl_job(env: str, seed: int, method: str, init: str, overrides: Mapping[str, 
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     metric = ENVS[env].metric
     curve = [(r["charts/episodes"], r[f"eval/{metric}"]) for r in rows if f"eval/{metric}" in r]
+    curves = {k: [(r["charts/episodes"], r[f"eval/{k}"]) for r in rows if f"eval/{k}" in r] for k in ENVS[env].curves}
     tokens = int(sum(r.get("perf/completion_tokens", 0) for r in rows))
     from llm_zoo.trainers.checkpoint import latest_checkpoint
 
     policy_dir = latest_checkpoint(run_dir) / "policies" / "main"
     # the other user simulators score the default training's policy (the first method) only: their cost is an evaluation each
-    evals = _evaluate(env, policy_dir, config, options, ENVS[env].other_users if method == METHODS[0] else ())
+    evals = _evaluate(env, policy_dir, config, options, ENVS[env].other_users if method == ENVS[env].methods[0] else ())
     return {"seed": seed, "stage": method, "peak_rss_mb": _peak_rss_mb(), "policy_dir": str(policy_dir), "seconds": seconds,
             "episodes": int(rows[-1]["charts/episodes"]) if rows else 0, "tokens": tokens, "evals": evals,
-            "curve": curve}
+            "curve": curve, "curves": curves}
 
 
-def floor_figures(env: str, name: str, config: Any, options: Mapping[str, Any]) -> dict[str, Any]:
-    """Evaluate the env's do-nothing scripted player in the learning seat."""
+def floor_figures(env: str, name: str, config: Any, options: Mapping[str, Any], stage: str = "floor") -> dict[str, Any]:
+    """Evaluate the env's do-nothing scripted player (or another, ``stage`` naming its row) in the learning seat."""
     import llm_zoo
     from llm_zoo.trainers.evaluation import headline
 
@@ -184,7 +226,7 @@ def floor_figures(env: str, name: str, config: Any, options: Mapping[str, Any]) 
         extra = {} if user == "scripted" else {"user": user}
         evals[user] = headline(env, dict.fromkeys(spec.learning_roles, player), env_kwargs=config.env_kwargs,
                                **options, **extra)
-    return {"seed": 0, "stage": "floor", "seconds": 0.0, "episodes": 0, "tokens": 0, "evals": evals, "curve": []}
+    return {"seed": 0, "stage": stage, "seconds": 0.0, "episodes": 0, "tokens": 0, "evals": evals, "curve": []}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -198,11 +240,12 @@ def _spread(values: Sequence[float]) -> float:
 
 def summarize(env: str, results: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """Stage -> mean, spread, split means, pooled Wilson interval and cost over the seeds."""
+    from llm_zoo.spec import mean_interval
     from llm_zoo.user_sim_v0 import wilson_interval
 
     rows_of = ENVS[env]
     table: dict[str, dict[str, Any]] = {}
-    for stage in ("floor", "warm start", *METHODS):
+    for stage in ("floor", *rows_of.scripted_rows, "warm start", *rows_of.methods):
         runs = [r for r in results if r["stage"] == stage]
         if not runs:
             continue
@@ -218,6 +261,8 @@ def summarize(env: str, results: Sequence[Mapping[str, Any]]) -> dict[str, dict[
             n = sum(e["episodes"] for e in evals)
             hits = round(sum(e[rows_of.metric] * e["episodes"] for e in evals))
             row[f"{prefix}ci95"] = list(wilson_interval(hits, n))
+            if rows_of.per_episode:  # not a rate of successes: the normal interval of every episode's value
+                row[f"{prefix}ci95"] = list(mean_interval([v for e in evals for v in e[rows_of.per_episode]]))
             for key in rows_of.split:
                 row[f"{prefix}{key}"] = statistics.fmean(e[key] for e in evals)
                 size = key.removesuffix("_success") + "_episodes"
@@ -238,7 +283,8 @@ def _fmt_ci(ci: Sequence[float]) -> str:
 
 def print_table(env: str, table: Mapping[str, Mapping[str, Any]]) -> None:
     rows_of = ENVS[env]
-    print(f"\n{env}: {rows_of.metric} on evaluation seeds (mean ± spread over training seeds; 95% Wilson interval "
+    kind = "normal" if rows_of.per_episode else "Wilson"
+    print(f"\n{env}: {rows_of.metric} on evaluation seeds (mean ± spread over training seeds; 95% {kind} interval "
           "of all seeds' episodes pooled)")
     head = f"{'stage':<11} {'seeds':>5} {'metric':>13} {'interval':>13}"
     for key in rows_of.split:
@@ -268,10 +314,10 @@ def plot(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(curves), figsize=(6 * len(curves), 4), squeeze=False)
-    colours = dict(zip(METHODS, ("tab:blue", "tab:orange", "tab:green")))
+    colours = dict(zip(("rae", "grpo", "none", "hgrpo"), ("tab:blue", "tab:orange", "tab:green", "tab:red")))
     for ax, (env, results) in zip(axes[0], curves.items()):
         for r in results:
-            if r["stage"] in METHODS and r["curve"]:
+            if r["stage"] in ENVS[env].methods and r["curve"]:
                 xs, ys = zip(*r["curve"])
                 ax.plot(xs, ys, marker="o", color=colours[r["stage"]], alpha=0.7,
                         label=f"{r['stage']} (seed {r['seed']})")
@@ -287,6 +333,53 @@ def plot(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: Path) -> None:
         ax.set_ylabel(metric)
         ax.set_title(env)
         ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_proposer(results: Sequence[Mapping[str, Any]], path: Path) -> None:
+    """Draw the proposer's pass-rate histogram on the evaluation episodes (warm start, each method's final policy,
+    the best fixed difficulty, the adaptive controller), and the share of invalid tasks over training."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows_of = ENVS["proposer_solver_v0"]
+
+    def mean_of(stage: str, key: str) -> float:
+        values = [r["evals"]["scripted"][key] for r in results if r["stage"] == stage]
+        return statistics.fmean(values) if values else math.nan
+
+    fixed = [s for s in rows_of.scripted_rows if s.startswith("fixed")]
+    best = max(fixed, key=lambda s: mean_of(s, rows_of.metric)) if fixed else None
+    stages = ["warm start", *rows_of.methods, *([best] if best else []), "adaptive"]
+    stages = [s for s in stages if any(r["stage"] == s for r in results)]
+    fig, (bars, line) = plt.subplots(1, 2, figsize=(12, 4))
+    width = 0.8 / max(1, len(stages))
+    for i, stage in enumerate(stages):
+        shares = [mean_of(stage, f"pass_hist_{k}") for k in range(5)]
+        bars.bar([k + (i - (len(stages) - 1) / 2) * width for k in range(5)], shares, width,
+                 label=f"{stage} ({mean_of(stage, rows_of.metric):.2f})")
+    bars.set_xticks(range(5), [f"{k}/4" for k in range(5)])
+    bars.set_xlabel("solvers right (held-out topics)")
+    bars.set_ylabel("share of valid tasks")
+    bars.set_title("pass rates of the proposers' tasks (legend: mean learnability)", fontsize=10)
+    bars.legend(fontsize=7)
+    colours = dict(zip(("rae", "grpo", "none", "hgrpo"), ("tab:blue", "tab:orange", "tab:green", "tab:red")))
+    warm = {r["seed"]: r["evals"]["scripted"]["invalid_task_rate"] for r in results if r["stage"] == "warm start"}
+    for r in results:
+        points = r.get("curves", {}).get("invalid_task_rate", [])
+        if r["stage"] in rows_of.methods and points:
+            xs, ys = zip(*([(0, warm[r["seed"]])] if r["seed"] in warm else []), *points)
+            line.plot(xs, ys, marker="o", color=colours.get(r["stage"]), alpha=0.7, label=f"{r['stage']} (seed {r['seed']})")
+    line.set_xlabel("RL training episodes")
+    line.set_ylabel("share of invalid tasks (held-out topics)")
+    line.set_ylim(-0.02, 1.02)
+    line.set_title("invalid tasks over training (0: the seed's warm start)", fontsize=10)
+    line.legend(fontsize=7)
+    line.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -324,6 +417,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         overrides = dict(rows_of.quick) if args.quick else {}
         options = dict(rows_of.quick_eval_options if args.quick else rows_of.eval_options)
         results = [floor_figures(env, rows_of.floor, make_config(env, overrides), options)]
+        results += [floor_figures(env, player, make_config(env, overrides), options, stage)
+                    for stage, player in rows_of.scripted_rows.items()]
         with ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
             # each seed's RL runs are queued as soon as its warm start is done, so no worker waits
             pending = [pool.submit(warm_start_job, env, s, overrides, str(out), options) for s in seeds]
@@ -332,10 +427,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 w = done.result()
                 warm.append(w)
                 futures += [pool.submit(rl_job, env, w["seed"], m, w["init"], overrides, str(out), options)
-                            for m in METHODS]
+                            for m in rows_of.methods]
             rl = [f.result() for f in futures]
         warm.sort(key=lambda r: r["seed"])
-        rl.sort(key=lambda r: (r["seed"], METHODS.index(r["stage"])))
+        rl.sort(key=lambda r: (r["seed"], list(rows_of.methods).index(r["stage"])))
         results += warm + rl
         all_results[env] = results
         tables[env] = summarize(env, results)
@@ -343,7 +438,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     (out / "learning.json").write_text(json.dumps(all_results, indent=1, default=str))
     plot(all_results, out / "learning.png")
     print(f"\nplot: {out / 'learning.png'}")
-    figures: dict[str, Any] = {env: round(tables[env][METHODS[0]]["mean"], 4) for env in envs}
+    if "proposer_solver_v0" in all_results:
+        plot_proposer(all_results["proposer_solver_v0"], out / "learning_proposer.png")
+        print(f"plot: {out / 'learning_proposer.png'}")
+    figures: dict[str, Any] = {env: round(tables[env][ENVS[env].methods[0]]["mean"], 4) for env in envs}
+    for env in envs:
+        for key, stages in ENVS[env].json_keys.items():
+            means = [tables[env][s]["mean"] for s in ([stages] if isinstance(stages, str) else stages) if s in tables[env]]
+            figures[key] = round(max(means), 4) if means else None
     figures["rows"] = {env: {stage: {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}
                              for stage, row in table.items()} for env, table in tables.items()}
     figures["seeds"] = len(seeds)

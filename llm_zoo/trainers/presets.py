@@ -122,23 +122,48 @@ AGENTIC_JUDGE_V0: dict[str, Any] = {
 }
 
 PROPOSER_SOLVER_V0: dict[str, Any] = {
-    # The comparison groups come from the env (solvers of one problem, proposers of one topic).
+    # The main job (`llm-zoo train proposer_solver_v0`, issue 17): the proposer, warm-started by SFT on
+    # the scripted proposer's tasks of every difficulty (1-9, so it starts by sampling easy and hard
+    # ones), then RL on learnability 4p(1-p) against a frozen panel of scripted solvers of fixed skill.
+    # Training draws from the 30 training topics; the evaluation poses tasks on the 10 held-out ones.
+    "learn": ["proposer"],
+    "policies": {"solver_0": "scripted:solver_weak", "solver_1": "scripted:solver", "solver_2": "scripted:solver",
+                 "solver_3": "scripted:solver_strong"},  # proposer_solver_v0.PANEL, seat by seat
+    # Program modes only: their tasks are 49-185 tokens of the env's BPE tokenizer (induction's and
+    # integer's run to 480-580 at difficulty 9). No retries: a malformed task ends the episode at once.
+    # An invalid task scores 0, as a task every solver (or none) gets right does, and as the evaluation
+    # counts it. With the env's default -1 (measured, 3 seeds x hgrpo/rae/grpo from warm starts writing
+    # 44-78% invalid tasks) the first thing RL learned was to escape the penalty: 3 of 9 runs ended writing
+    # only tasks every solver gets right (reward 0 > -1, and a group of such tasks has no variance left to
+    # learn from), 2 of 9 (rae) only invalid ones; held-out learnability 0 in those 5.
+    "env_kwargs": {"modes": ["deduction", "abduction"], "topics": "training", "max_retries": 0,
+                   "invalid_penalty": 0.0},
+    "init": "sft",
+    # 256 tasks, 10 epochs (4 epochs of 192: no valid task at all)
+    "sft": {"teachers": {"proposer": "proposer_mixed"}, "episodes": 256, "epochs": 10, "batch_size": 16,
+            "lr": 3e-3, "warmup_steps": 4, "val_fraction": 0.1},
+    "model_hidden_size": 128,
+    # the longest scripted task of these modes is 185 tokens (difficulty 9)
+    "max_new_tokens": 192,
+    # the tiny model's tail tokens are syntax errors: sampling (and the loss) at 0.8 keeps more tasks valid
+    "temperature": 0.8,
+    # hierarchical GRPO: each proposal minus the mean of the proposals on its seed topic; four episodes
+    # per env seed share the topic and mode, so each group compares four tasks written for one prompt
     "algorithm": "hgrpo",
-    # Short replies and small batches: with the byte-level tiny model a step stays a CPU smoke run;
-    # a real model needs max_new_tokens of several hundred. `llm-zoo train proposer_solver_v0` with no
-    # arguments: 4 steps and the headline evaluation (16 episodes) in about 2 minutes under 0.6 GB (issue
-    # 16, README). From random weights every proposal is invalid, so no step carries a learning signal;
-    # more steps would not change that: a warm start (issue 17) or a real model does.
-    "max_new_tokens": 48,
-    "steps": 4,
-    "episodes_per_step": 4,
-    # Two episodes per env seed share the topic, so the proposers' groups have two members.
-    "group_size": 2,
-    "rollout_batch_size": 4,
-    "micro_batch_size": 8,
-    # No retries: a malformed reply ends the proposer's episode at once, and prompts stay short.
-    "env_kwargs": {"max_retries": 0},
+    # 30 steps of 32 episodes (8 topics x 4 tasks)
+    "steps": 30,
+    "episodes_per_step": 32,
+    "group_size": 4,
+    "rollout_batch_size": 32,
+    "micro_batch_size": 32,
+    "lr": 1e-3,
+    "eval_every": 15,
+    "checkpoint_every": 0,
+    "sample_every": 0,
+    "threads": 1,
 }
+"""The main job of proposer_solver (``llm-zoo train proposer_solver_v0``): warm start, then RL of the proposer
+against the frozen scripted solvers; ``benchmarks/learning.py`` runs it 3 seeds x 3 advantage estimators."""
 
 USER_SIM_V0: dict[str, Any] = {
     # The main job (`llm-zoo train user_sim_v0`): a tiny model warm-started by SFT on the scripted

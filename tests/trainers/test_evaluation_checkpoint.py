@@ -20,8 +20,8 @@ SMALL = {"steps": 1, "model_hidden_size": 32, "threads": 1, "progress": False, "
 RUNS = {
     "kuhn_poker_v0": {"episodes_per_step": 8, "rollout_batch_size": 8, "micro_batch_size": 8},
     "agentic_judge_v0": {"episodes_per_step": 4, "rollout_batch_size": 4, "env_kwargs": {"tasks": ["mean"]}},
-    "proposer_solver_v0": {"episodes_per_step": 2, "rollout_batch_size": 2, "env_kwargs": {"max_retries": 0,
-                                                                                         "num_solvers": 2}},
+    "proposer_solver_v0": {"episodes_per_step": 2, "group_size": 2, "rollout_batch_size": 2, "init": "",
+                           "env_kwargs": {"max_retries": 0, "num_solvers": 2}},
     # user_sim: its preset's compact prompt and templates, two turns an episode, no warm start
     "user_sim_v0": {"episodes_per_step": 2, "group_size": 1, "rollout_batch_size": 2, "init": "",
                     "max_new_tokens": 4, "env_kwargs": {**preset("user_sim_v0")["env_kwargs"], "max_turns": 2}},

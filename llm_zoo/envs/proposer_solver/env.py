@@ -73,6 +73,9 @@ ends the episode with no retry.
 
 ## Options
 `reset(options={"mode": "abduction", "topic": "recursion"})` fixes the episode's mode and topic.
+`topics="training"` draws from the 30 training topics and `topics="held_out"` from the 10 others
+(every fourth line of `topics.txt`, `HELD_OUT_TOPICS`), which a training run never sees: the
+default training uses the first and its evaluation the second.
 
 ## Version History
 * v0: initial release. Since then, without a change of name (valid deterministic tasks score as
@@ -106,6 +109,12 @@ PROPOSER = "proposer"
 TOPICS: tuple[str, ...] = tuple(
     line.strip() for line in (resources.files(__package__) / "topics.txt").read_text().splitlines() if line.strip())
 """The shipped seed topics, one of which each episode's proposer gets."""
+HELD_OUT_TOPICS: tuple[str, ...] = TOPICS[3::4]
+"""Every fourth shipped topic (10 of 40): never used in training, the evaluation's topics (``topics="held_out"``)."""
+TRAINING_TOPICS: tuple[str, ...] = tuple(t for t in TOPICS if t not in HELD_OUT_TOPICS)
+"""The other 30 shipped topics: those a training run draws from (``topics="training"``)."""
+TOPIC_SPLITS: dict[str, tuple[str, ...]] = {"all": TOPICS, "training": TRAINING_TOPICS, "held_out": HELD_OUT_TOPICS}
+"""Name -> topics, for the ``topics`` option: a name of this table or a list of topics."""
 
 
 class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the class raw_env
@@ -114,7 +123,8 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
     Args:
         num_solvers: solvers per task (>= 1).
         modes: the modes an episode draws from, uniformly (names of ``rules.Mode``).
-        topics: seed topics to draw from; None uses the shipped :data:`TOPICS`.
+        topics: seed topics to draw from: a list, or a name of :data:`TOPIC_SPLITS` (``"training"``: the 30
+            topics a training run uses; ``"held_out"``: the 10 others, for evaluation); None uses all of :data:`TOPICS`.
         proposer_reward: ``"learnability"``, ``"azr"``, or a callable from pass rate to reward.
         invalid_penalty: reward lost by a proposer whose task is invalid (>= 0).
         sandbox_timeout_s: wall-clock limit of each sandboxed run, in seconds.
@@ -126,7 +136,7 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
 
     metadata = {"render_modes": ["human", "ansi"], "name": ENV_ID, "is_parallelizable": False}
 
-    def __init__(self, *, num_solvers: int = 4, modes: Sequence[str] = MODES, topics: Sequence[str] | None = None,
+    def __init__(self, *, num_solvers: int = 4, modes: Sequence[str] = MODES, topics: Sequence[str] | str | None = None,
                  proposer_reward: str | Callable[[float], float] = "learnability", invalid_penalty: float = 1.0,
                  sandbox_timeout_s: float = 1.0, sandbox_memory_mb: int = 128,
                  allowed_imports: Sequence[str] = ALLOWED_IMPORTS, **kwargs: Any) -> None:
@@ -134,9 +144,10 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
             raise ValueError(f"num_solvers must be an integer in [1, 64]; got {num_solvers!r}")
         if isinstance(modes, str) or not modes or any(m not in MODES for m in modes):
             raise ValueError(f"modes must be a non-empty list of {list(MODES)}; got {modes!r}")
-        topics = TOPICS if topics is None else topics
+        topics = TOPICS if topics is None else TOPIC_SPLITS.get(topics, topics) if isinstance(topics, str) else topics
         if isinstance(topics, str) or not topics or not all(isinstance(t, str) and t.strip() for t in topics):
-            raise ValueError(f"topics must be a non-empty list of non-empty strings, or None; got {topics!r:.200}")
+            raise ValueError(f"topics must be a non-empty list of non-empty strings, one of {sorted(TOPIC_SPLITS)}, "
+                             f"or None; got {topics!r:.200}")
         if not callable(proposer_reward) and proposer_reward not in REWARD_FORMULAS:
             raise ValueError(f"proposer_reward must be one of {sorted(REWARD_FORMULAS)} or a callable "
                              f"pass_rate -> reward; got {proposer_reward!r}")

@@ -18,12 +18,15 @@ proposer's difficulty and rise with the solvers' skill, which is what the curric
 :class:`AdaptiveProposer` (``proposer_adaptive``) is that curriculum in its simplest form: a
 scripted proposer whose difficulty goes up one when the solvers' mean pass rate over its last
 ``window`` episodes is above one half, and down one when below (optionally one difficulty per
-mode). ``benchmarks/learnability.py`` compares it with proposers of fixed difficulty.
+mode). ``benchmarks/learnability.py`` compares it with proposers of fixed difficulty
+(``proposer_d1`` ... ``proposer_d9``). :class:`MixedProposer` (``proposer_mixed``) draws each task's
+difficulty from 1 to 9: the warm start of a learned proposer is fitted to its tasks.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 import json
 import random
@@ -35,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from llm_zoo.envs.proposer_solver import text
+from llm_zoo.envs.proposer_solver.env import TOPICS
 from llm_zoo.envs.proposer_solver.rules import MODES, Mode
 from llm_zoo.policies.base import Observation, Policy, Reply, SeededPolicy
 from llm_zoo.sandbox import Limits, run_many
@@ -214,6 +218,33 @@ class ScriptedProposer(SeededPolicy):
                 inputs.append(drawn)
         lines = "".join(f"INPUT: {i}\n" for i in inputs)
         return f"```python\n{template.program}\n```\n{lines}MESSAGE: f {template.hint}"
+
+
+class MixedProposer(ScriptedProposer):
+    """A :class:`ScriptedProposer` that draws each task's difficulty uniformly from ``difficulties``.
+
+    Its tasks span easy and hard ones, so a model fitted to them (the warm start of the proposer)
+    starts by sampling every difficulty, and RL can then move it toward those the solvers find hard
+    about half the time. Each reply's ``policy`` names the difficulty it was written at (``d=3)``).
+    """
+
+    def __init__(self, difficulties: Sequence[int] = tuple(range(1, MAX_DIFFICULTY + 1)), family: str | None = None,
+                 seed: int | None = None) -> None:
+        difficulties = tuple(difficulties)
+        if not difficulties or any(not isinstance(d, int) or isinstance(d, bool) or d < 1 for d in difficulties):
+            raise ValueError(f"difficulties must be a non-empty list of integers >= 1; got {difficulties!r}")
+        super().__init__(difficulties[0], family, seed=seed)
+        self.difficulties = difficulties
+        self.name = f"proposer_mixed({family or 'any'}, d in {min(difficulties)}..{max(difficulties)})"
+
+    @override
+    def act(self, observations: Sequence[Observation]) -> list[Reply]:
+        self.check_batch(observations, key="messages")
+        replies = []
+        for obs in observations:
+            self.difficulty = d = self._rng.choice(self.difficulties)
+            replies.append(Reply(self._propose(_mode_of(obs)), policy=f"proposer_mixed({self.family or 'any'}, d={d})"))
+        return replies
 
 
 class AdaptiveProposer(Policy):
@@ -560,11 +591,29 @@ def _memoriser(pairs: Sequence[tuple[str, object]]) -> str:
     return f"def f(*args):\n    seen = {table!r}\n    return seen.get(repr(args), {default!r})"
 
 
+@functools.cache
+def corpus() -> tuple[str, ...]:
+    """Return the text the proposer reads and writes, for a tiny model's BPE tokenizer: every mode's prompts,
+    every topic's message, and scripted tasks of every mode and difficulty (three of each)."""
+    texts: list[str] = []
+    for mode in Mode:
+        texts.append(text.proposer_prompt(mode, 4, "learnability", 1.0, 1.0))
+        texts.append(text.solver_prompt(mode))
+        texts += [text.topic_message(t, mode) for t in TOPICS]
+        for d in range(1, MAX_DIFFICULTY + 1):
+            for s in range(3):
+                texts.append(ScriptedProposer(d, seed=1000 * d + s)._propose(mode))
+    return tuple(texts)
+
+
 PLAYERS: dict[str, Callable[..., Policy]] = {
     "proposer": lambda seed=None: ScriptedProposer(2, seed=seed),
     "proposer_easy": lambda seed=None: ScriptedProposer(1, seed=seed),
     "proposer_hard": lambda seed=None: ScriptedProposer(5, seed=seed),
     "proposer_adaptive": lambda seed=None: AdaptiveProposer(seed=seed),
+    "proposer_mixed": lambda seed=None: MixedProposer(seed=seed),
+    **{f"proposer_d{d}": functools.partial(lambda d, seed=None: ScriptedProposer(d, seed=seed), d)
+       for d in range(1, MAX_DIFFICULTY + 1)},
     "solver": lambda seed=None: ScriptedSolver(300, seed=seed),
     "solver_weak": lambda seed=None: ScriptedSolver(40, seed=seed),
     "solver_strong": lambda seed=None: ScriptedSolver(5000, seed=seed),

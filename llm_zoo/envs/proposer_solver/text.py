@@ -84,7 +84,7 @@ def proposer_prompt(mode: Mode, num_solvers: int, reward: str | None, penalty: f
     """Return the proposer's system prompt (``reward``: a name of ``REWARD_FORMULAS``, None for a custom one)."""
     return PROPOSER_PROMPT.format(n=num_solvers, spec=PROPOSER_SPECS[mode], timeout=timeout_s, out=MAX_OUTPUT_CHARS,
                                   prog=MAX_PROGRAM_CHARS, imports=", ".join(allowed_imports),
-                                  reward=REWARD_NOTES.get(reward or "", _CUSTOM_REWARD_NOTE), penalty=-penalty)
+                                  reward=REWARD_NOTES.get(reward or "", _CUSTOM_REWARD_NOTE), penalty=-penalty or 0.0)
 
 
 def solver_prompt(mode: Mode, allowed_imports: Sequence[str] = ALLOWED_IMPORTS) -> str:
@@ -122,7 +122,7 @@ def proposer_result(num_correct: int, num_solvers: int, reward: float) -> str:
 
 def proposer_invalid(code: str, detail: str, penalty: float) -> str:
     """Tell the proposer why its task is invalid."""
-    return f"Your task is invalid ({code}): {detail}. Your reward: {-penalty:+.3g}."
+    return f"Your task is invalid ({code}): {detail}. Your reward: {-penalty or 0.0:+.3g}."
 
 
 def solver_result(correct: bool) -> str:
