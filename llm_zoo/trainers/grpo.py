@@ -703,6 +703,9 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig) -> di
     n_tokens = sum(len(b.completion_ids) for b in batch)
     aggregation = AGGREGATIONS[config.aggregation]
     normalizer = aggregation.normalizer(batch, config.max_new_tokens)  # of the whole batch, on every rank
+    # the validity term's distinct prompts, of the whole batch (a prompt in two ranks' shares counts once)
+    valid_items = list({tuple(b.prompt_ids): b.valid_paths for b in batch if b.valid_paths}.items()
+                       ) if config.validity_coef else []
     batch = distributed.shard(batch)  # this rank's share (all of it in one process)
     exact = learner.reference is not None and config.kl_estimator == "exact"
     temperature = config.temperature or 1.0
@@ -739,11 +742,13 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig) -> di
         for k, v in stats.items():
             stats_sum[k] = stats_sum.get(k, 0.0) + v.item() * share
     if config.validity_coef:  # once per distinct prompt of the step, not per sample
-        items = {tuple(b.prompt_ids): b.valid_paths for b in batch if b.valid_paths}
-        v_loss, v_mass = loss_terms.validity_loss(model, list(items.items()), pad_token_id=pad, temperature=temperature)
-        (config.validity_coef * v_loss).backward()
-        total_loss += config.validity_coef * v_loss.item()
-        stats_sum["valid_mass"] = v_mass
+        mine = distributed.shard(valid_items)  # under torchrun each rank scores its share of the prompts
+        if mine:
+            v_loss, v_mass = loss_terms.validity_loss(model, list(mine), pad_token_id=pad, temperature=temperature)
+            weight = len(mine) / len(valid_items)  # the ranks' shares add up to the one mean over all the prompts
+            (config.validity_coef * weight * v_loss).backward()
+            total_loss += config.validity_coef * weight * v_loss.item()
+            stats_sum["valid_mass"] = v_mass * weight
     distributed.reduce_gradients(model)  # the whole batch's gradient on every rank
     stats_sum = distributed.sum_stats({**stats_sum, "loss": total_loss})
     total_loss = stats_sum.pop("loss")

@@ -24,8 +24,9 @@ from llm_zoo.trainers.grpo import Sample, make_config, make_learner, update  # n
 
 ROOT = Path(__file__).resolve().parents[2]
 UPDATE = {"model_hidden_size": 32, "micro_batch_size": 3, "max_new_tokens": 4, "beta": 0.2, "lr": 1e-2,
-          "entropy_coef": 0.01, "threads": 1, "progress": False, "tensorboard": False}
-"""One tiny Kuhn learner, a KL term and micro-batches of 3 that the ranks' shares (3 and 4 of 7) cut differently."""
+          "entropy_coef": 0.01, "validity_coef": 0.5, "threads": 1, "progress": False, "tensorboard": False}
+"""One tiny Kuhn learner, a KL term, the validity term (over 5 distinct prompts, 2 and 3 a rank) and
+micro-batches of 3 that the ranks' shares (3 and 4 of 7) cut differently."""
 
 
 def _free_port() -> int:
@@ -41,8 +42,10 @@ def _batch(aggregation: str) -> tuple[object, object, list[Sample]]:
     vocab = learner.model.config.vocab_size
     batch = [Sample([rng.randrange(3, vocab) for _ in range(rng.randint(2, 6))],
                     completion := [rng.randrange(3, vocab) for _ in range(rng.randint(1, 4))],
-                    [-rng.uniform(0.5, 3.0) for _ in completion], rng.uniform(-1.5, 1.5))
-             for _ in range(7)]
+                    [-rng.uniform(0.5, 3.0) for _ in completion], rng.uniform(-1.5, 1.5),
+                    valid_paths=tuple(tuple(rng.randrange(3, vocab) for _ in range(2)) for _ in range(2)) if i < 5
+                    else None)
+             for i in range(7)]
     return config, learner, batch
 
 
@@ -86,7 +89,7 @@ def test_two_ranks_on_half_the_batch_each_take_the_one_rank_step(two_ranks, aggr
         got = torch.load(two_ranks / f"{aggregation}{rank}.pt", weights_only=False)
         worst = max((got["params"][k] - one[k]).abs().max().item() for k in one)
         assert worst <= 1e-6, f"rank {rank}'s weights differ from one process's by {worst}"
-        for key in ("loss", "grad_norm", "tokens", "clip_fraction", "kl", "entropy"):
+        for key in ("loss", "grad_norm", "tokens", "clip_fraction", "kl", "entropy", "valid_mass"):
             assert got["stats"][key] == pytest.approx(stats[key], rel=1e-5, abs=1e-7), key
 
 
