@@ -41,12 +41,14 @@ KUHN_POKER_V0: dict[str, Any] = {
     # With beta 1 the learner leads its magnet by about (advantage / beta) in logits, so the policy moves
     # as fast as the magnet follows: a magnet of horizon 20 steps early, growing linearly to 200 at the
     # end (issue 20). A constant 0.995 (200 steps) from the start: 0.048 after 1500 steps, 0.05 first
-    # after about 1400; this schedule with lr 3e-3: 0.013 (docs/kuhn_selfplay.md, section 7).
+    # after about 1400; this schedule with lr 3e-3 and the warm-up below: 0.015 (seed 0; seeds 1 and 2 in
+    # docs/kuhn_selfplay.md, section 7).
     "reference_ema": 0.95,
     "reference_ema_final": 0.995,
     # The trained policy is an average of the weights (Polyak averaging), as CFR reports its average
     # strategy: weights in proportion to step ** 2 (average_power), a window that grows with the run
-    # and forgets the uniform start; the EMA's 0.998 (about 500 steps) lagged the learner by 0.01-0.02.
+    # and forgets the uniform start. The EMA of 0.998 (about 500 steps) lags far behind early (old main
+    # job, step 500: 0.155 against the learner's 0.096); step ** 1 lagged by 0.011 at step 400, ** 2 by 0.004.
     "average_ema": 0.998,
     "average_power": 2.0,
     # One model per seat, each with its own initialisation and optimiser, both starting from the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -10,6 +11,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from llm_zoo.trainers import grpo, loss_terms  # noqa: E402
+from llm_zoo.trainers.evaluation import scored_weights  # noqa: E402
 from llm_zoo.trainers.grpo import make_config  # noqa: E402
 
 TINY = {"steps": 2, "episodes_per_step": 8, "rollout_batch_size": 8, "model_hidden_size": 32, "eval_every": 1,
@@ -83,7 +85,7 @@ def test_average_debias_makes_the_average_the_learner_after_one_step(tmp_path):
     from safetensors.torch import load_file
 
     config = make_config("kuhn_poker_v0", {**TINY, "steps": 1, "run_dir": str(tmp_path), "average_ema": 0.99,
-                                           "average_debias": True, "policies": {}})
+                                           "average_debias": True, "average_power": 0.0, "policies": {}})
     grpo.train(config)
     ckpt = tmp_path / "checkpoints" / "step_000001"
     exported = load_file(str(ckpt / "policies" / "main" / "model.safetensors"))
@@ -102,3 +104,45 @@ def test_new_fields_are_checked():
         make_config("kuhn_poker_v0", {"reference_ema": 1.0, "reference_ema_final": 0.99})
     with pytest.raises(ValueError, match="config.average_power"):
         make_config("kuhn_poker_v0", {"average_power": -1.0})
+
+
+def test_average_power_makes_the_exported_average_the_step_weighted_mean_of_the_learner(tmp_path):
+    from safetensors.torch import load_file
+
+    config = make_config("kuhn_poker_v0", {**TINY, "steps": 2, "run_dir": str(tmp_path), "checkpoint_every": 1,
+                                           "average_ema": 0.99, "average_power": 1.0, "policies": {}})
+    grpo.train(config)
+    learner = [torch.load(tmp_path / "checkpoints" / f"step_{s:06d}" / "main.trainer.pt", weights_only=False)["learner"]
+               for s in (1, 2)]
+    exported = load_file(str(tmp_path / "checkpoints" / "step_000002" / "policies" / "main" / "model.safetensors"))
+    moved = 0
+    for k in exported:
+        expected = (1 * learner[0][k] + 2 * learner[1][k]) / 3  # weights step ** 1 over steps 1 and 2
+        assert torch.allclose(exported[k], expected, atol=1e-6), k
+        moved += not torch.equal(learner[0][k], learner[1][k])
+    assert moved  # the learner changed between the steps, so the weighting is seen
+    assert scored_weights(json.loads((tmp_path / "config.json").read_text())) == \
+        "average (average_ema=0.99, average_power=1)"
+
+
+def test_the_magnet_follows_the_learner_at_the_scheduled_decay(tmp_path):
+    config = make_config("kuhn_poker_v0", {**TINY, "steps": 1, "run_dir": str(tmp_path), "policies": {},
+                                           "beta": 1.0, "reference_ema": 0.5, "reference_ema_final": 0.9})
+    learners = {}
+    original = grpo.update
+
+    def spy(learner, batch, cfg):
+        before = {k: v.clone() for k, v in learner.reference.state_dict().items()}
+        stats = original(learner, batch, cfg)
+        learners["ref_before"], learners["ref"] = before, learner.reference.state_dict()
+        learners["model"] = learner.model.state_dict()
+        return stats
+
+    grpo.update = spy
+    try:
+        grpo.train(config)
+    finally:
+        grpo.update = original
+    # one step of one: the decay at step 0 is reference_ema's 0.5, so the magnet lands halfway to the learner
+    for k, ref in learners["ref"].items():
+        assert torch.allclose(ref, 0.5 * learners["ref_before"][k] + 0.5 * learners["model"][k], atol=1e-6), k
