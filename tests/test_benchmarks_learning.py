@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import sys
 from pathlib import Path
+
+import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "learning.py"
 
@@ -38,3 +41,29 @@ def test_quick_run_prints_every_stage_and_ends_with_the_json_line(capsys, tmp_pa
     assert (tmp_path / "learning.png").stat().st_size > 0
     line = next(i for i, text in enumerate(out) if text.startswith("stage"))
     assert [text.split()[0] for text in out[line + 1:line + 6]] == ["floor", "warm", "rae", "grpo", "none"]
+
+
+# the proposer_solver rows: every row runs, the JSON line's proposer keys agree with the rows, both plots are written
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_quick_proposer_rows_and_the_json_keys(capsys, tmp_path):
+    module = _load()
+    figures = module.main(["--quick", "--envs", "proposer_solver_v0", "--jobs", "1", "--out", str(tmp_path)])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(out[-1]) == figures
+    rows = figures["rows"]["proposer_solver_v0"]
+    fixed = [f"fixed d={d}" for d in range(1, 10)]
+    assert list(rows) == ["floor", *fixed, "adaptive", "warm start", "hgrpo", "rae", "grpo"]
+    assert figures["proposer_learned_learnability"] == figures["proposer_solver_v0"] == rows["hgrpo"]["mean"]
+    assert figures["proposer_best_fixed_learnability"] == max(rows[s]["mean"] for s in fixed)
+    # every row plays the same evaluation episodes: the floor (proposer_easy) and fixed d=1 are one player, so they agree
+    assert rows["floor"]["mean"] == rows["fixed d=1"]["mean"]
+    for stage, row in rows.items():
+        low, high = row["ci95"]
+        assert low <= row["mean"] <= high and 0.0 <= row["mean"] <= 1.0, stage
+    for method in ("hgrpo", "rae", "grpo"):
+        assert rows[method]["episodes"] == 2 and rows[method]["tokens"] > 0 and rows[method]["seconds"] > 0
+    assert "95% normal interval" in "\n".join(out)
+    assert (tmp_path / "learning.png").stat().st_size > 0 and (tmp_path / "learning_proposer.png").stat().st_size > 0
+    results = json.loads((tmp_path / "learning.json").read_text())["proposer_solver_v0"]
+    finals = [r for r in results if r["stage"] == "hgrpo"]
+    assert finals and set(finals[0]["curves"]) >= {"invalid_task_rate", "pass_hist_2"}
