@@ -431,8 +431,6 @@ class Learner:
     pool: list[tuple[int, dict[str, torch.Tensor]]] = field(default_factory=list)
     average: TransformersPolicy | None = None
     """The EMA of the learner's weights (``config.average_ema``), or None."""
-    step: int = 0
-    """The run's step (0-based) of the update under way; ``config.average_debias`` reads it."""
 
     @property
     def model(self) -> torch.nn.Module:
@@ -535,9 +533,9 @@ def _train(config: TrainConfig, resume: bool, device: torch.device) -> dict[str,
                              f"its players are {sorted(players)}")
     names = sorted(set(policy_of.values()) - scripted)
     init = {}
-    if config.init == "sft" and not resume and names:  # refuse a setting that cannot fit before the SFT stage runs
-        preflight(config, sft_stage.model_config(config, spec), learners=len(names))
     if config.init == "sft" and not resume:  # a resumed run loads its own checkpoint instead
+        if names:  # refuse a setting that cannot fit before the SFT stage runs
+            preflight(config, sft_stage.model_config(config, spec), learners=len(names))
         # rank 0 alone fits (one fit, one writer of run_dir/sft); the other ranks wait for its checkpoint
         init = distributed.broadcast(sft_stage.warm_start(config, run_dir, policy_of, names, roles) if main else {})
     elif config.init and not resume:
@@ -633,8 +631,7 @@ def _train(config: TrainConfig, resume: bool, device: torch.device) -> dict[str,
         metrics: dict[str, float] = {}
         for name, batch in batches.items():
             if batch:
-                learners[name].step = step
-                stats = update(learners[name], batch, config)
+                stats = update(learners[name], batch, config, step=step)
                 metrics.update({f"losses/{k}/{name}": v for k, v in stats.items()})
                 if acting[name] is not learners[name].policy:  # the next rollout samples the new weights
                     acting[name].sync_from(learners[name].model)
@@ -695,8 +692,10 @@ class Sample:
     """The legal replies' token paths, each ending in end of turn, for ``config.validity_coef``."""
 
 
-def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig) -> dict[str, float]:
-    """Take one optimiser step on a learner's batch, accumulating gradients over micro-batches; return its stats."""
+def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig, step: int = 0) -> dict[str, float]:
+    """Take one optimiser step on a learner's batch, accumulating gradients over micro-batches; return its stats.
+
+    ``step`` (0-based) is the run's step: the magnet's schedule and the weights' average read it."""
     model = learner.model
     device = learner.policy.device
     pad = learner.policy.pad_token_id
@@ -744,7 +743,7 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig) -> di
     if config.validity_coef:  # once per distinct prompt of the step, not per sample
         mine = distributed.shard(valid_items)  # under torchrun each rank scores its share of the prompts
         if mine:
-            v_loss, v_mass = loss_terms.validity_loss(model, list(mine), pad_token_id=pad, temperature=temperature)
+            v_loss, v_mass = loss_terms.validity_loss(model, mine, pad_token_id=pad, temperature=temperature)
             weight = len(mine) / len(valid_items)  # the ranks' shares add up to the one mean over all the prompts
             (config.validity_coef * weight * v_loss).backward()
             total_loss += config.validity_coef * weight * v_loss.item()
@@ -756,15 +755,15 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig) -> di
     learner.optimizer.step()
     with torch.no_grad():
         if learner.reference is not None and config.reference_ema < 1.0:
-            decay = loss_terms.magnet_decay(learner.step, config.steps, config.reference_ema, config.reference_ema_final)
+            decay = loss_terms.magnet_decay(step, config.steps, config.reference_ema, config.reference_ema_final)
             for ref_param, param in zip(learner.reference.parameters(), model.parameters()):
                 ref_param.lerp_(param, 1.0 - decay)
         if learner.average is not None:
             keep = config.average_ema
             if config.average_power:
-                keep = loss_terms.average_keep(learner.step + 1, config.average_power)
+                keep = loss_terms.average_keep(step + 1, config.average_power)
             elif config.average_debias:  # bias-corrected EMA: weights ema^(t-i) over steps 1..t
-                t = learner.step + 1
+                t = step + 1
                 keep = config.average_ema * (1.0 - config.average_ema ** (t - 1)) / (1.0 - config.average_ema ** t)
             for avg_param, param in zip(learner.average.model.parameters(), model.parameters()):
                 avg_param.lerp_(param, 1.0 - keep)

@@ -41,7 +41,7 @@ def test_generation_vllm_samples_with_the_weights_of_the_latest_update(tmp_path,
     acts = {"n": 0}
     original_update, original_act = grpo.update, vllm_policy.VLLMPolicy.act
 
-    def checked_update(learner, batch, config):
+    def checked_update(learner, batch, config, **kwargs):
         prompts, completions = [b.prompt_ids for b in batch], [b.completion_ids for b in batch]
         with torch.inference_mode():
             now, _ = completion_logprobs(learner.model, prompts, completions, pad_token_id=learner.policy.pad_token_id,
@@ -50,7 +50,7 @@ def test_generation_vllm_samples_with_the_weights_of_the_latest_update(tmp_path,
         # a sum of squares: a plain sum can stay put (the softmax gradient of a row sums to zero)
         checksum = float(sum((p.double() ** 2).sum() for p in learner.model.parameters()))
         seen.append({"learner": learner.name, "worst": worst, "checksum": checksum, "samples": len(batch)})
-        return original_update(learner, batch, config)
+        return original_update(learner, batch, config, **kwargs)
 
     def counted_act(self, observations):
         acts["n"] += 1

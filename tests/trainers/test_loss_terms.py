@@ -131,9 +131,9 @@ def test_the_magnet_follows_the_learner_at_the_scheduled_decay(tmp_path):
     learners = {}
     original = grpo.update
 
-    def spy(learner, batch, cfg):
+    def spy(learner, batch, cfg, **kwargs):
         before = {k: v.clone() for k, v in learner.reference.state_dict().items()}
-        stats = original(learner, batch, cfg)
+        stats = original(learner, batch, cfg, **kwargs)
         learners["ref_before"], learners["ref"] = before, learner.reference.state_dict()
         learners["model"] = learner.model.state_dict()
         return stats
