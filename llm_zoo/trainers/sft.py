@@ -264,19 +264,26 @@ def build_tokenizer_and_model(config: Any, seed: int, spec: EnvSpec | None = Non
 
     from llm_zoo import models
 
-    if config.model != "tiny":
-        path = Path(config.model)
-        if not path.is_dir():
-            raise FileNotFoundError(f"config.model must be 'tiny' or a local model directory; {path} is not one")
+    path = _model_dir(config)
+    if path is not None:
         return AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     spec = spec or llm_zoo.env_spec(config.env)
     build = models.build_bpe_tokenizer if spec.corpus_tokenizer == "bpe" else models.build_word_tokenizer
     tokenizer = build(spec.corpus()) if spec.corpus else models.build_byte_tokenizer()
     model = models.build_tiny_model(tokenizer, hidden_size=config.model_hidden_size, num_layers=config.model_layers,
                                     initializer_range=config.model_init_std, seed=seed,
-                                    zero_head=config.model_zero_head,
-                                    copy_heads=getattr(config, "model_copy_heads", False))
+                                    zero_head=config.model_zero_head, copy_heads=config.model_copy_heads)
     return tokenizer, model
+
+
+def _model_dir(config: Any) -> Path | None:
+    """Return ``config.model``'s directory, or None for the tiny model; ``FileNotFoundError`` for anything else."""
+    if config.model == "tiny":
+        return None
+    path = Path(config.model)
+    if not path.is_dir():
+        raise FileNotFoundError(f"config.model must be 'tiny' or a local model directory; {path} is not one")
+    return path
 
 
 def model_config(config: Any, spec: EnvSpec | None = None) -> Any:
@@ -285,12 +292,10 @@ def model_config(config: Any, spec: EnvSpec | None = None) -> Any:
     A local model directory's is read from disk without its weights; the tiny model is built (it
     takes well under a second beside the tokenizer).
     """
-    if config.model != "tiny":
+    path = _model_dir(config)
+    if path is not None:
         from transformers import AutoConfig
 
-        path = Path(config.model)
-        if not path.is_dir():
-            raise FileNotFoundError(f"config.model must be 'tiny' or a local model directory; {path} is not one")
         return AutoConfig.from_pretrained(path)
     return build_tokenizer_and_model(config, seed=config.seed, spec=spec)[1].config
 
@@ -428,11 +433,8 @@ def digit_tokens(tokenizer: Any) -> torch.Tensor:
     returned), so the validation's accuracy on them (``charts/val_digit_accuracy``) tells whether the
     model copies from its context; the template text around them is learned long before.
     """
-    flags = torch.zeros(len(tokenizer), dtype=torch.bool)
-    for i in range(len(tokenizer)):
-        text = tokenizer.decode([i]).strip()
-        flags[i] = bool(text) and text.isascii() and text.isdigit()
-    return flags
+    texts = (t.strip() for t in tokenizer.batch_decode([[i] for i in range(len(tokenizer))]))
+    return torch.tensor([bool(t) and t.isascii() and t.isdigit() for t in texts], dtype=torch.bool)
 
 
 # ---------------------------------------------------------------------------------------------
