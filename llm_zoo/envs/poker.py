@@ -3,8 +3,9 @@
 :class:`PokerMatch` is a :class:`~llm_zoo.envs.core.TextEnv` that plays ``num_hands`` hands, the
 first player alternating, and keeps what each player is told: the deal, the opponent's parsed moves
 (never its raw reply), the request for a move, the hand's result with the running total, and the
-end of the match. A game module supplies the rules (a ``Hand`` with ``play``, ``legal_moves``,
-``is_terminal``, ``payoff``, ``is_showdown``, ``info_set``, ``history``), the text
+end of the match. A game module supplies the rules (a ``Hand`` made from the seats' cards, with
+``play``, ``legal_moves``, ``to_act``, ``is_terminal``, ``payoff``, ``is_showdown``, ``info_set``,
+``history``), the text
 (``text.parse_move``, ``text.invalid_feedback``, ``text.deal_line``, ``text.move_line``,
 ``text.result_line``, ``text.match_over_line``, ``text.system_prompt``) and the few hooks below
 where the games differ: how a hand is dealt, how a move is asked for, what happens between moves
@@ -29,13 +30,14 @@ class PokerMatch(TextEnv):
     """A match of ``num_hands`` hands of a two-player poker game; subclasses name the game and fill the hooks.
 
     Class attributes a subclass sets: ``title`` (shown in the transcript), ``card_names`` (rank ->
-    letter), ``text`` (the game's text module), ``legal_replies`` (a hand's history -> the canonical
+    letter), ``hand_class`` (the rules' ``Hand``), ``text`` (the game's text module), ``legal_replies`` (a hand's history -> the canonical
     replies legal there), ``move_lines`` ((agent, move) -> the line the opponent is shown), and
     ``result_line`` / ``match_over_line`` (the text module's, usually memoised: the same lines recur).
     """
 
     title: str = "poker"
     card_names: tuple[str, ...] = ()
+    hand_class: Callable[[tuple[int, ...]], Any]
     text: ModuleType
     legal_replies: Mapping[Any, tuple[str, ...]] = {}
     move_lines: Mapping[tuple[str, Any], str] = {}
@@ -63,10 +65,6 @@ class PokerMatch(TextEnv):
         """Return this hand's cards in seat order (the first player's first): the fixed deal's or a random one."""
         raise NotImplementedError
 
-    def make_hand(self, ranks: tuple[int, ...]) -> Any:
-        """Return the game's hand for cards ``ranks`` (seat order)."""
-        raise NotImplementedError
-
     def prompt(self, seat: int) -> str:
         """Return the request for a move shown to the player in ``seat`` (the legal replies, its card)."""
         raise NotImplementedError
@@ -76,9 +74,8 @@ class PokerMatch(TextEnv):
         return (f"Hand {self._hand_index + 1}: {self._first[0]} has {self.card_names[ranks[0]]}, "
                 f"{self._first[1]} has {self.card_names[ranks[1]]}; {first} acts first")
 
-    def after_move(self, agent: str, before: Any) -> str:
-        """Called after ``agent``'s move when the hand goes on (``before``: the hand before it); return who acts next."""
-        return OPPONENT[agent]
+    def between_moves(self, before: Any) -> None:
+        """Called after a move when the hand goes on (``before``: the hand before it), before the next request."""
 
     # ---- TextEnv hooks ----------------------------------------------------------------------
 
@@ -112,7 +109,8 @@ class PokerMatch(TextEnv):
         if self.render_mode is not None:
             self.narrate(f"   {agent} {move.value}s")
         if not self._hand.is_terminal:
-            self._ask(self.after_move(agent, before))
+            self.between_moves(before)
+            self._ask(self._first[self._hand.to_act])
             return
         self._settle_hand()
         self._hand_index += 1
@@ -130,7 +128,7 @@ class PokerMatch(TextEnv):
         first = AGENTS[self.first_player(self._hand_index)]
         self._first = (first, OPPONENT[first])
         ranks = self.deal_hand(first)
-        self._ranks, self._hand = ranks, self.make_hand(ranks)
+        self._ranks, self._hand = ranks, self.hand_class(ranks)
         for seat, agent in enumerate(self._first):
             self._pending[agent].append(self.text.deal_line(self._hand_index, self.num_hands, ranks[seat]))
             self.infos[agent].update(card=self.card_names[ranks[seat]], hand=self._hand_index, seat=seat)

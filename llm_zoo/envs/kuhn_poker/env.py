@@ -86,6 +86,7 @@ class raw_env(PokerMatch):  # noqa: N801 - PettingZoo's module pattern names the
     metadata = {"render_modes": ["human", "ansi"], "name": ENV_ID, "is_parallelizable": False}
     title = "Kuhn poker"
     card_names = CARDS
+    hand_class = Hand
     text = text
     legal_replies = _LEGAL_REPLIES
     move_lines = _MOVE_LINE
@@ -113,9 +114,6 @@ class raw_env(PokerMatch):  # noqa: N801 - PettingZoo's module pattern names the
             return deal(self.rng)
         by_agent = dict(zip(AGENTS, self._deals[self._hand_index]))
         return by_agent[first], by_agent[OPPONENT[first]]
-
-    def make_hand(self, ranks: tuple[int, ...]) -> Hand:
-        return Hand(ranks)  # type: ignore[arg-type]
 
     def prompt(self, seat: int) -> str:
         return _PROMPT_LINE[self._hand.cards[seat], self._hand.history]

@@ -94,6 +94,7 @@ class raw_env(PokerMatch):  # noqa: N801 - PettingZoo's module pattern names the
     metadata = {"render_modes": ["human", "ansi"], "name": ENV_ID, "is_parallelizable": False}
     title = "Leduc hold'em"
     card_names = RANKS
+    hand_class = Hand
     text = text
     legal_replies = _LEGAL_REPLIES
     move_lines = _MOVE_LINE
@@ -123,9 +124,6 @@ class raw_env(PokerMatch):  # noqa: N801 - PettingZoo's module pattern names the
         p0, p1, public = self._deals[self._hand_index]
         return (p0, p1, public) if first == AGENTS[0] else (p1, p0, public)
 
-    def make_hand(self, ranks: tuple[int, ...]) -> Hand:
-        return Hand(ranks)  # type: ignore[arg-type]
-
     def prompt(self, seat: int) -> str:
         hand = self._hand
         return _prompt_line(hand.legal_moves, hand.ranks[seat], hand.public)
@@ -134,7 +132,7 @@ class raw_env(PokerMatch):  # noqa: N801 - PettingZoo's module pattern names the
         return (f"Hand {self._hand_index + 1}: {self._first[0]} has {RANKS[ranks[0]]}, "
                 f"{self._first[1]} has {RANKS[ranks[1]]}, public {RANKS[ranks[2]]}; {first} acts first")
 
-    def after_move(self, agent: str, before: Hand) -> str:
+    def between_moves(self, before: Hand) -> None:
         if self._hand.round != before.round:  # the first round closed: show the public card to both
             line = text.public_line(self._hand.ranks[2])
             for a in AGENTS:
@@ -142,7 +140,6 @@ class raw_env(PokerMatch):  # noqa: N801 - PettingZoo's module pattern names the
                 self.infos[a]["public"] = RANKS[self._hand.ranks[2]]
             if self.render_mode is not None:
                 self.narrate(f"   public card {RANKS[self._hand.ranks[2]]}")
-        return self._first[self._hand.to_act]
 
     def action_menu(self) -> tuple[str, ...]:
         return MENU
