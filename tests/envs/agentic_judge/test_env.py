@@ -15,6 +15,7 @@ import llm_zoo
 from llm_zoo import agentic_judge_v0
 from llm_zoo.envs.agentic_judge.scripted import StoredSolver, tool_call
 from llm_zoo.envs.agentic_judge.tasks import load_tasks
+from llm_zoo.policies.base import Policy, Reply
 from llm_zoo.sandbox import sandbox_info
 from llm_zoo.trainers import presets
 from llm_zoo.trainers.evaluation import headline
@@ -451,14 +452,12 @@ def test_tool_schemas_are_declared_in_the_prompts():
     env.close()
 
 
-class PassEverything:
+class PassEverything(Policy):
     """A judge that passes every submission at once (to find blind spots with)."""
 
     name = "pass_everything"
 
     def act(self, observations):
-        from llm_zoo.policies.base import Reply
-
         return [Reply("VERDICT: PASS", policy=self.name) for _ in observations]
 
 
@@ -471,16 +470,17 @@ def test_the_headline_per_task_splits_and_blind_spots():
     assert (figures["brittle_episodes"], figures["weak_episodes"], figures["other_episodes"]) == (2, 4, 2)
     assert sorted(t for t, _ in figures["blind_spots"]) == sorted(tasks * 2)
     assert all(load_tasks()[t].solutions.get(s) is not None and s.startswith("wrong_") for t, s in figures["blind_spots"])
-    # the rule judge (the default seat) and the strict judge grade the reference alike; they differ on caesar's weak one
+    # the rule judge (the default seat) and the strict judge grade the reference alike; they differ on chunk's
+    # wrong_no_check, whose failing visible test the rule judge sets aside (a blind spot of the rule judge's)
     reference = headline("agentic_judge_v0", {"solver": agentic_judge_v0.SPEC.scripted["reference"]()},
                          env_kwargs={"tasks": tasks}, per_task=1)
     assert reference["hidden_pass_rate"] == reference["judge_pass_rate"] == 1.0 and reference["blind_spots"] == []
-    weak = StoredSolver("wrong_lowercase_only")
-    rule = headline("agentic_judge_v0", {"solver": weak}, env_kwargs={"tasks": ["caesar"]}, per_task=1)
-    strict = headline("agentic_judge_v0", {"solver": weak}, env_kwargs={"tasks": ["caesar"]}, per_task=1,
+    weak = StoredSolver("wrong_no_check")
+    rule = headline("agentic_judge_v0", {"solver": weak}, env_kwargs={"tasks": ["chunk"]}, per_task=1)
+    strict = headline("agentic_judge_v0", {"solver": weak}, env_kwargs={"tasks": ["chunk"]}, per_task=1,
                       judge="strict_judge")
-    assert (rule["judge_pass_rate"], strict["judge_pass_rate"]) == (0.0, 1.0)
-    assert strict["blind_spots"] == [["caesar", "wrong_lowercase_only"]] and rule["blind_spots"] == []
+    assert (rule["judge_pass_rate"], strict["judge_pass_rate"]) == (1.0, 0.0)
+    assert rule["blind_spots"] == [["chunk", "wrong_no_check"]] and strict["blind_spots"] == []
     with pytest.raises(ValueError, match="judge must name"):
         headline("agentic_judge_v0", {"solver": weak}, env_kwargs={"tasks": ["caesar"]}, per_task=1, judge="nobody")
 
