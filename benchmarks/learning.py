@@ -31,6 +31,17 @@ policy's, the best fixed difficulty's, the adaptive controller's) and the share 
 training; the JSON line gains ``proposer_learned_learnability`` (the hgrpo row) and
 ``proposer_best_fixed_learnability`` (the best ``fixed d=N`` row).
 
+The agentic_judge rows (``--envs agentic_judge_v0``) score the solver's hidden-test pass rate on the preset's six
+tasks, each played ``per_task`` times (Wilson intervals over episodes), overall and on the tasks with brittle
+visible tests, with weak ones and with neither (``brittle``/``weak``/``other``). Beside the floor (``wrong``: a
+stored wrong solution) and the warm start, the seed's one warm start is trained by RL with three rewards on the
+same budget and seeds: ``judge`` (the frozen rule judge's score, the preset's), ``visible`` (the visible tests' pass
+rate) and ``hidden`` (the hidden tests' pass rate, an oracle). A cross-play table grades every row's solver by the
+rule judge, the visible tests and the hidden tests, and the floor's, the warm start's and the judge-trained
+solver's also by a second judge with other rules (``strict_judge``); the blind-spot list names every submission a
+judge passed that the hidden tests fail. The JSON line gains ``judge_trained_hidden_pass``,
+``tests_trained_hidden_pass`` and ``oracle_trained_hidden_pass`` (the three rows' means) and ``judge_blind_spots``.
+
 Runs go two at a time (``--jobs``), one torch thread each (the presets' ``threads``).
 
     python benchmarks/learning.py --out results/     # 3 seeds x (warm start + 3 methods): 31.5 min on 2 busy cores
@@ -60,6 +71,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+QUICK_JUDGE_TASKS = ("balance", "caesar", "binary_search")
+"""agentic_judge's tasks in the quick setting: one brittle, one weak, one of neither kind."""
 METHODS = ("rae", "grpo", "none")
 """The advantage estimators compared (``algorithm``); the first is the default training's."""
 
@@ -95,6 +108,16 @@ class EnvRows:
     share of invalid tasks; they go into each RL result's ``curves``."""
     json_keys: Mapping[str, str | Sequence[str]] = field(default_factory=dict)
     """Keys of the JSON line -> the stage whose mean they report, or a list of stages (the best of them)."""
+    method_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Stage -> what its RL run changes in the config (``env_kwargs`` merged into the preset's); a stage not named
+    here sets ``algorithm`` to its name. E.g. the rewards of agentic_judge: ``{"visible": {"env_kwargs":
+    {"solver_reward": "visible"}}}``."""
+    other_key: str = "user"
+    """The evaluation's keyword that ``other_users`` set (``judge`` for agentic_judge's second judge)."""
+    extra_keys: Sequence[str] = ()
+    """Further keys of the evaluation averaged into each row, per user (e.g. the share the judge passed)."""
+    split_episodes: Mapping[str, str] = field(default_factory=dict)
+    """Split key -> the evaluation's key of its episode count (default: the key less ``_success``, plus ``_episodes``)."""
 
 
 ENVS: dict[str, EnvRows] = {
@@ -125,8 +148,31 @@ ENVS: dict[str, EnvRows] = {
         json_keys={"proposer_learned_learnability": "hgrpo",
                    "proposer_best_fixed_learnability": [f"fixed d={d}" for d in range(1, 10)]},
     ),
+    "agentic_judge_v0": EnvRows(
+        # the solver's hidden-test pass rate, each of the preset's twelve tasks played alike (per_task), on evaluation
+        # seeds; the floor always submits a stored wrong solution
+        metric="hidden_pass_rate", floor="wrong",
+        eval_options={"per_task": 4}, quick_eval_options={"per_task": 1},
+        quick={"steps": 1, "episodes_per_step": 2, "group_size": 2, "rollout_batch_size": 2, "max_new_tokens": 16,
+               "eval_every": 0, "model_hidden_size": 32,
+               "env_kwargs": {"tasks": list(QUICK_JUDGE_TASKS), "prompt": "compact", "max_tool_calls": 4, "max_retries": 0},
+               "sft": {"teachers": {"solver": ["reference", "alternative", "wrong"], "judge": "rule_judge"},
+                       "options": [{"task": t} for t in QUICK_JUDGE_TASKS], "episodes": 3, "epochs": 1, "batch_size": 3,
+                       "val_fraction": 0.0}},
+        # the three rewards of the same episodes: the frozen rule judge's score, the visible tests' pass rate, the
+        # hidden tests' pass rate (the oracle), each from the seed's one warm start
+        methods=("judge", "visible", "hidden"),
+        method_overrides={r: {"env_kwargs": {"solver_reward": r}} for r in ("judge", "visible", "hidden")},
+        # cross-play: the warm start and the judge-trained solver graded by a second judge with other rules
+        other_users=("strict_judge",), other_key="judge",
+        extra_keys=("judge_pass_rate", "visible_all_pass_rate", "judge_agreement"),
+        split=("brittle_hidden_pass", "weak_hidden_pass", "other_hidden_pass"),
+        split_episodes={f"{k}_hidden_pass": f"{k}_episodes" for k in ("brittle", "weak", "other")},
+        json_keys={"judge_trained_hidden_pass": "judge", "tests_trained_hidden_pass": "visible",
+                   "oracle_trained_hidden_pass": "hidden"},
+    ),
 }
-"""Env name -> how its rows are made; the next envs (agentic_judge) are one entry each."""
+"""Env name -> how its rows are made; the next envs are one entry each."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -156,7 +202,7 @@ def _evaluate(env: str, policy_dir: Path, config: Any, options: Mapping[str, Any
     learning = llm_zoo.env_spec(env).learning_roles
     results = {}
     for user in ("scripted", *users):
-        extra = {} if user == "scripted" else {"user": user}
+        extra = {} if user == "scripted" else {ENVS[env].other_key: user}
         results[user] = headline(env, dict.fromkeys(learning, policy), env_kwargs=config.env_kwargs,
                                  **options, **extra)
     return results
@@ -194,7 +240,7 @@ def rl_job(env: str, seed: int, method: str, init: str, overrides: Mapping[str, 
     """Run RL from the warm start ``init`` with ``method``; evaluate the final policy; return its figures."""
     from llm_zoo.trainers.grpo import train
 
-    config = _config(env, seed, {**overrides, "init": init, "algorithm": method}, Path(out), method)
+    config = _config(env, seed, {**_method_overrides(env, method, overrides), "init": init}, Path(out), method)
     t0 = time.perf_counter()
     train(config)
     seconds = time.perf_counter() - t0
@@ -214,6 +260,19 @@ def rl_job(env: str, seed: int, method: str, init: str, overrides: Mapping[str, 
             "curve": curve, "curves": curves}
 
 
+def _method_overrides(env: str, method: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The config overrides of ``method``'s RL run: its ``method_overrides`` (env_kwargs merged), else ``algorithm``."""
+    from llm_zoo.trainers.grpo import make_config
+
+    change = ENVS[env].method_overrides.get(method)
+    if change is None:
+        return {**overrides, "algorithm": method}
+    values = {**overrides, **{k: v for k, v in change.items() if k != "env_kwargs"}}
+    if "env_kwargs" in change:
+        values["env_kwargs"] = {**make_config(env, overrides).env_kwargs, **change["env_kwargs"]}
+    return values
+
+
 def floor_figures(env: str, name: str, config: Any, options: Mapping[str, Any], stage: str = "floor") -> dict[str, Any]:
     """Evaluate the env's do-nothing scripted player (or another, ``stage`` naming its row) in the learning seat."""
     import llm_zoo
@@ -223,7 +282,7 @@ def floor_figures(env: str, name: str, config: Any, options: Mapping[str, Any], 
     player = spec.scripted[name](seed=0)
     evals = {}
     for user in ("scripted", *ENVS[env].other_users):
-        extra = {} if user == "scripted" else {"user": user}
+        extra = {} if user == "scripted" else {ENVS[env].other_key: user}
         evals[user] = headline(env, dict.fromkeys(spec.learning_roles, player), env_kwargs=config.env_kwargs,
                                **options, **extra)
     return {"seed": 0, "stage": stage, "seconds": 0.0, "episodes": 0, "tokens": 0, "evals": evals, "curve": []}
@@ -263,9 +322,11 @@ def summarize(env: str, results: Sequence[Mapping[str, Any]]) -> dict[str, dict[
             row[f"{prefix}ci95"] = list(wilson_interval(hits, n))
             if rows_of.per_episode:  # not a rate of successes: the normal interval of every episode's value
                 row[f"{prefix}ci95"] = list(mean_interval([v for e in evals for v in e[rows_of.per_episode]]))
+            for key in rows_of.extra_keys:
+                row[f"{prefix}{key}"] = statistics.fmean(e[key] for e in evals)
             for key in rows_of.split:
                 row[f"{prefix}{key}"] = statistics.fmean(e[key] for e in evals)
-                size = key.removesuffix("_success") + "_episodes"
+                size = rows_of.split_episodes.get(key, key.removesuffix("_success") + "_episodes")
                 k_n = sum(e[size] for e in evals)
                 k_hits = round(sum(e[key] * e[size] for e in evals))
                 row[f"{prefix}{key}_ci95"] = list(wilson_interval(k_hits, k_n))
@@ -288,7 +349,7 @@ def print_table(env: str, table: Mapping[str, Mapping[str, Any]]) -> None:
           "of all seeds' episodes pooled)")
     head = f"{'stage':<11} {'seeds':>5} {'metric':>13} {'interval':>13}"
     for key in rows_of.split:
-        head += f" {key.removesuffix('_success'):>9} {'interval':>13}"
+        head += f" {key.removesuffix('_success').removesuffix('_hidden_pass'):>9} {'interval':>13}"
     for user in rows_of.other_users:
         head += f" {user:>20} {'interval':>13}"
     head += f" {'episodes':>8} {'tokens':>9} {'seconds':>8} {'peak MB':>8}"
@@ -306,6 +367,34 @@ def print_table(env: str, table: Mapping[str, Mapping[str, Any]]) -> None:
         print(line)
 
 
+def blind_spots(results: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
+    """Every submission a judge passed that the hidden tests fail, in any row's evaluation: [stage, judge, task,
+    solution, times, seeds], most frequent first."""
+    counts: dict[tuple[str, str, str, str], list[int]] = {}
+    for r in results:
+        for user, e in r["evals"].items():
+            for task, solution in e.get("blind_spots", []):
+                counts.setdefault((r["stage"], "rule_judge" if user == "scripted" else user, task, solution), []).append(r["seed"])
+    return [[*key, len(seeds), sorted(set(seeds))] for key, seeds in sorted(counts.items(), key=lambda kv: -len(kv[1]))]
+
+
+def print_judge(table: Mapping[str, Mapping[str, Any]], results: Sequence[Mapping[str, Any]]) -> None:
+    """agentic_judge's cross-play (each row's solver graded by the rule judge, the strict judge, the visible and the
+    hidden tests) and the judges' blind spots."""
+    print("\nagentic_judge_v0 cross-play: share of evaluation episodes each grader passes (mean over training seeds)")
+    print(f"{'stage':<11} {'rule judge':>10} {'strict judge':>12} {'visible tests':>13} {'hidden tests':>12} "
+          f"{'rule agrees':>11} {'strict agrees':>13}")
+    for stage, row in table.items():
+        strict = (f"{row['strict_judge/judge_pass_rate']:>12.3f}" if "strict_judge/judge_pass_rate" in row else f"{'-':>12}")
+        agrees = (f"{row['strict_judge/judge_agreement']:>13.3f}" if "strict_judge/judge_agreement" in row else f"{'-':>13}")
+        print(f"{stage:<11} {row['judge_pass_rate']:>10.3f} {strict} {row['visible_all_pass_rate']:>13.3f} "
+              f"{row['mean']:>12.3f} {row['judge_agreement']:>11.3f} {agrees}")
+    spots = blind_spots(results)
+    print(f"\nblind spots: submissions a judge passed that the hidden tests fail ({len(spots)} kinds)")
+    for stage, judge, task, solution, times, seeds in spots:
+        print(f"  {stage:<11} {judge:<12} {task:<16} {solution:<28} x{times} (seeds {seeds})")
+
+
 def plot(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: Path) -> None:
     """Draw the metric against training episodes, one line per env, method and seed."""
     import matplotlib
@@ -314,7 +403,8 @@ def plot(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(curves), figsize=(6 * len(curves), 4), squeeze=False)
-    colours = dict(zip(("rae", "grpo", "none", "hgrpo"), ("tab:blue", "tab:orange", "tab:green", "tab:red")))
+    colours = dict(zip(("rae", "grpo", "none", "hgrpo", "judge", "visible", "hidden"),
+                       ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:gray")))
     for ax, (env, results) in zip(axes[0], curves.items()):
         for r in results:
             if r["stage"] in ENVS[env].methods and r["curve"]:
@@ -435,6 +525,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         all_results[env] = results
         tables[env] = summarize(env, results)
         print_table(env, tables[env])
+        if env == "agentic_judge_v0":
+            print_judge(tables[env], results)
     (out / "learning.json").write_text(json.dumps(all_results, indent=1, default=str))
     plot(all_results, out / "learning.png")
     print(f"\nplot: {out / 'learning.png'}")
@@ -446,6 +538,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         for key, stages in ENVS[env].json_keys.items():
             means = [tables[env][s]["mean"] for s in ([stages] if isinstance(stages, str) else stages) if s in tables[env]]
             figures[key] = round(max(means), 4) if means else None
+    if "agentic_judge_v0" in all_results:
+        figures["judge_blind_spots"] = blind_spots(all_results["agentic_judge_v0"])
     figures["rows"] = {env: {stage: {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}
                              for stage, row in table.items()} for env, table in tables.items()}
     figures["seeds"] = len(seeds)

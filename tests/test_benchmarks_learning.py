@@ -67,3 +67,38 @@ def test_quick_proposer_rows_and_the_json_keys(capsys, tmp_path):
     results = json.loads((tmp_path / "learning.json").read_text())["proposer_solver_v0"]
     finals = [r for r in results if r["stage"] == "hgrpo"]
     assert finals and set(finals[0]["curves"]) >= {"invalid_task_rate", "pass_hist_2"}
+
+
+# the agentic_judge rows: the three rewards' rows, the cross-play and the blind spots, and the JSON line's judge keys
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_quick_judge_rows_and_the_json_keys(capsys, tmp_path):
+    module = _load()
+    figures = module.main(["--quick", "--envs", "agentic_judge_v0", "--jobs", "1", "--out", str(tmp_path)])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(out[-1]) == figures
+    rows = figures["rows"]["agentic_judge_v0"]
+    assert list(rows) == ["floor", "warm start", "judge", "visible", "hidden"]
+    assert figures["judge_trained_hidden_pass"] == figures["agentic_judge_v0"] == rows["judge"]["mean"]
+    assert figures["tests_trained_hidden_pass"] == rows["visible"]["mean"]
+    assert figures["oracle_trained_hidden_pass"] == rows["hidden"]["mean"]
+    # the floor submits a stored wrong solution on each quick task (one brittle, one weak, one neither): no hidden
+    # pass anywhere, and the rule judge passes none of them; the strict judge passes caesar's weak one if it drew it
+    floor = rows["floor"]
+    assert floor["mean"] == 0.0 and floor["judge_pass_rate"] == 0.0
+    assert [floor[f"{k}_hidden_pass"] for k in ("brittle", "weak", "other")] == [0.0, 0.0, 0.0]
+    for stage, row in rows.items():
+        low, high = row["ci95"]
+        assert 0.0 <= low <= row["mean"] <= high <= 1.0, stage
+        # the second judge grades the floor, the warm start and the judge-trained solver only
+        assert ("strict_judge/judge_pass_rate" in row) == (stage in ("floor", "warm start", "judge")), stage
+    for reward in ("judge", "visible", "hidden"):
+        assert rows[reward]["episodes"] == 2 and rows[reward]["tokens"] > 0 and rows[reward]["seconds"] > 0
+    text = "\n".join(out)
+    assert "cross-play" in text and "blind spots" in text
+    assert all(spot[1] in ("rule_judge", "strict_judge") for spot in figures["judge_blind_spots"])
+    results = json.loads((tmp_path / "learning.json").read_text())["agentic_judge_v0"]
+    configs = {r["stage"]: json.loads((tmp_path / f"agentic_judge_v0-s0-{r['stage']}" / "config.json").read_text())
+               for r in results if r["stage"] in ("judge", "visible", "hidden")}
+    assert {s: c["env_kwargs"]["solver_reward"] for s, c in configs.items()} == {s: s for s in configs}
+    assert all(c["env_kwargs"]["tasks"] == list(module.QUICK_JUDGE_TASKS) for c in configs.values())
+    assert (tmp_path / "learning.png").stat().st_size > 0

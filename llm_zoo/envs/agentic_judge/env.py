@@ -55,7 +55,11 @@ tool results nor anything the solver wrote, and a reply with a tool call is neve
 
 ## Rewards
 At the end: the solver gets `(1 - visible_weight) * score + visible_weight * visible_pass_rate`
-with `score` = 1 for PASS, 0 for FAIL, `abstain_score` (default 0) for ABSTAIN; the judge gets 1 when
+with `score` = 1 for PASS, 0 for FAIL, `abstain_score` (default 0) for ABSTAIN (`solver_reward="judge"`,
+the default). For experiments on the training signal, `solver_reward="visible"` pays the solver the
+visible tests' pass rate instead, and `solver_reward="hidden"` the hidden tests' pass rate (an oracle no
+real user has; it is computed in the env's process like the rest of the truth and enters no observation).
+The judge still rules in every mode, and its verdict is recorded in `infos`. The judge gets 1 when
 its verdict agrees with the hidden tests (PASS on a submission that passes them all, FAIL on one
 that does not), else 0 (ABSTAIN never agrees). `infos` of both agents carry `task_id`, `group`
 (the task id, for GRPO groups), `visible_pass_rate`, `visible_passed`/`visible_total`,
@@ -77,6 +81,11 @@ applies `default_verdict`. `max_steps` truncates the episode (infos then keep th
 `options={"task": ..., "solution": "<stored solution name>"}` writes that stored solution as the
 submission and starts at the judge's turn (the solver does not act): judge-only episodes for
 evaluating or training judges. Other keys are ignored.
+
+## Prompt
+`prompt="full"` (default) declares the tools as JSON schemas; `prompt="compact"` gives the solver a
+short system prompt with the tools by name and argument names (446 characters instead of 2806),
+for small models whose cost grows with the prompt. The judge's prompt is the same in both.
 
 ## Version History
 * v0: initial release.
@@ -104,6 +113,15 @@ UNSET = {"visible_pass_rate": None, "visible_passed": None, "visible_total": Non
          "hidden_passed": None, "hidden_total": None, "verdict": None, "verdict_source": None, "score": 0.0,
          "judge_agrees": None, "solution_kind": None, "solution_name": None}
 """The episode facts in ``infos`` before the submission and the verdict set them."""
+LEARNING_TASKS = ("balance", "chunk",  # brittle: a correct alternative fails the visible tests
+                  "caesar", "count_islands",  # weak: a wrong solution passes them
+                  "binary_search", "count_vowels")  # neither
+"""The tasks of the default training (``llm-zoo train agentic_judge_v0``): the first two (by id) of each kind, so a
+tiny model learns their 24 stored solutions by heart in its warm start."""
+SOLVER_REWARDS = ("judge", "visible", "hidden")
+"""What the solver can be paid (``solver_reward``): the judge's score, the visible or the hidden tests' pass rate."""
+PROMPTS = ("full", "compact")
+"""The solver's system prompt styles (``prompt``)."""
 BASE_DEFAULTS = {"max_reply_chars": 16384, "max_message_chars": 32768, "max_tool_calls": 32, "max_steps": 256}
 """This env's defaults for the base options: a reply may carry a whole file; the judge's first message is long."""
 
@@ -120,6 +138,9 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
         tests_timeout_s: Wall-clock limit of each test run (each test also has `grading.PER_TEST_S`, 4 s).
         allow_unsandboxed: Run code without bubblewrap where it is missing (unsafe; warned). Without
             it, making the env on such a host raises :class:`llm_zoo.sandbox.SandboxUnavailable`.
+        solver_reward: What the solver is paid: ``"judge"`` (the judge's score, mixed by ``visible_weight``),
+            ``"visible"`` (the visible tests' pass rate) or ``"hidden"`` (the hidden tests' pass rate: an oracle).
+        prompt: The solver's system prompt: ``"full"`` (tools as JSON schemas) or ``"compact"`` (tools by name).
         **kwargs: The base options of :class:`llm_zoo.envs.core.TextEnv`; here ``max_reply_chars``
             defaults to 16384, ``max_message_chars`` to 32768, ``max_tool_calls`` to 32 and
             ``max_steps`` to 256.
@@ -130,7 +151,8 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
 
     def __init__(self, *, tasks: Sequence[str] | None = None, visible_weight: float = 0.0,
                  default_verdict: str = "ABSTAIN", abstain_score: float = 0.0, python_timeout_s: float = 5.0,
-                 tests_timeout_s: float = 20.0, allow_unsandboxed: bool = False, **kwargs: Any) -> None:
+                 tests_timeout_s: float = 20.0, allow_unsandboxed: bool = False, solver_reward: str = "judge",
+                 prompt: str = "full", **kwargs: Any) -> None:
         known = load_tasks()
         self.task_ids = tuple(known) if tasks is None else tuple(tasks)
         unknown = [t for t in self.task_ids if t not in known]
@@ -146,12 +168,18 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
         for name, value in (("python_timeout_s", python_timeout_s), ("tests_timeout_s", tests_timeout_s)):
             if not isinstance(value, (int, float)) or not 0 < value <= 600:
                 raise ValueError(f"{name} must be a number of seconds in (0, 600]; got {value!r}")
+        if solver_reward not in SOLVER_REWARDS:
+            raise ValueError(f"solver_reward must be one of {list(SOLVER_REWARDS)}; got {solver_reward!r}")
+        if prompt not in PROMPTS:
+            raise ValueError(f"prompt must be one of {list(PROMPTS)}; got {prompt!r}")
         if not allow_unsandboxed and not sandbox_info().available:
             raise SandboxUnavailable(sandbox_info().problem)
         self.tasks: Mapping[str, Task] = known
         self.visible_weight = float(visible_weight)
         self.default_verdict = Verdict(default_verdict)
         self.abstain_score = float(abstain_score)
+        self.solver_reward = solver_reward
+        self.prompt = prompt
         self.sandbox_options = {"python_timeout_s": float(python_timeout_s), "tests_timeout_s": float(tests_timeout_s),
                                 "allow_unsandboxed": bool(allow_unsandboxed)}
         self.possible_agents = list(AGENTS)
@@ -164,7 +192,14 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
     # ---- hooks ----------------------------------------------------------------------------
 
     def system_prompt(self, agent: str) -> str:
-        return text.solver_prompt() if agent == "solver" else text.judge_prompt()
+        if agent == "solver":
+            return text.solver_prompt() if self.prompt == "full" else text.compact_solver_prompt()
+        return text.judge_prompt()
+
+    def describe_tools(self, agent: str, tools: Sequence[Tool]) -> str:
+        if agent == "solver" and self.prompt == "compact":
+            return text.compact_tools(tools)
+        return super().describe_tools(agent, tools)
 
     def start(self, rng: random.Random, options: Mapping[str, Any] | None) -> str:
         options = dict(options or {})  # other keys are ignored, as PettingZoo's api_test expects
@@ -258,8 +293,13 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
                  "judge_agrees": rules.agrees(verdict, hidden_pass)}
         for agent in AGENTS:
             self.infos[agent].update(facts)
-        return {"solver": rules.solver_reward(judge_score, info["visible_pass_rate"] or 0.0, self.visible_weight),
-                "judge": rules.judge_reward(verdict, hidden_pass)}
+        if self.solver_reward == "visible":
+            solver = float(info["visible_pass_rate"] or 0.0)
+        elif self.solver_reward == "hidden":  # the oracle: computed here, never shown to anyone
+            solver = (info["hidden_passed"] or 0) / max(1, info["hidden_total"] or 0)
+        else:
+            solver = rules.solver_reward(judge_score, info["visible_pass_rate"] or 0.0, self.visible_weight)
+        return {"solver": solver, "judge": rules.judge_reward(verdict, hidden_pass)}
 
 
 def _normal(code: str) -> str:

@@ -35,11 +35,19 @@ values away from the shown inputs, on a task with no float argument, still passe
 A visible failure is *free* (it does not count) when it only asks for what the statement does not:
 a name the statement never gives as code (a helper), an exception message the statement does not give,
 floats that differ past the 9th significant digit, or an order where the statement allows any.
+
+The *strict* judge (``strict_judge``, :func:`decide_strict`) is a second judge with other rules, for
+cross-play: it runs the same examples check (without the probe) and the visible tests, and fails an example
+that fails, a lookup table of the shown outputs, and *any* failing visible test; otherwise it passes. It
+trusts the visible tests where the rule judge overrules them, and never looks off the shown cases, so it
+rejects brittle-test alternatives and passes wrong solutions that pass weak visible tests. Neither judge
+ever reads the hidden tests.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import math
 import re
@@ -51,7 +59,7 @@ from llm_zoo.envs.agentic_judge import grading, text
 from llm_zoo.envs.agentic_judge.tasks import SOLUTION_KINDS, load_tasks
 from llm_zoo.policies.base import Observation, Policy, Reply, SeededPolicy
 
-__all__ = ["PLAYERS", "RuleJudge", "StoredSolver", "decide", "tool_call"]
+__all__ = ["PLAYERS", "RuleJudge", "StoredSolver", "corpus", "decide", "decide_strict", "tool_call"]
 
 
 def tool_call(name: str, arguments: dict[str, Any] | None = None) -> str:
@@ -519,10 +527,42 @@ def _visible_source(first_message: str) -> str | None:
     return match.group(1) if match else None
 
 
+def decide_strict(statement: str, visible_report: str, check_output: str | None, source: str | None = None,
+                  visible: str | None = None) -> tuple[str, str]:
+    """The strict judge's rules (a second judge with other rules, for cross-play); return (verdict, reason).
+
+    1. an example of the statement that fails (compared as the rule judge compares), or a check that does not
+       finish: FAIL; 2. a lookup table of the shown outputs (rule 2 of the rule judge): FAIL; 3. any visible test
+       that fails, whatever for: FAIL; 4. otherwise PASS. It never probes off the shown cases and forgives no
+       visible failure: it trusts the visible tests where the rule judge overrules them, and checks no further.
+    """
+    checked = grading.read_example_check(check_output or "")
+    if checked is None:
+        return "FAIL", "The check of the statement's examples did not finish."
+    passed, total, bad = checked
+    if bad:
+        return "FAIL", f"The statement's examples fail ({passed} of {total} pass): " + "; ".join(bad)[:600]
+    held = hard_coded(source, shown_outputs(statement, visible)) if source and visible else []
+    if len(held) >= 2:
+        return "FAIL", f"The solution holds {len(held)} of the shown outputs as literals: a lookup table."
+    failures = read_failures(visible_report)
+    if failures:
+        return "FAIL", f"{len(failures)} visible test(s) fail, first {failures[0].name}: {failures[0].error}."
+    return "PASS", f"All {total} examples of the statement and every visible test pass."
+
+
 class RuleJudge(Policy):
-    """The rule-based judge of the module docstring; it uses its tools and never reads hidden tests."""
+    """The rule-based judge of the module docstring; it uses its tools and never reads hidden tests.
+
+    Args:
+        strict: Decide by :func:`decide_strict` instead (examples, lookup tables, every visible test; no probe).
+    """
 
     name = "rule_judge"
+
+    def __init__(self, strict: bool = False) -> None:
+        self.strict = strict
+        self.name = "strict_judge" if strict else "rule_judge"
 
     def act(self, observations: Sequence[Observation]) -> list[Reply]:
         self.check_batch(observations, key="messages")
@@ -536,7 +576,7 @@ class RuleJudge(Policy):
             visible = _visible_source(_first_user_message(obs)) or ""
             program = grading.example_check_program(grading.parse_examples(statement),
                                                     any_order=grading.statement_leaves_order_free(statement),
-                                                    probes=probe_calls(statement, visible)
+                                                    probes=[] if self.strict else probe_calls(statement, visible)
                                                     + [c for c, _ in nudged_calls(statement, visible)])
             return (tool_call("run_tests") + "\n" + tool_call("run_python", {"code": program}) + "\n"
                     + tool_call("read_file", {"path": grading.SOLUTION_FILE}))
@@ -548,7 +588,10 @@ class RuleJudge(Policy):
         source = text.unquote(results[2]) if len(results) > 2 else None
         visible = _visible_source(_first_user_message(obs))
         check_output = _python_stdout(results[1])
-        verdict, reason = decide(statement, results[0], check_output, source, visible, check_output or "")
+        if self.strict:
+            verdict, reason = decide_strict(statement, results[0], check_output, source, visible)
+        else:
+            verdict, reason = decide(statement, results[0], check_output, source, visible, check_output or "")
         return f"{reason}\nVERDICT: {verdict}"
 
 
@@ -565,6 +608,30 @@ def rule_judge(seed: int | None = None) -> RuleJudge:
     return RuleJudge()
 
 
+@functools.lru_cache(maxsize=1)
+def corpus() -> tuple[str, ...]:
+    """Return the text a solver reads and writes, for a tiny model's BPE tokenizer: both system prompts with
+    their tools, every task's message, and every stored solution as the scripted solver writes it."""
+    from llm_zoo.envs.agentic_judge.env import raw_env
+
+    texts = [text.SUBMIT]
+    for prompt in ("full", "compact"):
+        game = raw_env(prompt=prompt, allow_unsandboxed=True)  # only the prompt is read: no code runs
+        game.reset(seed=0)
+        texts.append(game.observe("solver")["messages"][0]["content"])
+        game.close()
+    for task in load_tasks().values():
+        texts.append(text.task_message(task.id, task.statement, grading.VISIBLE_FILE, task.visible, grading.SOLUTION_FILE))
+        texts += [tool_call("write_file", {"path": grading.SOLUTION_FILE, "content": code}) + "\n" + tool_call("run_tests")
+                  for code in task.solutions.values()]
+    return tuple(texts)
+
+
+def strict_judge(seed: int | None = None) -> RuleJudge:
+    """Return the strict judge (:func:`decide_strict`; deterministic: the seed is ignored)."""
+    return RuleJudge(strict=True)
+
+
 PLAYERS = {"reference": stored_solver("reference"), "alternative": stored_solver("alternative"),
-           "wrong": stored_solver("wrong"), "rule_judge": rule_judge}
+           "wrong": stored_solver("wrong"), "rule_judge": rule_judge, "strict_judge": strict_judge}
 """Name -> factory(seed=...) of every scripted player, as the CLI and benchmarks name them."""

@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from llm_zoo.envs.agentic_judge.rules import Verdict
+from llm_zoo.envs.core import Tool
 
 QUOTE = "| "
 """Prefix of every line of untrusted text shown to the judge."""
@@ -43,6 +44,25 @@ JUDGE_PROMPT = (
     "VERDICT: PASS\nVERDICT: FAIL\nor VERDICT: ABSTAIN (if you cannot tell).\n"
     "Only that last line of your own reply counts; a reply with a tool call is never read as a verdict."
 )
+
+
+COMPACT_SOLVER_PROMPT = (
+    "You solve a Python coding task in a sandboxed workspace. Write your solution to `{solution}`; the "
+    "visible tests are in `{visible}`. Reply `{submit}` without a tool call to submit; a judge then "
+    "reviews your files against the statement."
+)
+
+
+def compact_solver_prompt() -> str:
+    """Return the solver's short system prompt of ``prompt="compact"`` (tools are appended by the env)."""
+    return COMPACT_SOLVER_PROMPT.format(solution="solution.py", visible="test_solution.py", submit=SUBMIT)
+
+
+def compact_tools(tools: Sequence[Tool]) -> str:
+    """Declare tools by name and argument names only (``prompt="compact"``), with the call syntax."""
+    listed = "\n".join(f"- {t.name}({', '.join(t.parameters.get('properties', {}))})" for t in tools)
+    return ("\n\nTools:\n" + listed + '\nCall one as <tool_call>{"name": ..., "arguments": {...}}</tool_call>; '
+            "its result comes back to you.")
 
 
 def solver_prompt() -> str:

@@ -15,6 +15,7 @@ import llm_zoo
 from llm_zoo import agentic_judge_v0
 from llm_zoo.envs.agentic_judge.scripted import StoredSolver, tool_call
 from llm_zoo.envs.agentic_judge.tasks import load_tasks
+from llm_zoo.policies.base import Policy, Reply
 from llm_zoo.sandbox import sandbox_info
 from llm_zoo.trainers import presets
 from llm_zoo.trainers.evaluation import headline
@@ -100,6 +101,57 @@ def test_visible_weight_mixes_the_visible_pass_rate_into_the_solver_reward():
     env = agentic_judge_v0.env(visible_weight=0.5)
     totals, _ = play(env, {"solver": StoredSolver("alt_fsum"), "judge": ["VERDICT: FAIL"]}, options={"task": TASK})
     assert totals == {"solver": pytest.approx(0.5 * 2 / 3), "judge": 0.0}
+
+
+# What each solver_reward pays, on stored solutions: mean's alt_fsum is brittle (the visible tests reject a correct
+# alternative), caesar's wrong_lowercase_only is weak (it passes every visible test and fails the hidden ones)
+@pytest.mark.parametrize(("task", "solution", "paid"), [
+    ("mean", "alt_fsum", {"judge": 1.0, "visible": 2 / 3, "hidden": 1.0}),
+    ("caesar", "wrong_lowercase_only", {"judge": 0.0, "visible": 1.0, "hidden": None}),
+    ("caesar", "reference", {"judge": 1.0, "visible": 1.0, "hidden": 1.0}),
+])
+def test_each_solver_reward_pays_what_it_says(task, solution, paid):
+    for reward, expected in paid.items():
+        env = agentic_judge_v0.env(solver_reward=reward)
+        totals, infos = play(env, {"solver": StoredSolver(solution),
+                                   "judge": agentic_judge_v0.SPEC.scripted["rule_judge"]()}, options={"task": task})
+        info = infos["solver"]
+        if expected is None:  # the hidden tests' pass rate: partial for a wrong solution
+            expected = info["hidden_passed"] / info["hidden_total"]
+            assert 0.0 < expected < 1.0 and info["hidden_pass"] is False
+        assert totals["solver"] == pytest.approx(expected), reward
+        # the judge rules, and is paid by the truth, whatever the solver is paid
+        assert info["verdict"] == ("PASS" if paid["judge"] else "FAIL") and totals["judge"] == 1.0
+        env.close()
+
+
+def test_the_hidden_reward_shows_the_hidden_tests_to_no_one():
+    task = load_tasks()["caesar"]
+    secret = [line.strip() for line in task.hidden.splitlines()
+              if line.strip().startswith("assert") and line.strip() not in task.visible]
+    env = agentic_judge_v0.env(solver_reward="hidden")
+    play(env, {"solver": StoredSolver("wrong_lowercase_only"), "judge": agentic_judge_v0.SPEC.scripted["rule_judge"]()},
+         options={"task": "caesar"})
+    shown = seen(env, "solver") + seen(env, "judge")
+    assert secret and not any(line in shown for line in secret)
+    env.close()
+
+
+def test_the_compact_prompt_names_the_tools_without_schemas():
+    full, compact = agentic_judge_v0.env(), agentic_judge_v0.env(prompt="compact")
+    for env in (full, compact):
+        env.reset(seed=0, options={"task": TASK})
+    short, long = (e.unwrapped.observe("solver")["messages"] for e in (compact, full))
+    assert len(short[0]["content"]) < len(long[0]["content"]) / 3 and "<tools>" not in short[0]["content"]
+    for name in ("write_file(path, content)", "run_tests(file)", "run_python(code)"):
+        assert name in short[0]["content"]
+    assert short[1:] == long[1:]  # the task message is the same
+    assert compact.unwrapped.observe("judge")["messages"][0] == full.unwrapped.observe("judge")["messages"][0]
+    totals, _ = play(compact, {"solver": StoredSolver("reference"), "judge": agentic_judge_v0.SPEC.scripted["rule_judge"]()},
+                     options={"task": TASK})
+    assert totals == {"solver": 1.0, "judge": 1.0}
+    full.close()
+    compact.close()
 
 
 def test_a_judge_only_episode_starts_at_the_judge():
@@ -294,7 +346,8 @@ def test_truncation_keeps_the_facts_unset():
     ({"tasks": ["nope"]}, "tasks"), ({"tasks": []}, "tasks"), ({"tasks": "mean"}, "tasks"),
     ({"visible_weight": 1.5}, "visible_weight"), ({"default_verdict": "MAYBE"}, "default_verdict"),
     ({"abstain_score": -1}, "abstain_score"), ({"python_timeout_s": 0}, "python_timeout_s"),
-    ({"max_retries": -1}, "max_retries"),
+    ({"max_retries": -1}, "max_retries"), ({"solver_reward": "judge_or_tests"}, "solver_reward"),
+    ({"prompt": "short"}, "prompt"),
 ])
 def test_bad_kwargs_are_value_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -397,6 +450,39 @@ def test_tool_schemas_are_declared_in_the_prompts():
     assert declared == ["write_file", "read_file", "list_files", "run_tests", "run_python"]
     assert '"write_file"' not in judge_prompt and "VERDICT: ABSTAIN" in judge_prompt
     env.close()
+
+
+class PassEverything(Policy):
+    """A judge that passes every submission at once (to find blind spots with)."""
+
+    name = "pass_everything"
+
+    def act(self, observations):
+        return [Reply("VERDICT: PASS", policy=self.name) for _ in observations]
+
+
+def test_the_headline_per_task_splits_and_blind_spots():
+    wrong = agentic_judge_v0.SPEC.scripted["wrong"]
+    tasks = ["mean", "caesar", "median", "binary_search"]  # brittle, weak, weak, neither
+    figures = headline("agentic_judge_v0", {"solver": wrong(seed=0), "judge": PassEverything()},
+                       env_kwargs={"tasks": tasks}, per_task=2, episodes=99)
+    assert figures["episodes"] == 8 and figures["hidden_pass_rate"] == 0.0 and figures["judge_pass_rate"] == 1.0
+    assert (figures["brittle_episodes"], figures["weak_episodes"], figures["other_episodes"]) == (2, 4, 2)
+    assert sorted(t for t, _ in figures["blind_spots"]) == sorted(tasks * 2)
+    assert all(load_tasks()[t].solutions.get(s) is not None and s.startswith("wrong_") for t, s in figures["blind_spots"])
+    # the rule judge (the default seat) and the strict judge grade the reference alike; they differ on chunk's
+    # wrong_no_check, whose failing visible test the rule judge sets aside (a blind spot of the rule judge's)
+    reference = headline("agentic_judge_v0", {"solver": agentic_judge_v0.SPEC.scripted["reference"]()},
+                         env_kwargs={"tasks": tasks}, per_task=1)
+    assert reference["hidden_pass_rate"] == reference["judge_pass_rate"] == 1.0 and reference["blind_spots"] == []
+    weak = StoredSolver("wrong_no_check")
+    rule = headline("agentic_judge_v0", {"solver": weak}, env_kwargs={"tasks": ["chunk"]}, per_task=1)
+    strict = headline("agentic_judge_v0", {"solver": weak}, env_kwargs={"tasks": ["chunk"]}, per_task=1,
+                      judge="strict_judge")
+    assert (rule["judge_pass_rate"], strict["judge_pass_rate"]) == (1.0, 0.0)
+    assert rule["blind_spots"] == [["chunk", "wrong_no_check"]] and strict["blind_spots"] == []
+    with pytest.raises(ValueError, match="judge must name"):
+        headline("agentic_judge_v0", {"solver": weak}, env_kwargs={"tasks": ["caesar"]}, per_task=1, judge="nobody")
 
 
 def test_a_failed_episode_counts_as_a_failure_in_the_headline():

@@ -73,6 +73,31 @@ def test_stored_solver_writes_then_submits():
 
 
 def test_players_are_named_factories():
-    assert set(scripted.PLAYERS) == {"reference", "alternative", "wrong", "rule_judge"}
+    assert set(scripted.PLAYERS) == {"reference", "alternative", "wrong", "rule_judge", "strict_judge"}
     assert scripted.PLAYERS["rule_judge"](seed=3).name == "rule_judge"
     assert scripted.PLAYERS["wrong"](seed=1).name == "stored:wrong"
+
+
+def test_the_strict_judge_trusts_every_visible_test_and_probes_nothing():
+    # a failure the rule judge sets aside (a message the statement does not give) fails the strict judge
+    free = report("FAIL test_b (line 9): assert str(exc) == 'empty list'\n  AssertionError\n  left: 'nothing'\n"
+                  "  right: 'empty list'")
+    assert scripted.decide(STATEMENT, free, CHECK_OK)[0] == "PASS"
+    verdict, reason = scripted.decide_strict(STATEMENT, free, CHECK_OK)
+    assert verdict == "FAIL" and "test_b" in reason
+    assert scripted.decide_strict(STATEMENT, report(), CHECK_OK)[0] == "PASS"
+    assert scripted.decide_strict(STATEMENT, report(), "BAD 1: got [], expected [1]\nEXAMPLES 0/1")[0] == "FAIL"
+    assert scripted.decide_strict(STATEMENT, report(), "")[0] == "FAIL"  # a check that did not finish
+    judge = scripted.PLAYERS["strict_judge"]()
+    assert judge.name == "strict_judge" and judge.strict and not scripted.PLAYERS["rule_judge"]().strict
+
+
+def test_the_corpus_holds_the_prompts_and_every_stored_solution():
+    texts = scripted.corpus()
+    joined = "\n".join(texts)
+    assert any(t.startswith("You solve a Python coding task") for t in texts)  # the compact prompt
+    assert sum("<tools>" in t for t in texts) == 1  # the full one
+    for task in load_tasks().values():
+        assert f"Task id: {task.id}" in joined
+        for code in task.solutions.values():
+            assert json.dumps(code) in joined
