@@ -474,6 +474,23 @@ def degenerate(shown: Sequence[Any], probes: Sequence[tuple[str, str]] | None,
     return None
 
 
+def _examples_or_table(statement: str, check_output: str | None, source: str | None,
+                       visible: str | None) -> tuple[str | None, int]:
+    """Rules 1 and 2, shared by both judges: (the FAIL's reason, or None, and the number of examples). A FAIL
+    when an example fails (or its check did not finish) or the solution is a lookup table of the shown outputs."""
+    checked = grading.read_example_check(check_output or "")
+    if checked is None:
+        return "The check of the statement's examples did not finish.", 0
+    passed, total, bad = checked
+    if bad:
+        return f"The statement's examples fail ({passed} of {total} pass): " + "; ".join(bad)[:600], total
+    held = hard_coded(source, shown_outputs(statement, visible)) if source and visible else []
+    if len(held) >= 2:
+        return (f"The solution holds {len(held)} of the outputs the examples and the visible tests show "
+                f"as literals ({', '.join(repr(v)[:40] for v in held[:4])}): a lookup table, not a solution."), total
+    return None, total
+
+
 def decide(statement: str, visible_report: str, check_output: str | None, source: str | None = None,
            visible: str | None = None, probe_output: str | None = None) -> tuple[str, str]:
     """Apply the rule judge's rules; return (verdict, one-paragraph reason).
@@ -483,16 +500,9 @@ def decide(statement: str, visible_report: str, check_output: str | None, source
     without it).
     """
     any_order = grading.statement_leaves_order_free(statement)
-    checked = grading.read_example_check(check_output or "")
-    if checked is None:
-        return "FAIL", "The check of the statement's examples did not finish."
-    passed, total, bad = checked
-    if bad:
-        return "FAIL", f"The statement's examples fail ({passed} of {total} pass): " + "; ".join(bad)[:600]
-    held = hard_coded(source, shown_outputs(statement, visible)) if source and visible else []
-    if len(held) >= 2:
-        return "FAIL", (f"The solution holds {len(held)} of the outputs the examples and the visible tests show "
-                        f"as literals ({', '.join(repr(v)[:40] for v in held[:4])}): a lookup table, not a solution.")
+    reason, total = _examples_or_table(statement, check_output, source, visible)
+    if reason is not None:
+        return "FAIL", reason
     if probe_output is not None:
         visible = visible or ""
         derived, probes = probe_calls(statement, visible), read_probes(probe_output)
@@ -536,15 +546,9 @@ def decide_strict(statement: str, visible_report: str, check_output: str | None,
        that fails, whatever for: FAIL; 4. otherwise PASS. It never probes off the shown cases and forgives no
        visible failure: it trusts the visible tests where the rule judge overrules them, and checks no further.
     """
-    checked = grading.read_example_check(check_output or "")
-    if checked is None:
-        return "FAIL", "The check of the statement's examples did not finish."
-    passed, total, bad = checked
-    if bad:
-        return "FAIL", f"The statement's examples fail ({passed} of {total} pass): " + "; ".join(bad)[:600]
-    held = hard_coded(source, shown_outputs(statement, visible)) if source and visible else []
-    if len(held) >= 2:
-        return "FAIL", f"The solution holds {len(held)} of the shown outputs as literals: a lookup table."
+    reason, total = _examples_or_table(statement, check_output, source, visible)
+    if reason is not None:
+        return "FAIL", reason
     failures = read_failures(visible_report)
     if failures:
         return "FAIL", f"{len(failures)} visible test(s) fail, first {failures[0].name}: {failures[0].error}."
