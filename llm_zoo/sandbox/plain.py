@@ -72,6 +72,8 @@ CLIP = 300
 
 _SCALARS = (type(None), bool, int, float, str, bytes)
 _MUTABLE = (list, dict, set)
+_FROZEN = frozenset((tuple, frozenset))
+_FROZEN_ITEMS = frozenset(_SCALARS) | _FROZEN
 
 
 class NotPlain(TypeError):
@@ -292,15 +294,16 @@ def _decode(data, resolve, registry, budget, depth):
 
 def _frozen(value) -> bool:
     """True for a tuple (or frozenset) of scalars and such tuples: nothing in it can change."""
-    if type(value) not in (tuple, frozenset):
+    if type(value) not in _FROZEN:
         return False
-    stack = [value]
+    stack = [value]  # tuples and frozensets only; each one's item types read at C speed (a tuple of 10^6 ints)
     while stack:
         item = stack.pop()
-        if type(item) in (tuple, frozenset):
-            stack.extend(item)
-        elif type(item) not in _SCALARS:
+        kinds = set(map(type, item))
+        if not kinds <= _FROZEN_ITEMS:
             return False
+        if not kinds.isdisjoint(_FROZEN):
+            stack.extend(x for x in item if type(x) in _FROZEN)
     return True
 
 

@@ -224,3 +224,13 @@ def test_only_the_arguments_of_the_call_can_be_written_back():
     session.call(0, (kept,), {})    # mirrored as 1
     session.call(0, (passed,), {})  # mirrored as 3: only it may change
     assert kept == [1, 2] and passed == [8]
+
+
+def test_only_values_with_nothing_mutable_inside_count_as_frozen():
+    """A frozen argument is sent once and then by id unchecked; anything that can change inside it must not be."""
+    frozen = [(), (1, 2.5, "x", b"y", None, True), (1, (2, (3, frozenset({(4, "z")})))), frozenset({1, (2, 3)}),
+              tuple(range(100_000))]
+    thawed = [[1], (1, [2]), (1, (2, (3, [4]))), (1, {2: 3}), (1, {2}), (1, (2, bytearray(b"x"))),
+              (object(),), tuple(range(100_000)) + ([],), (1, (2,) * 3, range(3))]
+    assert all(plain._frozen(v) for v in frozen)
+    assert not any(plain._frozen(v) for v in thawed)
