@@ -12,7 +12,7 @@ trainings, two at a time, about 5 min each), which ``kuhn_credit`` then reuses f
 folder, and a few minutes for all the other scripts together.
 
 Each script in ``benchmarks/`` runs as its own subprocess, one after another (so that no two
-measure at once), with ``--quick`` when asked and ``--out DIR`` where the script takes it, under a
+measure at once; ``--jobs N`` runs N side by side, for a smoke run whose seconds are not read), with ``--quick`` when asked and ``--out DIR`` where the script takes it, under a
 timeout. A script that fails, times out or ends without its JSON line is reported as such in the
 page; the rest still run. The page holds the machine (CPU, cores, memory, GPU, load), the
 versions, the date and the total wall-clock, then per script: its command, exit status and run
@@ -50,6 +50,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -585,7 +586,7 @@ def fill_readme(readme: Path, table: str, footer: str) -> bool:
 
 def run(*, quick: bool = False, only: Sequence[str] | None = None, timeout_s: float | None = None,
         page: Path = PAGE, readme: Path | None = None, scripts_dir: Path = BENCHMARKS,
-        log: Any = sys.stderr) -> list[ScriptResult]:
+        log: Any = sys.stderr, jobs: int = 1) -> list[ScriptResult]:
     """Run the benchmark scripts, write the page (and the README's headline block); return the results.
 
     Args:
@@ -598,10 +599,14 @@ def run(*, quick: bool = False, only: Sequence[str] | None = None, timeout_s: fl
         readme: The README whose headline block gets ``kuhn_headline``'s table, or None.
         scripts_dir: Where the scripts are.
         log: Where one progress line per script goes (None: nowhere).
+        jobs: Scripts run side by side (1: one after another, so that no two measure at once). The scripts that
+            share training runs (``--runs-dir``) still run one after another, in order, on one of them.
 
     Raises:
-        ValueError: ``only`` names a script that is not there.
+        ValueError: ``only`` names a script that is not there, or ``jobs`` is below 1.
     """
+    if int(jobs) < 1:
+        raise ValueError(f"jobs must be >= 1 (scripts side by side); got {jobs!r}")
     scripts = discover(scripts_dir)
     if only:
         names = [n.removesuffix(".py") for n in only]
@@ -616,16 +621,23 @@ def run(*, quick: bool = False, only: Sequence[str] | None = None, timeout_s: fl
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     command = "llm-zoo bench" + (" --quick" if quick else "") + (f" --only {' '.join(scripts)}" if only else "")
     start = time.perf_counter()
-    results = []
     with tempfile.TemporaryDirectory(prefix="bench_runs_") as shared_runs:
-        for name, script in scripts.items():
+        def one(name: str) -> ScriptResult:
             if log is not None:
                 print(f"bench: {name} ...", file=log, flush=True)
-            result = run_script(script, quick=quick, timeout_s=timeout_s, assets=page.parent / "results",
+            result = run_script(scripts[name], quick=quick, timeout_s=timeout_s, assets=page.parent / "results",
                                 page_dir=page.parent, runs=Path(shared_runs))
-            results.append(result)
             if log is not None:
                 print(f"bench: {name} {result.status} in {_seconds(result.seconds)}", file=log, flush=True)
+            return result
+
+        # the scripts that share runs form one chain, in order (the second reuses the first's runs); each other
+        # script is a chain of its own
+        sharing = [n for n, path in scripts.items() if _takes(path, "--runs-dir")]
+        chains = ([sharing] if sharing else []) + [[n] for n in scripts if n not in sharing]
+        with ThreadPoolExecutor(max_workers=min(int(jobs), len(chains) or 1)) as pool:
+            done = {r.name: r for chain in pool.map(lambda chain: [one(n) for n in chain], chains) for r in chain}
+    results = [done[name] for name in scripts]
     seconds = time.perf_counter() - start
     summaries = {name: _summary(path) for name, path in scripts.items()}
     text = None
@@ -665,6 +677,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                              "the page in place: their sections (stamped with this run's command, date, commit and "
                              "machine) replace theirs, every other script's section is kept; a page that cannot be "
                              "parsed is written anew (old one kept as PAGE.bak)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="scripts run side by side (default 1: one after another, so that no two measure at "
+                             "once; more only for a smoke run whose seconds are not read)")
     parser.add_argument("--timeout", type=float, default=None,
                         help=f"seconds per script before it is killed (default {TIMEOUT_S['quick']:g} with "
                              f"--quick, else {TIMEOUT_S['full']:g})")
@@ -685,7 +700,7 @@ def _command(args: argparse.Namespace) -> int:
         raise ValueError(f"--timeout must be > 0 seconds; got {args.timeout!r}")
     readme = None if args.no_readme else Path(args.readme) if args.readme else None if args.quick else README
     results = run(quick=args.quick, only=args.only, timeout_s=args.timeout, page=Path(args.page), readme=readme,
-                  scripts_dir=Path(args.benchmarks))
+                  scripts_dir=Path(args.benchmarks), jobs=args.jobs)
     bad = [f"{r.name} ({r.status})" for r in results if r.status not in ("ok", "skipped")]
     print(f"wrote {args.page}: {len(results) - len(bad)}/{len(results)} scripts ok or skipped"
           + (f"; not ok: {', '.join(bad)}" if bad else ""))

@@ -1,7 +1,7 @@
 """``llm-zoo bench``: every benchmark script's --quick setting runs and lands on the results page.
 
-The first test runs ``llm-zoo bench --quick`` over every script in ``benchmarks/`` (about 40 s on 2
-idle cores; each script in its own subprocess), into a temporary page and README. The others drive
+The first test runs ``llm-zoo bench --quick`` over every script in ``benchmarks/`` (each script in its own
+subprocess, two side by side: about 2.5 minutes on 2 idle cores), into a temporary page and README. The others drive
 the runner on small fake scripts: a failing one, one without its JSON line, one past its timeout.
 """
 
@@ -53,7 +53,8 @@ def quick(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bench")
     (tmp / "README.md").write_text(README)
     start = time.perf_counter()
-    results = bench.run(quick=True, page=tmp / "docs" / "results.md", readme=tmp / "README.md", log=None)
+    # two side by side: a smoke run, whose seconds are not read (the scripts sharing runs still go in order)
+    results = bench.run(quick=True, page=tmp / "docs" / "results.md", readme=tmp / "README.md", log=None, jobs=2)
     return tmp, {r.name: r for r in results}, time.perf_counter() - start
 
 
@@ -191,6 +192,44 @@ def test_one_failing_script_is_reported_and_the_rest_still_run(fakes, tmp_path):
     assert (tmp_path / "results" / "good" / "good.png").exists()
     assert "`python " in page and "--quick --out OUT`" in page
     assert (tmp_path / "README.md").read_text() == README  # no headline script ran: the README stays
+
+
+def test_jobs_run_scripts_side_by_side_and_keep_the_run_sharing_ones_in_order(tmp_path):
+    scripts = tmp_path / "benchmarks"
+    scripts.mkdir()
+    log = tmp_path / "log"
+    sharing = """
+        import argparse, json, pathlib, time
+        p = argparse.ArgumentParser(); p.add_argument("--quick", action="store_true"); p.add_argument("--runs-dir")
+        a = p.parse_args()
+        runs = pathlib.Path(a.runs_dir)
+        with open({log!r}, "a") as f: f.write("{name} start " + str(sorted(x.name for x in runs.iterdir())) + "\\n")
+        time.sleep({sleep})
+        (runs / "{name}").write_text("done")
+        print(json.dumps({{"seconds": 0}}))
+    """
+    for name, sleep in (("a_first", 1.0), ("b_reuser", 0.0)):
+        (scripts / f"{name}.py").write_text(textwrap.dedent(sharing.format(log=str(log), name=name, sleep=sleep)))
+    plain = """
+        import json, pathlib, time
+        pathlib.Path({mark!r}).touch()
+        deadline = time.monotonic() + 60
+        while len(list(pathlib.Path({marks!r}).iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        print(json.dumps({{"seconds": 0, "met": len(list(pathlib.Path({marks!r}).iterdir()))}}))
+    """
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    for name in ("c_plain", "d_plain"):  # each waits until the other has started: only side by side do both end
+        (scripts / f"{name}.py").write_text(textwrap.dedent(plain.format(mark=str(marks / name), marks=str(marks))))
+    results = bench.run(quick=True, page=tmp_path / "page.md", scripts_dir=scripts, log=None, jobs=3)
+    assert [r.name for r in results] == ["a_first", "b_reuser", "c_plain", "d_plain"]
+    assert all(r.status == "ok" for r in results)
+    assert results[2].figures["met"] == results[3].figures["met"] == 2
+    # the reuser started after the first had written its run, in the same runs folder
+    assert log.read_text().splitlines() == ["a_first start []", "b_reuser start ['a_first']"]
+    with pytest.raises(ValueError, match="jobs must be >= 1"):
+        bench.run(quick=True, page=tmp_path / "page.md", scripts_dir=scripts, log=None, jobs=0)
 
 
 def test_plots_a_script_writes_under_docs_are_linked_where_they_are(tmp_path):
