@@ -21,11 +21,17 @@ def _load():
     return module
 
 
-def test_quick_run_prints_every_stage_and_ends_with_the_json_line(capsys, tmp_path):
-    module = _load()
-    figures = module.main(["--quick", "--jobs", "1", "--out", str(tmp_path)])
+def _quick(capsys, tmp_path: Path, *envs: str) -> tuple[dict, list[str]]:
+    """Run the script's quick setting (on ``envs``, else its default envs) in this process; return (its figures, its
+    printed lines), having checked that the last line is the JSON of those figures."""
+    figures = _load().main(["--quick", *(["--envs", *envs] if envs else []), "--jobs", "1", "--out", str(tmp_path)])
     out = capsys.readouterr().out.strip().splitlines()
     assert json.loads(out[-1]) == figures
+    return figures, out
+
+
+def test_quick_run_prints_every_stage_and_ends_with_the_json_line(capsys, tmp_path):
+    figures, out = _quick(capsys, tmp_path)
     rows = figures["rows"]["user_sim_v0"]
     assert list(rows) == ["floor", "warm start", "rae", "grpo", "none"]
     assert figures["user_sim_v0"] == rows["rae"]["mean"]
@@ -46,10 +52,7 @@ def test_quick_run_prints_every_stage_and_ends_with_the_json_line(capsys, tmp_pa
 # the proposer_solver rows: every row runs, the JSON line's proposer keys agree with the rows, both plots are written
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 def test_quick_proposer_rows_and_the_json_keys(capsys, tmp_path):
-    module = _load()
-    figures = module.main(["--quick", "--envs", "proposer_solver_v0", "--jobs", "1", "--out", str(tmp_path)])
-    out = capsys.readouterr().out.strip().splitlines()
-    assert json.loads(out[-1]) == figures
+    figures, out = _quick(capsys, tmp_path, "proposer_solver_v0")
     rows = figures["rows"]["proposer_solver_v0"]
     fixed = [f"fixed d={d}" for d in range(1, 10)]
     assert list(rows) == ["floor", *fixed, "adaptive", "warm start", "hgrpo", "rae", "grpo"]
@@ -72,10 +75,7 @@ def test_quick_proposer_rows_and_the_json_keys(capsys, tmp_path):
 # the agentic_judge rows: the three rewards' rows, the cross-play and the blind spots, and the JSON line's judge keys
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 def test_quick_judge_rows_and_the_json_keys(capsys, tmp_path):
-    module = _load()
-    figures = module.main(["--quick", "--envs", "agentic_judge_v0", "--jobs", "1", "--out", str(tmp_path)])
-    out = capsys.readouterr().out.strip().splitlines()
-    assert json.loads(out[-1]) == figures
+    figures, out = _quick(capsys, tmp_path, "agentic_judge_v0")
     rows = figures["rows"]["agentic_judge_v0"]
     assert list(rows) == ["floor", "warm start", "judge", "visible", "hidden"]
     assert figures["judge_trained_hidden_pass"] == figures["agentic_judge_v0"] == rows["judge"]["mean"]
@@ -100,5 +100,5 @@ def test_quick_judge_rows_and_the_json_keys(capsys, tmp_path):
     configs = {r["stage"]: json.loads((tmp_path / f"agentic_judge_v0-s0-{r['stage']}" / "config.json").read_text())
                for r in results if r["stage"] in ("judge", "visible", "hidden")}
     assert {s: c["env_kwargs"]["solver_reward"] for s, c in configs.items()} == {s: s for s in configs}
-    assert all(c["env_kwargs"]["tasks"] == list(module.QUICK_JUDGE_TASKS) for c in configs.values())
+    assert all(c["env_kwargs"]["tasks"] == list(_load().QUICK_JUDGE_TASKS) for c in configs.values())
     assert (tmp_path / "learning.png").stat().st_size > 0
