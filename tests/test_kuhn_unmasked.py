@@ -1,11 +1,12 @@
-"""A Kuhn checkpoint trained with the validity term plays without a decoding mask, served by ``llm-zoo serve``.
+"""A Kuhn checkpoint of the main job's settings plays without a decoding mask, served by ``llm-zoo serve``.
 
-The trainer samples Kuhn's moves under a mask (``constrain_to_legal``); ``validity_coef`` also teaches
-the model to put its own, unconstrained mass on the legal replies. This test trains a small run
-with it, checks the exact unconstrained figures of ``llm-zoo eval``, then serves each seat's
-checkpoint with the real ``llm-zoo serve`` command on 127.0.0.1 and plays it through
-:class:`~llm_zoo.policies.openai.OpenAIPolicy` (which cannot mask decoding), checking that no hand
-is forfeited.
+The trainer samples Kuhn's moves under a mask (``constrain_to_legal``); after the last step the main job
+fits the delivered weights without the mask to their own masked strategy (``unmask_steps``), so the model
+puts its own, unconstrained mass on the legal replies. This test trains a small run of those settings,
+checks the exact unconstrained figures of ``llm-zoo eval``, then serves each seat's checkpoint with the
+real ``llm-zoo serve`` command on 127.0.0.1 and plays it through
+:class:`~llm_zoo.policies.openai.OpenAIPolicy` (which cannot mask decoding), checking that no hand is
+forfeited.
 """
 
 from __future__ import annotations
@@ -32,14 +33,10 @@ from llm_zoo.trainers.rollout import collect  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 READY_TIMEOUT_S = 120
 HANDS = 48
-RUN = {"steps": 100, "episodes_per_step": 32, "rollout_batch_size": 32, "model_hidden_size": 32, "eval_every": 0,
-       "checkpoint_every": 0, "sample_every": 0, "progress": False, "tensorboard": False, "threads": 1,
-       "lr": 1e-2, "warmup_steps": 0, "validity_coef": 1.0, "average_ema": 0.9, "average_debias": True,
-       "average_power": 0.0, "reference_ema": 0.995, "reference_ema_final": 0.0}
-"""A small run of the main job's settings (one model per seat, the mask, a weights' average) with the term, with the
-constant magnet and EMA average and no warm-up it was measured with (the main job's larger step of issue 20 saturates
-with the term on, docs/kuhn_selfplay.md section 7): in 100 steps it puts 0.95 or more of every info set's mass on a
-legal reply then end of turn (0.0002 at the start)."""
+RUN = {"steps": 20, "episodes_per_step": 32, "rollout_batch_size": 32, "model_hidden_size": 32, "eval_every": 0,
+       "checkpoint_every": 0, "sample_every": 0, "progress": False, "tensorboard": False, "threads": 1}
+"""A small run of the main job's settings (one model per seat, the mask, the step-weighted weights' average, the fit
+without the mask after the last step: ``unmask_steps`` of the preset)."""
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +82,9 @@ def test_eval_reports_the_unconstrained_strategy_beside_the_masked_one(run):
     # the same weights, read back from the checkpoint (float32 forward passes batched another way: 1e-6)
     assert report["exploitability"] == pytest.approx(result["exploitability"], abs=1e-6)
     assert report["unconstrained_exploitability"] == pytest.approx(result["unconstrained_exploitability"], abs=1e-6)
-    assert report["valid_mass_min"] >= 0.95 and set(report["valid_mass"]) == set(report["strategy"])
+    assert report["valid_mass_min"] >= 0.99 and set(report["valid_mass"]) == set(report["strategy"])
+    # no mask, the same strategy: the fit moved the legal mass, not the ratios between the legal replies
+    assert report["unconstrained_exploitability"] == pytest.approx(report["exploitability"], abs=0.01)
     assert "average" in report["weights"]  # the main job's checkpoint exports the weights' average
 
 
@@ -96,7 +95,8 @@ def _forfeits(episodes) -> int:
 def test_a_served_checkpoint_played_without_a_mask_forfeits_no_hand(run):
     """Greedy, a valid-mass of at least 0.95 at every info set means a legal reply then end of turn is
     the most likely token at each position: no hand may be forfeited. Sampled, the forfeits are the
-    1% or so of mass left over, far from the untrained model's near 100%."""
+    0.1% or so of mass left over (about 0.1 expected in these hands), against the untrained model's
+    near 100%."""
     result, ckpt, env_kwargs = run
     assert result["valid_mass_min"] >= 0.95
     procs, urls = [], {}
@@ -122,4 +122,4 @@ def test_a_served_checkpoint_played_without_a_mask_forfeits_no_hand(run):
     assert {turn.reply for e in greedy for turn in e.turns} <= {"[check]", "[bet]", "[call]", "[fold]"}
     sampled_replies = {turn.reply for e in sampled for turn in e.turns}
     assert {"[check]", "[bet]"} <= sampled_replies  # sampling, not one reply everywhere
-    assert _forfeits(sampled) <= HANDS // 10, [t.reply for e in sampled for t in e.turns]
+    assert _forfeits(sampled) <= 1, [t.reply for e in sampled for t in e.turns]

@@ -42,7 +42,8 @@ def save_checkpoint(run_dir: Path, step: int, learners: Mapping[str, Any], rae_s
         torch.save({"optimizer": learner.optimizer.state_dict(),
                     "pool": [(s, {k: v.cpu() for k, v in sd.items()}) for s, sd in learner.pool],
                     "reference": None if learner.reference is None else learner.reference.state_dict(),
-                    "learner": None if learner.average is None else learner.model.state_dict()},
+                    "learner": None if learner.average is None else learner.model.state_dict(),
+                    "met": [[list(prompt), list(replies)] for prompt, replies in learner.met.items()]},
                    tmp / f"{name}.trainer.pt")
     state = {"step": step, "rae": rae_state.to_dict(), "policies": sorted(learners),
              "torch_rng": torch.get_rng_state().tolist()}
@@ -70,6 +71,7 @@ def load_checkpoint(path: Path, learners: Mapping[str, Any]) -> tuple[int, RAESt
         learner.model.load_state_dict(weights, strict=False)
         learner.optimizer.load_state_dict(trainer_state["optimizer"])
         learner.pool = [(s, sd) for s, sd in trainer_state["pool"]]
+        learner.met = {tuple(prompt): tuple(replies) for prompt, replies in trainer_state.get("met", [])}
         if learner.reference is not None and trainer_state.get("reference") is not None:
             learner.reference.load_state_dict(trainer_state["reference"])
     torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))

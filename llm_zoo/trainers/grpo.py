@@ -203,6 +203,17 @@ class TrainConfig:
     prompt of the step: with ``constrain_to_legal`` it teaches the model to reply validly without the
     mask too (0: off); :mod:`~llm_zoo.trainers.loss_terms`."""
 
+    unmask_steps: int = 0
+    """0: off. Above 0, after the last step each learner's delivered policy (its weights' average when kept) is fitted
+    with no decoding mask to its own masked strategy at every distinct prompt with legal replies that its trained
+    turns met, for this many full-batch Adam steps: the unconstrained model then puts its mass on the legal replies
+    (each then end of turn) in the proportions the mask sampled, so it plays without the mask, served to a client
+    that cannot constrain decoding; :func:`~llm_zoo.trainers.loss_terms.unmask_fit`."""
+    unmask_lr: float = 3e-3
+    """Learning rate of the fit of ``unmask_steps`` (a fresh Adam, gradient norm clipped to 1)."""
+    unmask_prompts: int = 4096
+    """Most distinct prompts kept for the fit of ``unmask_steps`` per learner (the first met)."""
+
     pool_every: int = 0
     """Snapshot each learner into the self-play pool every this many steps (0: no pool)."""
     pool_size: int = 4
@@ -268,6 +279,11 @@ class TrainConfig:
             raise ValueError(f"config.turn_baseline must be one of {loss_terms.TURN_BASELINES}; got {self.turn_baseline!r}")
         if not (math.isfinite(self.validity_coef) and self.validity_coef >= 0.0):
             raise ValueError(f"config.validity_coef must be a finite number >= 0 (0: off); got {self.validity_coef!r}")
+        if int(self.unmask_steps) < 0 or int(self.unmask_prompts) < 1:
+            raise ValueError(f"config.unmask_steps must be >= 0 (0: off) and config.unmask_prompts >= 1; got "
+                             f"{self.unmask_steps!r} and {self.unmask_prompts!r}")
+        if not (math.isfinite(self.unmask_lr) and self.unmask_lr > 0.0):
+            raise ValueError(f"config.unmask_lr must be a finite number > 0; got {self.unmask_lr!r}")
         if not 0.0 <= self.p_latest <= 1.0:
             raise ValueError(f"config.p_latest must be in [0, 1]; got {self.p_latest!r}")
         if not 0.0 < self.vllm_gpu_memory_utilization < 1.0:
@@ -431,6 +447,8 @@ class Learner:
     pool: list[tuple[int, dict[str, torch.Tensor]]] = field(default_factory=list)
     average: TransformersPolicy | None = None
     """The EMA of the learner's weights (``config.average_ema``), or None."""
+    met: dict[tuple[int, ...], tuple[str, ...]] = field(default_factory=dict)
+    """The distinct prompts with legal replies its trained turns met, in the order met (``config.unmask_steps``)."""
 
     @property
     def model(self) -> torch.nn.Module:
@@ -623,6 +641,9 @@ def _train(config: TrainConfig, resume: bool, device: torch.device) -> dict[str,
                              if config.validity_coef and turn.observation.get("legal_actions") else None)
                     batches[policy_of[agent]].append(Sample(turn.prompt_ids, turn.completion_ids, turn.logprobs, a,
                                                             allowed, valid))
+                    if (config.unmask_steps and turn.observation.get("legal_actions")
+                            and len(learner.met) < config.unmask_prompts):
+                        learner.met.setdefault(tuple(turn.prompt_ids), tuple(turn.observation["legal_actions"]))
         if config.turn_baseline != "none":
             for name, batch in batches.items():
                 centred = loss_terms.centre_by_prompt([b.advantage for b in batch], [b.prompt_ids for b in batch],
@@ -639,6 +660,8 @@ def _train(config: TrainConfig, resume: bool, device: torch.device) -> dict[str,
 
         # SNAPSHOTS for self-play
         done = step + 1
+        if done == config.steps and config.unmask_steps:  # the delivered policies learn to play without the mask
+            metrics.update(unmask(learners, config))
         if config.pool_every and done % config.pool_every == 0:
             for name in active:
                 add_snapshot(learners[name].pool, done, learners[name].model, config.pool_size)
@@ -677,6 +700,20 @@ def _train(config: TrainConfig, resume: bool, device: torch.device) -> dict[str,
     if main:
         (run_dir / "eval.json").write_text(json.dumps(final_eval, indent=2, default=str))
     return distributed.broadcast(final_eval)
+
+
+def unmask(learners: Mapping[str, Learner], config: TrainConfig) -> dict[str, float]:
+    """Fit each learner's delivered policy without the mask to its masked strategy (``config.unmask_steps``) at the
+    prompts its trained turns met (``Learner.met``); return the fit's figures as ``unmask/KEY/NAME`` metrics."""
+    metrics = {}
+    for name, learner in learners.items():
+        policy = learner.trained
+        items = loss_terms.unmask_items(policy.tokenizer, learner.met, policy.eos_token_ids[0], policy.max_new_tokens)
+        stats = loss_terms.unmask_fit(policy.model, items, steps=config.unmask_steps, lr=config.unmask_lr,
+                                      pad_token_id=policy.pad_token_id, temperature=policy.temperature,
+                                      prompts_per_pass=config.micro_batch_size, token_budget=config.max_forward_tokens)
+        metrics.update({f"unmask/{k}/{name}": v for k, v in stats.items()})
+    return metrics
 
 
 @dataclass(frozen=True)

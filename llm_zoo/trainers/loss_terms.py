@@ -10,6 +10,12 @@
   prompts. A policy trained under a decoding mask (``constrain_to_legal``) learns only the ratios
   between its legal replies; this term also teaches it to put its mass on them, so that it plays
   without the mask (served by ``llm-zoo serve`` to a client that cannot constrain decoding).
+* :func:`unmask_fit` (``config.unmask_steps``): after the last step, the delivered policy is fitted with no
+  decoding mask to its own masked strategy at every distinct prompt its trained turns met: the
+  cross-entropy ``-sum_i q_i log p(reply_i, then end of turn)``, with ``q`` the masked probabilities
+  before the fit (frozen), is least where the unconstrained model plays exactly ``q`` and nothing
+  else. RL keeps the mask, whose gradient is clean; the fit then moves the legal replies' mass to
+  1 without moving the strategy (a distillation of the masked policy into the unmasked one).
 * :func:`magnet_decay` (``config.reference_ema_final``): the magnet's EMA decay moved over the run,
   from a fast magnet early (``reference_ema``) to a slow one late, linearly in its horizon
   ``1 / (1 - decay)``.
@@ -20,11 +26,13 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from llm_zoo.policies.constraints import allowed_per_position
 from llm_zoo.scoring import completion_logprobs
 
 TURN_BASELINES = ("none", "prompt", "prompt_std")
@@ -110,3 +118,135 @@ def validity_loss(model: torch.nn.Module, items: Sequence[tuple[Sequence[int], S
     index = torch.tensor(owner, device=sequence.device)
     log_mass = torch.stack([torch.logsumexp(sequence[index == i], dim=0) for i in range(len(items))])
     return -log_mass.mean(), float(log_mass.detach().exp().mean())
+
+
+UNMASK_TARGET_MASS = 0.999
+""":func:`unmask_fit` stops once every prompt's legal mass is at least this..."""
+UNMASK_TOLERANCE = 1e-3
+"""...and its masked strategy is within this total variation of where it started."""
+
+
+@dataclass(frozen=True)
+class UnmaskItem:
+    """One prompt of :func:`unmask_fit`: its ids and, per legal reply, the masked sampling path and the reply's
+    tokens then end of turn (the path a client without a mask must produce)."""
+
+    prompt_ids: tuple[int, ...]
+    masked_paths: tuple[tuple[int, ...], ...]
+    reply_paths: tuple[tuple[int, ...], ...]
+
+
+def unmask_items(tokenizer: Any, prompts: Mapping[tuple[int, ...], Sequence[str]], eos_token_id: int,
+                 max_new_tokens: int) -> list[UnmaskItem]:
+    """Return an :class:`UnmaskItem` per prompt of ``prompts`` (prompt ids -> its legal replies), replies that
+    encode to no token left out, and prompts with fewer than one such reply too."""
+    items = []
+    for prompt, replies in prompts.items():
+        masked, plain = [], []
+        for reply in replies:
+            ids = tuple(tokenizer.encode(reply, add_special_tokens=False))
+            if not ids:
+                continue
+            plain.append(ids + (eos_token_id,))
+            masked.append((ids + (eos_token_id,) if len(ids) < max_new_tokens else ids)[:max_new_tokens])  # as legal_paths
+        if plain:
+            items.append(UnmaskItem(tuple(prompt), tuple(masked), tuple(plain)))
+    return items
+
+
+def _masked_targets(model: torch.nn.Module, items: Sequence[UnmaskItem], *, pad_token_id: int, temperature: float,
+                    token_budget: int | None) -> list[torch.Tensor]:
+    """Each item's masked probabilities of its replies (the strategy the mask samples), as a tensor summing to 1."""
+    prompts, completions, allowed = [], [], []
+    for item in items:
+        for path in item.masked_paths:
+            prompts.append(list(item.prompt_ids))
+            completions.append(list(path))
+            allowed.append(allowed_per_position(item.masked_paths, path))
+    with torch.no_grad():
+        per_token, mask = completion_logprobs(model, prompts, completions, pad_token_id=pad_token_id,
+                                              temperature=temperature, allowed=allowed, token_budget=token_budget)
+    sequence = (per_token * mask).sum(dim=1).exp()
+    out, at = [], 0
+    for item in items:
+        q = sequence[at:at + len(item.masked_paths)]
+        at += len(item.masked_paths)
+        out.append(q / q.sum())
+    return out
+
+
+def _unmasked(model: torch.nn.Module, items: Sequence[UnmaskItem], *, pad_token_id: int, temperature: float,
+              token_budget: int | None) -> list[torch.Tensor]:
+    """Each item's unconstrained ``log p(reply, then end of turn)`` per reply (with grad when enabled)."""
+    prompts = [list(item.prompt_ids) for item in items for _ in item.reply_paths]
+    completions = [list(path) for item in items for path in item.reply_paths]
+    per_token, mask = completion_logprobs(model, prompts, completions, pad_token_id=pad_token_id,
+                                          temperature=temperature, token_budget=token_budget)
+    sequence = (per_token * mask).sum(dim=1)
+    out, at = [], 0
+    for item in items:
+        out.append(sequence[at:at + len(item.reply_paths)])
+        at += len(item.reply_paths)
+    return out
+
+
+def unmask_fit(model: torch.nn.Module, items: Sequence[UnmaskItem], *, steps: int, lr: float, pad_token_id: int,
+               temperature: float = 1.0, prompts_per_pass: int = 64, token_budget: int | None = None,
+               target_mass: float = UNMASK_TARGET_MASS, tolerance: float = UNMASK_TOLERANCE,
+               check_every: int = 25) -> dict[str, float]:
+    """Fit ``model`` with no mask to its own masked strategy at each item's prompt (module docstring); return figures.
+
+    Up to ``steps`` full-batch Adam steps (a fresh optimiser, rate ``lr``, gradient norm clipped to 1), each summing
+    the gradients of chunks of ``prompts_per_pass`` prompts; every ``check_every`` steps the fit stops once every
+    prompt's legal mass is at least ``target_mass`` and its masked strategy is within ``tolerance`` (total
+    variation) of the target. The figures, before and after: the least and the mean over the prompts of the
+    unconstrained mass of the legal replies (``valid_mass_*``); after, the largest total variation between the masked
+    strategy and its target (``tv_max``: 0 means the strategy did not move) and the ``steps`` taken.
+    """
+    if steps < 0 or not (math.isfinite(lr) and lr > 0):
+        raise ValueError(f"unmask_fit needs steps >= 0 and a finite lr > 0; got steps={steps!r}, lr={lr!r}")
+    if not items:
+        return {}
+    kwargs = {"pad_token_id": pad_token_id, "temperature": temperature, "token_budget": token_budget}
+    chunks = [items[i:i + prompts_per_pass] for i in range(0, len(items), prompts_per_pass)]
+    was_training = model.training
+    model.eval()  # no dropout: the fit is of the policy as it samples
+
+    def masses() -> list[float]:
+        with torch.no_grad():
+            return [float(lp.exp().sum()) for chunk in chunks for lp in _unmasked(model, chunk, **kwargs)]
+
+    targets = [t for chunk in chunks for t in _masked_targets(model, chunk, **kwargs)]
+    before = masses()
+    params = list(model.parameters())
+    frozen = [p for p in params if not p.requires_grad]  # a weights' average is kept frozen: thawed for the fit
+    for p in frozen:
+        p.requires_grad_(True)
+    optimizer = torch.optim.Adam(params, lr=lr)
+    def moved() -> float:
+        now = [t for chunk in chunks for t in _masked_targets(model, chunk, **kwargs)]
+        return max(float((m - t).abs().sum()) / 2 for m, t in zip(now, targets))
+
+    loss_value, taken = 0.0, 0
+    for taken in range(1, steps + 1):
+        optimizer.zero_grad(set_to_none=True)
+        loss_value, at = 0.0, 0
+        for chunk in chunks:
+            logps = _unmasked(model, chunk, **kwargs)
+            loss = -sum((q * lp).sum() for q, lp in zip(targets[at:at + len(chunk)], logps)) / len(items)
+            at += len(chunk)
+            loss.backward()
+            loss_value += float(loss.detach())
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        if taken % check_every == 0 and min(masses()) >= target_mass and moved() <= tolerance:
+            break
+    optimizer.zero_grad(set_to_none=True)
+    after, tv = masses(), moved()
+    model.train(was_training)
+    for p in frozen:
+        p.requires_grad_(False)
+        p.grad = None
+    return {"valid_mass_min_before": min(before), "valid_mass_mean_before": sum(before) / len(before),
+            "valid_mass_min": min(after), "valid_mass_mean": sum(after) / len(after), "tv_max": tv,
+            "loss": loss_value, "prompts": float(len(items)), "steps": float(taken)}

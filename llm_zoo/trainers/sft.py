@@ -452,6 +452,7 @@ class _Fitted:
     reference: None = None
     average: None = None
     pool: list = field(default_factory=list)
+    met: dict = field(default_factory=dict)
 
     @property
     def policy(self) -> _Fitted:

@@ -16,7 +16,9 @@ from llm_zoo.trainers.grpo import make_config  # noqa: E402
 
 TINY = {"steps": 2, "episodes_per_step": 8, "rollout_batch_size": 8, "model_hidden_size": 32, "eval_every": 1,
         "progress": False, "tensorboard": False, "threads": 1, "lr": 1e-2, "sample_every": 0, "checkpoint_every": 0,
-        "warmup_steps": 0}
+        "warmup_steps": 0, "unmask_steps": 0}
+"""The exported weights are compared with the learner's below: no fit without the mask after the last step (its own
+tests set ``unmask_steps``)."""
 
 
 def test_centre_by_prompt_subtracts_each_prompt_s_mean_and_scales_by_its_std():
@@ -93,7 +95,63 @@ def test_average_debias_makes_the_average_the_learner_after_one_step(tmp_path):
     assert all(torch.allclose(exported[k], learner[k]) for k in exported)  # plain EMA: 99% the initial weights
 
 
+def _kuhn_unmask_items(policy, env_kwargs):
+    from llm_zoo.envs.kuhn_poker import evaluate, theory
+
+    prompts = {}
+    for info_set in theory.INFO_SETS:
+        observation = evaluate.info_set_observation(info_set, **env_kwargs)
+        prompts[tuple(policy.encode_prompts([observation])[0])] = observation["legal_actions"]
+    return loss_terms.unmask_items(policy.tokenizer, prompts, policy.eos_token_ids[0], policy.max_new_tokens)
+
+
+def test_unmask_fit_puts_the_mass_on_the_legal_replies_without_moving_the_masked_strategy():
+    from llm_zoo.envs.kuhn_poker import evaluate
+    from llm_zoo.policies.transformers import TransformersPolicy
+
+    config = make_config("kuhn_poker_v0", {**TINY, "model_zero_head": False, "model_init_std": 0.1})
+    tokenizer, model = grpo.build_tokenizer_and_model(config, seed=0)
+    policy = TransformersPolicy(model.requires_grad_(False), tokenizer, max_new_tokens=1, constrain=True)  # frozen,
+    items = _kuhn_unmask_items(policy, config.env_kwargs)  # as the trainer keeps its weights' average
+    assert len(items) == 12 and all(len(i.reply_paths) == 2 and i.reply_paths[0][-1] == policy.eos_token_ids[0]
+                                    for i in items)
+    masked_before, _ = evaluate.exact_strategy(policy, config.env_kwargs)
+    stats = loss_terms.unmask_fit(model, items, steps=400, lr=3e-3, pad_token_id=policy.pad_token_id,
+                                  prompts_per_pass=5)  # three passes a step: 5 + 5 + 2 prompts
+    masked_after, _ = evaluate.exact_strategy(policy, config.env_kwargs)
+    moves, left = evaluate.unconstrained_strategy(policy, config.env_kwargs)
+    assert stats["valid_mass_min_before"] < 0.05 and stats["valid_mass_min"] > 0.99 and stats["prompts"] == 12
+    # the eval's own reading of the unconstrained mass is the fit's
+    assert min(1 - v for v in left.values()) == pytest.approx(stats["valid_mass_min"], abs=1e-4)
+    for info_set, row in masked_before.items():
+        for move, p in row.items():
+            assert masked_after[info_set][move] == pytest.approx(p, abs=0.01)
+            assert moves[info_set][move] == pytest.approx(p, abs=0.015)  # no mask: the same strategy
+    assert stats["tv_max"] <= 0.01
+    assert not any(p.requires_grad or p.grad is not None for p in model.parameters())  # frozen again
+    with pytest.raises(ValueError, match="unmask_fit needs"):
+        loss_terms.unmask_fit(model, items, steps=1, lr=0.0, pad_token_id=policy.pad_token_id)
+
+
+def test_unmask_steps_fits_the_delivered_policy_after_the_last_step(tmp_path):
+    base = {**TINY, "steps": 3, "eval_every": 0}
+    off = grpo.train(make_config("kuhn_poker_v0", {**base, "run_dir": str(tmp_path / "off"), "unmask_steps": 0}))
+    on = grpo.train(make_config("kuhn_poker_v0", {**base, "run_dir": str(tmp_path / "on"), "unmask_steps": 120}))
+    assert off["valid_mass_min"] < 0.01 and on["valid_mass_min"] > 0.95
+    # the same RL steps (the fit comes after them), and the fit keeps the masked strategy
+    assert on["exploitability"] == pytest.approx(off["exploitability"], abs=0.01)
+    assert on["unconstrained_exploitability"] == pytest.approx(on["exploitability"], abs=0.02)
+    last = json.loads((tmp_path / "on" / "metrics.jsonl").read_text().splitlines()[-1])
+    for seat in ("seat_0", "seat_1"):
+        assert last[f"unmask/prompts/{seat}"] == 6 and last[f"unmask/valid_mass_min/{seat}"] > 0.95
+    assert not any(k.startswith("unmask/") for k in json.loads((tmp_path / "off" / "metrics.jsonl").read_text()
+                                                                 .splitlines()[-1]))
+
+
 def test_new_fields_are_checked():
+    for bad in ({"unmask_steps": -1}, {"unmask_prompts": 0}, {"unmask_lr": 0.0}, {"unmask_lr": float("nan")}):
+        with pytest.raises(ValueError, match="config.unmask_"):
+            make_config("kuhn_poker_v0", bad)
     with pytest.raises(ValueError, match="config.turn_baseline"):
         make_config("kuhn_poker_v0", {"turn_baseline": "card"})
     with pytest.raises(ValueError, match="config.validity_coef"):
