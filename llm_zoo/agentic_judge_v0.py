@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from llm_zoo.envs.agentic_judge.env import ENV_ID, env, raw_env
 from llm_zoo.envs.agentic_judge import scripted
+from llm_zoo.envs.agentic_judge.env import ENV_ID, env, raw_env
 from llm_zoo.envs.agentic_judge.scripted import PLAYERS
 from llm_zoo.envs.agentic_judge.tasks import load_tasks
 from llm_zoo.spec import EnvSpec, Play, eval_seeds, mean_interval, wilson_interval
-
 
 SPLITS = ("brittle", "weak", "other")
 """The kinds of task the evaluation reports apart: with a brittle visible test (a correct alternative fails it),

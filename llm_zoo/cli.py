@@ -134,6 +134,8 @@ def _train(args: argparse.Namespace) -> int:
     power = f", average_power={config.average_power:g}" if config.average_power else ""
     scored = (f"the average of the learner's weights (average_ema={config.average_ema}{power})" if config.average_ema
               else "the last iterate (the learner's own weights)")
+    if config.unmask_steps:
+        scored += f", fitted without the decoding mask after the last step (unmask_steps={config.unmask_steps})"
     summary = {"run_dir": config.run_dir, "scored": scored,
                **{k: v for k, v in result.items() if k != "strategy"}}
     last = _last_iterate(config.run_dir) if config.average_ema else {}
@@ -162,7 +164,8 @@ def _last_iterate(run_dir: str) -> dict[str, float]:
 def _final_line(env: str, result: dict, scored: str, last: dict[str, float], run_dir: str) -> str:
     """Say in one line what the run scored, on which weights, and where it wrote."""
     named = [result["headline"]] if isinstance(result.get("headline"), str) else []  # the metric an env names
-    figures = [f"{k} {result[k]:.4f}" for k in ("exploitability", "headline", *named) if isinstance(result.get(k), float)]
+    figures = [f"{k} {result[k]:.4f}" for k in ("exploitability", "headline", *named, "unconstrained_exploitability",
+                                                 "valid_mass_min") if isinstance(result.get(k), float)]
     also = [f"{k} {last[k]:.4f}" for k in ("exploitability", "headline") if k in last]
     text = f"llm-zoo train {env}: {', '.join(figures) or 'done'}, scoring {scored}"
     if also:

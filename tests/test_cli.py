@@ -151,7 +151,11 @@ def test_train_names_its_run_directory_and_the_weights_it_scored(tmp_path, capsy
     assert summary["run_dir"] == str(run) and "average_ema=0.5" in summary["scored"]
     assert 0 <= summary["last_iterate"]["exploitability"] <= 1
     final = lines[-1]
-    assert f"exploitability {summary['exploitability']:.4f}, scoring the average of the learner's weights" in final
+    assert final.startswith(f"llm-zoo train kuhn_poker_v0: exploitability {summary['exploitability']:.4f}, ")
+    # the main job's fit without the mask: the unconstrained figures beside the masked one, and the scored weights say so
+    assert (f"unconstrained_exploitability {summary['unconstrained_exploitability']:.4f}, valid_mass_min "
+            f"{summary['valid_mass_min']:.4f}, scoring the average of the learner's weights") in final
+    assert "fitted without the decoding mask after the last step (unmask_steps=200)" in summary["scored"]
     assert f"the last iterate: exploitability {summary['last_iterate']['exploitability']:.4f}" in final
     assert f"Run directory {run}" in final
     assert "Writing model shards" not in err and "train kuhn_poker_v0: 100%" in err

@@ -148,8 +148,11 @@ def scored_weights(config: Mapping[str, Any]) -> str:
     ema = float(config.get("average_ema", 0.0) or 0.0)
     power = float(config.get("average_power", 0.0) or 0.0)  # weights step ** power in place of the EMA's decay
     if ema > 0 and power > 0:
-        return f"average (average_ema={ema:g}, average_power={power:g})"
-    return f"average (average_ema={ema:g})" if ema > 0 else "last iterate"
+        which = f"average (average_ema={ema:g}, average_power={power:g})"
+    else:
+        which = f"average (average_ema={ema:g})" if ema > 0 else "last iterate"
+    unmask = int(config.get("unmask_steps", 0) or 0)  # the delivered weights, fitted after the last step
+    return which + (f", then fitted without the decoding mask (unmask_steps={unmask})" if unmask else "")
 
 
 def evaluate_checkpoint(env: str, checkpoint: str | Path, *, episodes: int = 500, method: str = "exact",

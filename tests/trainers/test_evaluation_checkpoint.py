@@ -62,6 +62,8 @@ def test_eval_of_a_short_run_reports_the_headline_on_held_out_seeds_with_an_inte
 def test_scored_weights_say_average_or_last_iterate():
     assert scored_weights({"average_ema": 0.998}) == "average (average_ema=0.998)"
     assert scored_weights({"average_ema": 0.0}) == scored_weights({}) == "last iterate"
+    assert scored_weights({"average_ema": 0.998, "average_power": 2, "unmask_steps": 200}) == \
+        "average (average_ema=0.998, average_power=2), then fitted without the decoding mask (unmask_steps=200)"
 
 
 def test_headline_summary_is_tolerant_of_evaluations_that_give_less():
