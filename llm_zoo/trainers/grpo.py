@@ -211,8 +211,8 @@ class TrainConfig:
     that cannot constrain decoding; :func:`~llm_zoo.trainers.loss_terms.unmask_fit`."""
     unmask_lr: float = 3e-3
     """Learning rate of the fit of ``unmask_steps`` (a fresh Adam, gradient norm clipped to 1)."""
-    unmask_prompts: int = 4096
-    """Most distinct prompts kept for the fit of ``unmask_steps`` per learner (the first met)."""
+    unmask_prompts: int = 1024
+    """Most distinct prompts kept for the fit of ``unmask_steps`` per learner (the first met; checkpoints keep them)."""
 
     pool_every: int = 0
     """Snapshot each learner into the self-play pool every this many steps (0: no pool)."""
@@ -709,9 +709,13 @@ def unmask(learners: Mapping[str, Learner], config: TrainConfig) -> dict[str, fl
     for name, learner in learners.items():
         policy = learner.trained
         items = loss_terms.unmask_items(policy.tokenizer, learner.met, policy.eos_token_ids[0], policy.max_new_tokens)
+        # a pass holds at most micro_batch_size rows (a prompt's row per legal reply), as an update's micro-batch
+        # does: the fit stays within the memory the preflight estimated for the update
+        rows = max((len(item.reply_paths) for item in items), default=1)
         stats = loss_terms.unmask_fit(policy.model, items, steps=config.unmask_steps, lr=config.unmask_lr,
                                       pad_token_id=policy.pad_token_id, temperature=policy.temperature,
-                                      prompts_per_pass=config.micro_batch_size, token_budget=config.max_forward_tokens)
+                                      prompts_per_pass=max(1, config.micro_batch_size // rows),
+                                      token_budget=config.max_forward_tokens)
         metrics.update({f"unmask/{k}/{name}": v for k, v in stats.items()})
     return metrics
 
