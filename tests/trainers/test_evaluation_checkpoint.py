@@ -18,7 +18,7 @@ from llm_zoo.trainers.presets import preset  # noqa: E402
 SMALL = {"steps": 1, "model_hidden_size": 32, "threads": 1, "progress": False, "tensorboard": False,
          "eval_every": 0, "sample_every": 0, "max_new_tokens": 8}
 RUNS = {
-    "kuhn_poker_v0": {"episodes_per_step": 8, "rollout_batch_size": 8, "micro_batch_size": 8},
+    "kuhn_poker_v0": {"episodes_per_step": 8, "rollout_batch_size": 8, "micro_batch_size": 8, "unmask_steps": 0},
     "agentic_judge_v0": {"episodes_per_step": 4, "rollout_batch_size": 4, "init": "", "env_kwargs": {"tasks": ["mean"]}},
     "proposer_solver_v0": {"episodes_per_step": 2, "group_size": 2, "rollout_batch_size": 2, "init": "",
                            "env_kwargs": {"max_retries": 0, "num_solvers": 2}},

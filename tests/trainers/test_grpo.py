@@ -26,8 +26,10 @@ from llm_zoo.trainers.grpo import (  # noqa: E402
 )
 
 TINY = {"steps": 2, "episodes_per_step": 8, "rollout_batch_size": 8, "model_hidden_size": 32, "eval_every": 1,
-        "progress": False, "tensorboard": False, "threads": 1, "lr": 1e-2, "sample_every": 1, "policies": {}}
-"""A tiny budget, one model ("main") in both Kuhn seats; the main job's own one model per seat is tested apart."""
+        "progress": False, "tensorboard": False, "threads": 1, "lr": 1e-2, "sample_every": 1, "policies": {},
+        "unmask_steps": 0}
+"""A tiny budget, one model ("main") in both Kuhn seats; the main job's own one model per seat is tested apart, and its
+fit without the mask in test_loss_terms.py (here only a resume, below, runs a short one)."""
 
 
 def _loss(logps, old, adv, mask, **kw):
@@ -203,7 +205,7 @@ def _run_cli(run_dir: Path, steps: int, extra=()):
     # constrained sampling are state a resume must restore
     sets = {**TINY, "steps": steps, "checkpoint_every": 1, "keep_checkpoints": 10, "eval_every": 2, "beta": 0.5,
             "reference_ema": 0.9, "kl_estimator": "exact", "constrain_to_legal": True, "pool_every": 2,
-            "average_ema": 0.8}
+            "average_ema": 0.8, "unmask_steps": 25}  # the fit's prompts, met before the kill, come from the checkpoint
     args = [sys.executable, "-m", "llm_zoo.cli", "train", "kuhn_poker_v0", "--run-dir", str(run_dir)]
     for k, v in sets.items():
         args += ["--set", f"{k}={json.dumps(v) if not isinstance(v, str) else v}"]
