@@ -142,15 +142,9 @@ def unmask_items(tokenizer: Any, prompts: Mapping[tuple[int, ...], Sequence[str]
     encode to no token left out, and prompts with fewer than one such reply too."""
     items = []
     for prompt, replies in prompts.items():
-        masked, plain = [], []
-        for reply in replies:
-            ids = tuple(tokenizer.encode(reply, add_special_tokens=False))
-            if not ids:
-                continue
-            plain.append(ids + (eos_token_id,))
-            masked.append((ids + (eos_token_id,) if len(ids) < max_new_tokens else ids)[:max_new_tokens])  # as legal_paths
-        if plain:
-            items.append(UnmaskItem(tuple(prompt), tuple(masked), tuple(plain)))
+        plain = validity_paths(tokenizer, replies, eos_token_id)
+        if plain:  # the masked path is the reply then end of turn cut to the token budget, as legal_paths makes it
+            items.append(UnmaskItem(tuple(prompt), tuple(p[:max_new_tokens] for p in plain), plain))
     return items
 
 
@@ -167,12 +161,7 @@ def _masked_targets(model: torch.nn.Module, items: Sequence[UnmaskItem], *, pad_
         per_token, mask = completion_logprobs(model, prompts, completions, pad_token_id=pad_token_id,
                                               temperature=temperature, allowed=allowed, token_budget=token_budget)
     sequence = (per_token * mask).sum(dim=1).exp()
-    out, at = [], 0
-    for item in items:
-        q = sequence[at:at + len(item.masked_paths)]
-        at += len(item.masked_paths)
-        out.append(q / q.sum())
-    return out
+    return [q / q.sum() for q in sequence.split([len(item.masked_paths) for item in items])]
 
 
 def _unmasked(model: torch.nn.Module, items: Sequence[UnmaskItem], *, pad_token_id: int, temperature: float,
@@ -182,12 +171,7 @@ def _unmasked(model: torch.nn.Module, items: Sequence[UnmaskItem], *, pad_token_
     completions = [list(path) for item in items for path in item.reply_paths]
     per_token, mask = completion_logprobs(model, prompts, completions, pad_token_id=pad_token_id,
                                           temperature=temperature, token_budget=token_budget)
-    sequence = (per_token * mask).sum(dim=1)
-    out, at = [], 0
-    for item in items:
-        out.append(sequence[at:at + len(item.reply_paths)])
-        at += len(item.reply_paths)
-    return out
+    return list((per_token * mask).sum(dim=1).split([len(item.reply_paths) for item in items]))
 
 
 def unmask_fit(model: torch.nn.Module, items: Sequence[UnmaskItem], *, steps: int, lr: float, pad_token_id: int,
