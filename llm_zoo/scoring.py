@@ -296,15 +296,20 @@ def one_token_tree_logits(
 
 
 def allowed_mask(allowed: Sequence[Any], width: int, vocab: int, device: torch.device) -> torch.Tensor:
-    """Build [rows, width, vocab] booleans: True where a token is allowed (everywhere, for None rows)."""
-    mask = torch.ones(len(allowed), width, vocab, dtype=torch.bool)
-    for i, row in enumerate(allowed):
-        if row is None:
-            continue
-        for t, tokens in enumerate(row[:width]):
+    """Build [rows, width, vocab] booleans: True where a token is allowed (everywhere, for None rows).
+
+    A batch repeats a few allowed sets (Kuhn's 256 rows hold about 4): one mask row is built per
+    distinct set, then one gather gives every row its own."""
+    kinds: dict[Any, int] = {}
+    kind_of = [kinds.setdefault(None if row is None else tuple(map(tuple, row[:width])), len(kinds))
+               for row in allowed]
+    distinct = torch.ones(len(kinds), width, vocab, dtype=torch.bool)
+    for key, k in kinds.items():
+        for t, tokens in enumerate(key or ()):
             if tokens:
-                mask[i, t] = False
-                mask[i, t, list(tokens)] = True
+                distinct[k, t] = False
+                distinct[k, t, list(tokens)] = True
+    mask = distinct if len(kinds) == len(kind_of) else distinct[torch.tensor(kind_of)]
     return mask.to(device)
 
 

@@ -13,6 +13,7 @@ from llm_zoo.models import build_byte_tokenizer, build_tiny_model  # noqa: E402
 from llm_zoo.policies import TransformersPolicy  # noqa: E402
 from llm_zoo.policies.base import PromptTooLong  # noqa: E402
 from llm_zoo.scoring import (  # noqa: E402
+    allowed_mask,
     completion_logprobs,
     forward_in_chunks,
     left_pad,
@@ -141,3 +142,21 @@ def test_collect_fails_only_the_episodes_whose_prompt_is_too_long(tok, model):
     assert all("max_prompt_tokens" in e.error for e in episodes)
     assert all(any(t.prompt_ids for t in e.turns) for e in episodes)  # they played until the cap
     assert all(len(t.prompt_ids) <= first + 200 for e in episodes for t in e.turns if t.prompt_ids)
+
+
+def test_allowed_mask_gives_each_row_its_own_set_when_rows_repeat_sets():
+    # rows repeat a few sets (as a Kuhn batch does); the mask is built once a set and gathered, and must
+    # equal a row-by-row reading: True only at allowed tokens where a position lists any, True elsewhere
+    rng = random.Random(0)
+    sets = [None, [[3, 5], [7]], [[3, 5], []], [[2], [9, 1]], [[3, 5], [7], [4]]]
+    allowed = [rng.choice(sets) for _ in range(40)] + [[[8]]]  # and one set met once
+    width, vocab = 2, 12
+    mask = allowed_mask(allowed, width, vocab, torch.device("cpu"))
+    assert mask.shape == (len(allowed), width, vocab)
+    for i, row in enumerate(allowed):
+        for t in range(width):
+            tokens = (row or [])[t] if row is not None and t < len(row) else []
+            expected = set(tokens) if tokens else set(range(vocab))
+            assert {v for v in range(vocab) if mask[i, t, v]} == expected, (i, t, row)
+    # every row distinct: no gather, the same answer
+    assert torch.equal(allowed_mask(sets[1:], 3, vocab, torch.device("cpu"))[1, 1], torch.ones(vocab, dtype=torch.bool))
