@@ -140,6 +140,11 @@ class TrainConfig:
 
     lr: float = 1e-3
     """Peak learning rate (AdamW)."""
+    body_lr_scale: float = 1.0
+    """The learning rate of every weight but the output layer's, as a fraction of ``lr`` (1: one rate for all).
+    Below 1 the body's features move slowly while the output layer learns the strategy on them; AdamW's
+    steps of about ``lr`` on every weight, whatever its gradient's size, otherwise let noisy policy gradients
+    merge the features of contexts that need different answers (measured on Kuhn: docs/kuhn_selfplay.md)."""
     lr_schedule: str = "constant"
     """constant, linear or cosine decay to lr_min_ratio * lr over the run."""
     lr_min_ratio: float = 0.1
@@ -174,6 +179,11 @@ class TrainConfig:
     """0: the magnet's decay stays ``reference_ema``. In (0, 1): the decay moves from ``reference_ema`` to
     this over the run, linearly in the magnet's horizon ``1 / (1 - decay)`` (a fast magnet early, a slow
     one late); :func:`~llm_zoo.trainers.loss_terms.magnet_decay`."""
+    magnet_average_from: float = 0.0
+    """0: off. In (0, 1): from this fraction of the run on, the magnet is the weights' average instead of its own
+    EMA (``reference_ema``), so that the learner, which leads its magnet by about its advantages over ``beta``,
+    settles where the average is rather than keep circling the equilibrium: a last iterate that ends near the
+    reported policy. Read only when there are both a magnet (``beta`` > 0) and an average (``average_ema`` > 0)."""
     average_ema: float = 0.0
     """0: the trained policy is the learner itself. Above 0 the trainer also keeps an EMA of the
     learner's weights (Polyak averaging, this decay per step), and that average is the trained
@@ -271,6 +281,11 @@ class TrainConfig:
         if not 0.0 <= self.reference_ema_final < 1.0 or (self.reference_ema_final and self.reference_ema >= 1.0):
             raise ValueError(f"config.reference_ema_final must be in [0, 1) (0: off), with reference_ema < 1; got "
                              f"{self.reference_ema_final!r} (reference_ema={self.reference_ema!r})")
+        if not 0.0 <= self.magnet_average_from < 1.0:
+            raise ValueError(f"config.magnet_average_from must be in [0, 1) (0: off); got {self.magnet_average_from!r}")
+        if not (math.isfinite(self.body_lr_scale) and 0.0 <= self.body_lr_scale <= 1.0):
+            raise ValueError(f"config.body_lr_scale must be in [0, 1] (1: one learning rate for every weight); got "
+                             f"{self.body_lr_scale!r}")
         if not (math.isfinite(self.average_power) and self.average_power >= 0.0):
             raise ValueError(f"config.average_power must be a finite number >= 0 (0: off); got {self.average_power!r}")
         if not self.memory_limit_gb >= 0.0:
@@ -481,12 +496,27 @@ def make_learner(name: str, config: TrainConfig, device: torch.device, index: in
                                 max_new_tokens=config.max_new_tokens, device=device,
                                 constrain=config.constrain_to_legal, max_prompt_tokens=config.max_prompt_tokens,
                                 max_forward_tokens=config.max_forward_tokens)
-    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=config.lr, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(param_groups(policy.model, config.body_lr_scale), lr=config.lr, weight_decay=0.0)
     reference = None
     if config.beta:
         reference = copy.deepcopy(policy.model).eval().requires_grad_(False)
     average = frozen_copy(policy, name) if config.average_ema else None
     return Learner(name, policy, optimizer, reference, average=average)
+
+
+def param_groups(model: torch.nn.Module, body_lr_scale: float) -> list[dict[str, Any]]:
+    """The optimiser's parameter groups: the output layer at ``lr``, the rest at ``body_lr_scale * lr``
+    (``lr_scale``, which the trainer's schedule multiplies in); one group when the scale is 1."""
+    params = list(model.parameters())
+    if body_lr_scale == 1.0:
+        return [{"params": params, "lr_scale": 1.0}]
+    head = model.get_output_embeddings()
+    head_ids = {id(p) for p in head.parameters()} if head is not None else set()
+    if not head_ids or any(id(p) in head_ids for p in model.get_input_embeddings().parameters()):
+        raise ValueError("config.body_lr_scale needs a model with an output layer of its own (not tied to the "
+                         f"input embeddings); {type(model).__name__} has none, so leave body_lr_scale at 1")
+    return [{"params": [p for p in params if id(p) in head_ids], "lr_scale": 1.0},
+            {"params": [p for p in params if id(p) not in head_ids], "lr_scale": body_lr_scale}]
 
 
 def make_vllm_generator(learner: Learner, path: Path, config: TrainConfig):
@@ -591,7 +621,7 @@ def _train(config: TrainConfig, resume: bool, device: torch.device) -> dict[str,
         active = active_learners(step, config.schedule, config.rotate_every, learn, roles, policy_of) - scripted
         for learner in learners.values():
             for group in learner.optimizer.param_groups:
-                group["lr"] = config.lr * learning_rate_factor(step, config)
+                group["lr"] = config.lr * learning_rate_factor(step, config) * group.get("lr_scale", 1.0)
 
         # ROLLOUT: groups of episodes share an env seed; some episodes meet pool snapshots
         rng = step_rng(config.seed, step, "rollout")
@@ -797,8 +827,7 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig, step:
     with torch.no_grad():
         if learner.reference is not None and config.reference_ema < 1.0:
             decay = loss_terms.magnet_decay(step, config.steps, config.reference_ema, config.reference_ema_final)
-            for ref_param, param in zip(learner.reference.parameters(), model.parameters()):
-                ref_param.lerp_(param, 1.0 - decay)
+            torch._foreach_lerp_(list(learner.reference.parameters()), list(model.parameters()), 1.0 - decay)
         if learner.average is not None:
             keep = config.average_ema
             if config.average_power:
@@ -806,10 +835,16 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig, step:
             elif config.average_debias:  # bias-corrected EMA: weights ema^(t-i) over steps 1..t
                 t = step + 1
                 keep = config.average_ema * (1.0 - config.average_ema ** (t - 1)) / (1.0 - config.average_ema ** t)
-            for avg_param, param in zip(learner.average.model.parameters(), model.parameters()):
-                avg_param.lerp_(param, 1.0 - keep)
+            torch._foreach_lerp_(list(learner.average.model.parameters()), list(model.parameters()), 1.0 - keep)
+            if learner.reference is not None and config.magnet_average_from and step >= magnet_average_start(config):
+                torch._foreach_copy_(list(learner.reference.parameters()), list(learner.average.model.parameters()))
     model.eval()
     return {**stats_sum, "loss": total_loss, "grad_norm": float(grad_norm), "tokens": float(n_tokens)}
+
+
+def magnet_average_start(config: TrainConfig) -> int:
+    """The first step (0-based) at which the magnet is the weights' average (``config.magnet_average_from``)."""
+    return math.ceil(config.magnet_average_from * config.steps)
 
 
 MAX_GRAD_NORM = 1.0

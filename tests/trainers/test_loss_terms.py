@@ -204,3 +204,51 @@ def test_the_magnet_follows_the_learner_at_the_scheduled_decay(tmp_path):
     # one step of one: the decay at step 0 is reference_ema's 0.5, so the magnet lands halfway to the learner
     for k, ref in learners["ref"].items():
         assert torch.allclose(ref, 0.5 * learners["ref_before"][k] + 0.5 * learners["model"][k], atol=1e-6), k
+
+
+def test_magnet_average_from_makes_the_magnet_the_average_from_its_step_on(tmp_path):
+    from safetensors.torch import load_file
+
+    config = make_config("kuhn_poker_v0", {**TINY, "steps": 4, "run_dir": str(tmp_path), "checkpoint_every": 1,
+                                           "keep_checkpoints": 4, "policies": {}, "beta": 1.0, "reference_ema": 0.5, "average_ema": 0.9,
+                                           "average_power": 1.0, "magnet_average_from": 0.5})
+    assert grpo.magnet_average_start(config) == 2  # steps 0, 1: the magnet's own EMA; from step 2 (the third) on
+    grpo.train(config)
+
+    def read(step):
+        ckpt = tmp_path / "checkpoints" / f"step_{step:06d}"
+        state = torch.load(ckpt / "main.trainer.pt", weights_only=False)
+        return state["reference"], state["learner"], load_file(str(ckpt / "policies" / "main" / "model.safetensors"))
+
+    reference, learner, average = read(2)  # after steps 0 and 1: an EMA of the learner, neither it nor the average
+    assert any(not torch.equal(reference[k], average[k]) for k in average)
+    assert any(not torch.equal(reference[k], learner[k]) for k in average)
+    for step in (3, 4):
+        reference, learner, average = read(step)
+        assert all(torch.equal(reference[k], average[k]) for k in average), step
+        assert any(not torch.equal(reference[k], learner[k]) for k in average)  # the learner leads it
+    for bad in ({"magnet_average_from": 1.0}, {"magnet_average_from": -0.1}, {"magnet_average_from": float("nan")}):
+        with pytest.raises(ValueError, match="config.magnet_average_from"):
+            make_config("kuhn_poker_v0", bad)
+
+
+def test_body_lr_scale_moves_the_body_at_its_share_of_the_step(tmp_path):
+    config = make_config("kuhn_poker_v0", {**TINY, "steps": 2, "run_dir": str(tmp_path), "checkpoint_every": 2,
+                                           "policies": {}, "body_lr_scale": 0.0, "average_ema": 0.0,
+                                           "model_zero_head": False})
+    _, initial = grpo.build_tokenizer_and_model(config, seed=config.seed)  # the learner's own starting weights
+    grpo.train(config)
+    from safetensors.torch import load_file
+
+    trained = load_file(str(tmp_path / "checkpoints" / "step_000002" / "policies" / "main" / "model.safetensors"))
+    start = initial.state_dict()
+    moved = {k for k in trained if not torch.equal(trained[k], start[k])}
+    assert moved == {"lm_head.weight"}  # a body at rate 0 stays where it started; the output layer learns
+    groups = grpo.param_groups(initial, 0.25)
+    assert [g["lr_scale"] for g in groups] == [1.0, 0.25]
+    assert [p for g in groups for p in g["params"]] != [] and len(groups[0]["params"]) == 1
+    assert sum(len(g["params"]) for g in groups) == len(list(initial.parameters()))
+    assert len(grpo.param_groups(initial, 1.0)) == 1
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="config.body_lr_scale"):
+            make_config("kuhn_poker_v0", {"body_lr_scale": bad})
