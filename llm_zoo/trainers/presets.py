@@ -24,14 +24,18 @@ KUHN_POKER_V0: dict[str, Any] = {
     # 2500 steps (the schedules below span the run): seeds 0, 1, 2 end at 0.0041, 0.0079, 0.0052 (last iterates
     # 0.0083, 0.0058, 0.0208), against 0.0142, 0.0343, 0.0120 with 1500 (docs/kuhn_selfplay.md, section 9)
     "steps": 2500,
-    "episodes_per_step": 256,  # 128: the last iterate's exploitability swings 0.05-0.10 from one eval to the next
+    # 1024 hands a step: 4x the episodes for about 1.3x a step's time (the rollout and the update run each distinct
+    # prompt once, and Kuhn has 12), so a quarter of the gradient's variance. With 256, one seed in three stalled on
+    # this machine (seed 1: 0.037, where seeds 0 and 2 ended at 0.015 and 0.006; docs/kuhn_selfplay.md, section 10);
+    # with 128 the last iterate's exploitability swung 0.05-0.10 from one eval to the next
+    "episodes_per_step": 1024,
     "eval_every": 50,
     "checkpoint_every": 250,
     # one update over the whole batch: each distinct prompt then runs once (micro-batches of 64: 3x slower steps)
-    "micro_batch_size": 512,
-    # all 256 episodes side by side: a policy call per seat and turn for the whole batch, not per 64 envs
-    # (rollout 0.16 -> 0.06 s a step, step 0.25 -> 0.14 s; the episodes are other draws, equally valid)
-    "rollout_batch_size": 256,
+    "micro_batch_size": 2048,
+    # every episode of the step side by side: a policy call per seat and turn for the whole batch, not per 64 envs
+    # (with 256 episodes: rollout 0.16 -> 0.06 s a step, step 0.25 -> 0.14 s; the episodes are other draws)
+    "rollout_batch_size": 1024,
     # one-token replies: the tiny model's vocabulary has each move as a single token
     "max_new_tokens": 1,
     # The rules stay out of the prompt: the tiny model learns the game from play, 3x faster per step.
@@ -58,8 +62,8 @@ KUHN_POKER_V0: dict[str, Any] = {
     "average_ema": 0.998,
     "average_power": 2.0,
     # For the last 40% of the run the magnet is that average: the learner, which leads its magnet by about its
-    # advantages over beta, settles near the reported policy instead of circling it (seed 2: last iterate
-    # 0.0092 against the average's 0.0059, where its own EMA as the magnet ended at 0.0125 against 0.0079)
+    # advantages over beta, settles near the reported policy instead of circling it (seed 2, 256 episodes a step:
+    # last iterate 0.0092 against the average's 0.0059, where its own EMA as the magnet ended at 0.0125 against 0.0079)
     "magnet_average_from": 0.6,
     # One model per seat, each with its own initialisation and optimiser, both starting from the
     # uniform policy (zero output layers) and playing each other. One network playing both seats
@@ -79,11 +83,6 @@ KUHN_POKER_V0: dict[str, Any] = {
     "model_zero_head": True,
     # the magnet schedule above makes a 10x larger step stable (3e-3; 1e-2 saturates every move at 0.33)
     "lr": 3e-3,
-    # ...for the output layer; the body learns at a tenth of it. At full rate seat 0's network of one run (seed 2,
-    # the batch layout above) merged J and Q (the same strategy at J: and Q:, and at J:check,bet and Q:check,bet)
-    # and stalled at 0.10-0.13 from step 300 to 1600, ending at 0.049; at a tenth it ended at 0.0079
-    # (docs/kuhn_selfplay.md, section 10)
-    "body_lr_scale": 0.1,
     # ...after a warm-up: at full step from the first update, seed 1 lost the difference between Q and K in
     # seat 1's network within 50 steps and stuck at 0.165; with 50 warm-up steps it learns as seed 0 does
     "warmup_steps": 50,
@@ -126,8 +125,9 @@ LEDUC_POKER_V0: dict[str, Any] = {
     # Kuhn's fit without the mask is not measured on Leduc's 288 info sets (nor its cost within the 15 minutes)
     "unmask_steps": 0,
     # nor are Kuhn's later changes (issue 20, section 10 of docs/kuhn_selfplay.md): Leduc keeps what it measured
+    "episodes_per_step": 256,
     "rollout_batch_size": 64,
-    "body_lr_scale": 1.0,
+    "micro_batch_size": 512,
     "magnet_average_from": 0.0,
 }
 """``llm-zoo train leduc_poker_v0``: Kuhn's main job on Leduc, sized to finish within 15 minutes on 2 shared cores."""
