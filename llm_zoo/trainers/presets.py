@@ -21,13 +21,15 @@ KUHN_POKER_V0: dict[str, Any] = {
     # The main job (`llm-zoo train kuhn_poker_v0`): self-play of the tiny model with RAE, one model
     # per seat, on a 2-core CPU in minutes. Each choice below was measured (seed 0, same budget, one
     # change at a time); docs/kuhn_selfplay.md has the runs.
-    # 2500 steps (the schedules below span the run): seeds 0, 1, 2 end at 0.0041, 0.0079, 0.0052 (last iterates
-    # 0.0083, 0.0058, 0.0208), against 0.0142, 0.0343, 0.0120 with 1500 (docs/kuhn_selfplay.md, section 9)
+    # 2500 steps (the schedules below span the run): seeds 0, 1, 2 end at 0.0048, 0.0093, 0.0075 (last iterates
+    # 0.0050, 0.0121, 0.0078) on a 2-core AMD EPYC (docs/kuhn_selfplay.md, section 10). The same with 1200 steps
+    # was at 0.052-0.053 at step 1000, where these were at 0.008-0.010.
     "steps": 2500,
     # 1024 hands a step: 4x the episodes for about 1.3x a step's time (the rollout and the update run each distinct
-    # prompt once, and Kuhn has 12), so a quarter of the gradient's variance. With 256, one seed in three stalled on
-    # this machine (seed 1: 0.037, where seeds 0 and 2 ended at 0.015 and 0.006; docs/kuhn_selfplay.md, section 10);
-    # with 128 the last iterate's exploitability swung 0.05-0.10 from one eval to the next
+    # prompt once, and Kuhn has 12), so a quarter of the gradient's variance. With 256 on that machine seed 2 stalled
+    # at 0.10-0.14 for 1300 steps (0.049 at the end), and with the body at a tenth of the rate (body_lr_scale 0.1)
+    # seed 1 ended at 0.037 (docs/kuhn_selfplay.md, section 10); with 128 the last iterate's exploitability swung
+    # 0.05-0.10 from one eval to the next
     "episodes_per_step": 1024,
     "eval_every": 50,
     "checkpoint_every": 250,
