@@ -100,3 +100,25 @@ def test_parse_task_names_the_problem(edit, match):
 def test_kind_of_refuses_other_names():
     with pytest.raises(ValueError, match="reference"):
         kind_of("solution_1")
+
+
+@needs_sandbox
+def test_binary_search_hidden_timing_fails_a_c_speed_scan_and_passes_the_searches():
+    # items.index scans at C speed: 0.85 s for the 100 far targets on an idle 2-core machine, under the old
+    # absolute bound of 1.0 s; the hidden test now compares the far targets with the near ones, timed in turn
+    from llm_zoo.sandbox import Workspace
+
+    task = load_tasks()["binary_search"]
+    scans = {"index_scan": "def find(items, target):\n    try:\n        return items.index(target)\n"
+                           "    except ValueError:\n        return -1\n",
+             "in_then_index": "def find(items, target):\n    return items.index(target) if target in items else -1\n"}
+    outcome = {}
+    for name, source in {**scans, "reference": task.solutions["reference"],
+                         "alt_bisect": task.solutions["alt_bisect"]}.items():
+        with Workspace() as ws:
+            ws.write_file(grading.SOLUTION_FILE, source)
+            (report,) = grading.run_tests(ws, {grading.HIDDEN_FILE: task.hidden})
+        outcome[name] = {r.name: r.ok for r in report.results}
+    assert outcome["reference"] == outcome["alt_bisect"] == {"test_found": True, "test_missing": True, "test_fast": True}
+    for name in scans:
+        assert outcome[name] == {"test_found": True, "test_missing": True, "test_fast": False}, name
