@@ -825,7 +825,10 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig, step:
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
     learner.optimizer.step()
     with torch.no_grad():
-        if learner.reference is not None and config.reference_ema < 1.0:
+        # from magnet_average_from on the magnet is the average (copied below), so its own EMA is not kept
+        magnet_is_average = (learner.reference is not None and learner.average is not None
+                             and config.magnet_average_from and step >= magnet_average_start(config))
+        if learner.reference is not None and config.reference_ema < 1.0 and not magnet_is_average:
             decay = loss_terms.magnet_decay(step, config.steps, config.reference_ema, config.reference_ema_final)
             torch._foreach_lerp_(list(learner.reference.parameters()), list(model.parameters()), 1.0 - decay)
         if learner.average is not None:
@@ -836,7 +839,7 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig, step:
                 t = step + 1
                 keep = config.average_ema * (1.0 - config.average_ema ** (t - 1)) / (1.0 - config.average_ema ** t)
             torch._foreach_lerp_(list(learner.average.model.parameters()), list(model.parameters()), 1.0 - keep)
-            if learner.reference is not None and config.magnet_average_from and step >= magnet_average_start(config):
+            if magnet_is_average:
                 torch._foreach_copy_(list(learner.reference.parameters()), list(learner.average.model.parameters()))
     model.eval()
     return {**stats_sum, "loss": total_loss, "grad_norm": float(grad_norm), "tokens": float(n_tokens)}
