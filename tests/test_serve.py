@@ -348,6 +348,47 @@ def test_a_client_that_leaves_a_stream_frees_its_rows(server: Any, client: Any) 
     )
 
 
+def test_a_job_cancelled_just_after_a_step_stops_counting_as_active(model_dir: Path) -> None:
+    """A client that leaves after a step's own check of its rows (the step goes on to sample them) and before the
+    next step: the loop drops the rows at its top, and the engine must then count none, so that /health neither
+    shows work nor reports the idle worker stalled. Cancelling from inside the step's end hits that window each time."""
+    from llm_zoo.policies.transformers import TransformersPolicy
+
+    served = make_server(TransformersPolicy.from_pretrained(model_dir), name="tiny", max_new_tokens=320,
+                         context_window=CONTEXT, stall_s=0.5)
+    engine = served.engine
+    real_step, armed, fired = engine._step, threading.Event(), threading.Event()
+
+    def step(new: Any) -> None:
+        real_step(new)
+        if armed.is_set() and engine.rows:
+            armed.clear()
+            for row in engine.rows:
+                row.job.cancelled = True
+            fired.set()
+
+    engine._step = step
+    with served.start(), openai.OpenAI(base_url=served.url, api_key="none", max_retries=0, timeout=60) as c:
+        stream = c.chat.completions.create(
+            model="tiny", messages=USER, max_tokens=300, extra_body={"min_tokens": 300}, stream=True
+        )
+        try:
+            for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    break
+            armed.set()
+            assert fired.wait(30), "no step ran with the stream's row after it was armed"
+            deadline = time.monotonic() + 10
+            while engine.active and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert engine.active == 0, f"{engine.active} row(s) counted as active after their job was cancelled"
+            time.sleep(1.0)  # past stall_s with the worker idle
+            ok, info = engine.health()
+            assert ok and info["active"] == 0, info
+        finally:
+            stream.close()
+
+
 # ---- tool calls (a scripted policy writes them) ---------------------------------------------
 
 

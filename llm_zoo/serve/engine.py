@@ -363,10 +363,11 @@ class ModelEngine(Engine):
                 self.last_progress = time.monotonic()
                 new = self._admit(jobs)
                 self._drop_cancelled()
+                # a client that left after the last step's own check is dropped here: its rows no longer count
+                self.active = len(self.rows) + len(new)
                 if not self.rows and not new:
                     continue
-                self.active = len(self.rows) + len(new)  # counted as work while the step runs (/health)
-                try:
+                try:  # the rows are counted as work while the step runs (/health)
                     self._step(new)
                 except Exception as exc:  # noqa: BLE001 - a failed step fails its rows, not the server
                     for job in {id(r.job): r.job for r in [*self.rows, *new]}.values():
