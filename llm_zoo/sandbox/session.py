@@ -124,6 +124,21 @@ class SandboxProcess:
         tail = self.stderr.strip().splitlines()[-1:]
         return f"the solution's process {how}" + (f": {tail[0][:200]!r}" if tail else "")
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) that the sandbox's processes have used so far, as the kernel counts it.
+
+        Read by this process from ``/proc``, outside the sandbox: the sum over the process and every process
+        it started (threads included, and the children they have reaped), so work handed to a helper process
+        counts, and waiting, sleeping or a busy machine do not. A difference of two readings times what the
+        code under test did between them (resolution: the kernel's clock tick, 10 ms).
+
+        Raises:
+            RuntimeError: ``/proc`` cannot be read (not Linux), or the process has ended.
+        """
+        if self._proc.poll() is not None:
+            raise RuntimeError("the sandbox's process has ended: its CPU time can no longer be read")
+        return process_tree_cpu_seconds(self._proc.pid)
+
     def close(self) -> None:
         """Kill the process and all it started, wait for the sandbox to go, and remove what it used."""
         if self.closed:
@@ -152,6 +167,47 @@ class SandboxProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _stat(pid: str) -> tuple[int, int] | None:
+    """Return (parent pid, CPU ticks of the process and of the children it reaped) from ``/proc/PID/stat``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read()
+    except OSError:  # it ended between the listing and the read
+        return None
+    # the command name (field 2) is in parentheses and may hold anything, ")" and spaces too: read after the last ")"
+    fields = text[text.rfind(b")") + 2:].split()
+    try:  # state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime ...
+        return int(fields[1]), int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+    except (IndexError, ValueError):
+        return None
+
+
+def process_tree_cpu_seconds(root: int) -> float:
+    """CPU seconds (user + system) of process ``root`` and all its descendants, threads and reaped children
+    included, read from ``/proc``; a process that starts or ends during the reading may be missed once."""
+    try:
+        pids = [name for name in os.listdir("/proc") if name.isdigit()]
+    except OSError as exc:
+        raise RuntimeError(f"cannot read /proc to measure CPU time ({exc}); this needs Linux") from None
+    children: dict[int, list[int]] = {}
+    ticks: dict[int, int] = {}
+    for pid in pids:
+        stat = _stat(pid)
+        if stat is not None:
+            children.setdefault(stat[0], []).append(int(pid))
+            ticks[int(pid)] = stat[1]
+    if root not in ticks:
+        raise RuntimeError(f"process {root} is not in /proc: its CPU time cannot be read")
+    total, todo, seen = 0, [root], set()
+    while todo:
+        pid = todo.pop()
+        if pid not in seen:  # (a pid reused during the listing cannot make it loop)
+            seen.add(pid)
+            total += ticks.get(pid, 0)
+            todo.extend(children.get(pid, ()))
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def open_session(

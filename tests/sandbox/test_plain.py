@@ -234,3 +234,54 @@ def test_only_values_with_nothing_mutable_inside_count_as_frozen():
               (object(),), tuple(range(100_000)) + ([],), (1, (2,) * 3, range(3))]
     assert all(plain._frozen(v) for v in frozen)
     assert not any(plain._frozen(v) for v in thawed)
+
+
+WORKER = '''
+import os, threading, time
+
+def burn(seconds):
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+def nap(seconds):
+    time.sleep(seconds)
+
+def burn_in_thread(seconds):
+    t = threading.Thread(target=burn, args=(seconds,))
+    t.start()
+    t.join()
+
+def burn_in_child(seconds, reap):
+    pid = os.fork()
+    if pid == 0:
+        burn(seconds)
+        os._exit(0)
+    if reap:
+        os.waitpid(pid, 0)
+    else:  # left a zombie: wait without reaping
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+'''
+
+
+@needs_bwrap
+def test_cpu_seconds_counts_the_work_of_every_process_and_thread_in_the_sandbox_and_no_waiting():
+    with Workspace() as ws:
+        ws.write_file("solution.py", WORKER)
+        session, process = open_session(ws, timeout_s=60)
+        with process:
+            session.deadline = time.monotonic() + 50
+            module = session.import_module("solution", ".")
+            spent = {}
+            for name, call in {"burn": lambda: module.burn(0.4), "nap": lambda: module.nap(0.6),
+                               "thread": lambda: module.burn_in_thread(0.4),
+                               "child": lambda: module.burn_in_child(0.4, True),
+                               "zombie": lambda: module.burn_in_child(0.4, False)}.items():
+                before = process.cpu_seconds()
+                call()
+                spent[name] = process.cpu_seconds() - before
+        with pytest.raises(RuntimeError, match="ended"):
+            process.cpu_seconds()
+    assert spent["nap"] < 0.1, spent
+    for name in ("burn", "thread", "child", "zombie"):
+        assert 0.35 <= spent[name] < 1.0, (name, spent)

@@ -9,7 +9,10 @@ binds ``f`` to a handle; ``f(3)`` sends ``3`` and gets back a value of an exact 
 object of the solution's own comes back as a handle that cannot be compared or hashed, so an
 ``__eq__`` that is always true passes nothing), which the test then checks here. Each test has its
 own time limit, measured here; a test that runs past it, or a solution process that dies, fails
-that test, and the next one gets a fresh process. A report lists each test with its failing line
+that test, and the next one gets a fresh process. A test that bounds how much work the solution does
+calls ``solution_cpu_seconds()`` (a name every test module sees) before and after: the CPU time of the
+solution's sandbox, every process in it, read here from ``/proc``, which a solution cannot pad by
+sleeping, move off its books by handing work to a helper process, or blame on a busy machine. A report lists each test with its failing line
 and both sides of a failing ``assert a <op> b``; strings that came from the solution are quoted.
 
 Test files that come from the workspace (a judge's own, written with ``run_python``) are not the
@@ -404,9 +407,15 @@ def _namespace(name: str, solution: _Solution, sides: _Sides, printed: list[str]
     def print_hook(*args: Any, sep: str | None = " ", end: str | None = "\n", **_: Any) -> None:
         printed.append((" " if sep is None else sep).join(map(str, args)) + ("\n" if end is None else end))
 
+    def solution_cpu_seconds() -> float:
+        """The CPU seconds the solution's sandbox has used so far, read here (see ``SandboxProcess.cpu_seconds``)."""
+        if solution.process is None:
+            raise RuntimeError("solution_cpu_seconds() needs the solution's process: import from solution first")
+        return solution.process.cpu_seconds()
+
     safe = dict(vars(builtins), __import__=import_hook, print=print_hook)
     return {"__name__": Path(name).stem, "__file__": _TEST_PREFIX + name, "__builtins__": safe,
-            "_aj_compare": sides}
+            "_aj_compare": sides, "solution_cpu_seconds": solution_cpu_seconds}
 
 
 def run_tests(

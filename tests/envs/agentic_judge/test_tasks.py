@@ -103,15 +103,23 @@ def test_kind_of_refuses_other_names():
 
 
 @needs_sandbox
-def test_binary_search_hidden_timing_fails_a_c_speed_scan_and_passes_the_searches():
-    # items.index scans at C speed: 0.85 s for the 100 far targets on an idle 2-core machine, under the old
-    # absolute bound of 1.0 s; the hidden test now compares the far targets with the near ones, timed in turn
+def test_binary_search_hidden_timing_fails_every_scan_and_passes_the_searches():
+    # test_fast bounds the CPU time of the solution's sandbox (read from /proc outside it) over 100 searches near
+    # the list's end: a scan at C speed (items.index), one that sleeps first (wall time bought with no CPU, which
+    # fooled the wall-clock comparison of near and far targets), and one handed to a thread all spend a second or
+    # more there, where a search spends about 0.01 s
     from llm_zoo.sandbox import Workspace
 
     task = load_tasks()["binary_search"]
-    scans = {"index_scan": "def find(items, target):\n    try:\n        return items.index(target)\n"
-                           "    except ValueError:\n        return -1\n",
-             "in_then_index": "def find(items, target):\n    return items.index(target) if target in items else -1\n"}
+    index = "    try:\n        return items.index(target)\n    except ValueError:\n        return -1\n"
+    scans = {"index_scan": "def find(items, target):\n" + index,
+             "in_then_index": "def find(items, target):\n    return items.index(target) if target in items else -1\n",
+             "sleep_then_scan": "import time\n\n\ndef find(items, target):\n    time.sleep(0.002)\n" + index,
+             "thread_scan": "import queue\nimport threading\n\nasks, answers = queue.Queue(), queue.Queue()\n\n\n"
+                            "def work():\n    while True:\n        items, target = asks.get()\n"
+                            "        answers.put(items.index(target) if target in items else -1)\n\n\n"
+                            "threading.Thread(target=work, daemon=True).start()\n\n\n"
+                            "def find(items, target):\n    asks.put((items, target))\n    return answers.get()\n"}
     outcome = {}
     for name, source in {**scans, "reference": task.solutions["reference"],
                          "alt_bisect": task.solutions["alt_bisect"]}.items():
