@@ -6,11 +6,13 @@
 # Usage: bash scripts/test.sh [pytest args...]
 #   With pytest args, they go to the main stage and the vLLM stage is left out (LLM_ZOO_VLLM_STAGE=1 keeps it);
 #   LLM_ZOO_VLLM_STAGE=0 leaves it out of a full run, LLM_ZOO_VLLM_STAGE=only runs it alone.
+#   The main stage runs on LLM_ZOO_TEST_WORKERS pytest-xdist workers (2, for CI's two cores; 0 runs it in one process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
 VLLM_STAGE=${LLM_ZOO_VLLM_STAGE:-$([ $# -eq 0 ] && echo 1 || echo 0)}
+WORKERS=${LLM_ZOO_TEST_WORKERS:-2}
 status=0
 rm -rf .test-results
 
@@ -32,7 +34,7 @@ if [ "$VLLM_STAGE" != only ]; then
     .venv/bin/python -m pip install -q "torch==2.13.0" -e ".[all]" 2>&1 | grep -v "^WARNING: Location" || true
     .venv/bin/python -c "import llm_zoo, torch, transformers, pettingzoo" # fail early if the install did not take
     # the vLLM tests run in stage 2, against a real engine
-    .venv/bin/python -m pytest -q -p no:cacheprovider -m "not vllm" --junitxml=.test-results/main.xml "$@" || status=$?
+    .venv/bin/python -m pytest -q -p no:cacheprovider -n "$WORKERS" -m "not vllm" --junitxml=.test-results/main.xml "$@" || status=$?
 fi
 
 if [ "$VLLM_STAGE" != 0 ]; then
