@@ -50,6 +50,7 @@ from llm_zoo.trainers.evaluation import headline_evaluator
 from llm_zoo.trainers.executors import EXECUTORS, make_executor
 from llm_zoo.trainers.memory import micro_batches, preflight
 from llm_zoo.trainers.rollout import collect
+from llm_zoo.trainers.schedules import LR_SCHEDULES, lr_factor
 from llm_zoo.trainers.selfplay import (
     SCHEDULES,
     active_learners,
@@ -424,21 +425,9 @@ def aggregate(per_token_loss: torch.Tensor, completion_mask: torch.Tensor, aggre
     return AGGREGATIONS[aggregation].reduce(per_token_loss, completion_mask) / normalizer
 
 
-LR_SCHEDULES: dict[str, Callable[[float, float], float]] = {
-    "constant": lambda progress, low: 1.0,
-    "linear": lambda progress, low: 1.0 - (1.0 - low) * progress,
-    "cosine": lambda progress, low: low + (1.0 - low) * 0.5 * (1.0 + math.cos(math.pi * progress)),
-}
-"""``config.lr_schedule`` -> (progress in [0, 1] after warm-up, lr_min_ratio) -> multiplier of ``lr``."""
-
-
 def learning_rate_factor(step: int, config: TrainConfig) -> float:
     """Return the multiplier of ``lr`` at ``step``: linear warm-up, then the configured decay."""
-    if step < config.warmup_steps:
-        return (step + 1) / config.warmup_steps
-    span = max(1, config.steps - config.warmup_steps)
-    progress = min(1.0, (step - config.warmup_steps) / span)
-    return LR_SCHEDULES[config.lr_schedule](progress, config.lr_min_ratio)
+    return lr_factor(step, config.steps, config.warmup_steps, config.lr_schedule, config.lr_min_ratio)
 
 
 def step_rng(seed: int, step: int, purpose: str) -> random.Random:

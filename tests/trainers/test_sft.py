@@ -263,6 +263,25 @@ def test_options_restrict_the_traces_to_some_scenarios():
     assert [e.options for e in episodes] == [{"scenario": s} for s in scenarios] * 2
 
 
+def test_the_learning_rate_warms_up_then_follows_the_schedule_to_its_floor(tmp_path):
+    config = _kuhn(tmp_path, episodes=32, epochs=2, batch_size=8, val_fraction=0.0, lr=1e-3, warmup_steps=2,
+                   lr_schedule="linear", lr_min_ratio=0.0)
+    summary = sft.sft(config)
+    rows = [json.loads(line) for line in (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
+    lrs = [r["charts/lr"] for r in rows if "charts/lr" in r]
+    assert len(lrs) == summary["steps"] == 8
+    # warm-up over 2 steps, then linear from the peak toward 0 over the other 6 (the trainer's rule: the floor would
+    # be the step after the last)
+    assert lrs == pytest.approx([5e-4, 1e-3, 1e-3, 1e-3 * 5 / 6, 1e-3 * 4 / 6, 1e-3 * 3 / 6, 1e-3 * 2 / 6, 1e-3 / 6])
+    constant = sft.sft(_kuhn(tmp_path / "c", episodes=16, epochs=1, batch_size=8, val_fraction=0.0, lr=1e-3))
+    rows = [json.loads(line) for line in (Path(constant["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
+    assert [r["charts/lr"] for r in rows if "charts/lr" in r] == [1e-3, 1e-3]  # the default stays constant
+    with pytest.raises(ValueError, match="lr_schedule must be one of"):
+        make_sft_config("kuhn_poker_v0", {"lr_schedule": "step"})
+    with pytest.raises(ValueError, match="lr_min_ratio"):
+        make_sft_config("kuhn_poker_v0", {"lr_min_ratio": 1.5})
+
+
 def test_config_errors_name_the_field():
     with pytest.raises(ValueError, match="config.role names"):
         sft.sft(make_sft_config("kuhn_poker_v0", {"role": "dealer", **QUICK}))
