@@ -149,10 +149,10 @@ ENVS: dict[str, EnvRows] = {
                    "proposer_best_fixed_learnability": [f"fixed d={d}" for d in range(1, 10)]},
     ),
     "agentic_judge_v0": EnvRows(
-        # the solver's hidden-test pass rate, each of the preset's twelve tasks played alike (per_task), on evaluation
-        # seeds; the floor always submits a stored wrong solution
+        # the solver's hidden-test pass rate, each of the preset's six tasks played alike (per_task: 8 times, 48
+        # episodes a policy), on evaluation seeds; the floor always submits a stored wrong solution
         metric="hidden_pass_rate", floor="wrong",
-        eval_options={"per_task": 4}, quick_eval_options={"per_task": 1},
+        eval_options={"per_task": 8}, quick_eval_options={"per_task": 1},
         quick={"steps": 1, "episodes_per_step": 2, "group_size": 2, "rollout_batch_size": 2, "max_new_tokens": 16,
                "eval_every": 0, "model_hidden_size": 32,
                "env_kwargs": {"tasks": list(QUICK_JUDGE_TASKS), "prompt": "compact", "max_tool_calls": 4, "max_retries": 0},

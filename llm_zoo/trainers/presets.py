@@ -146,25 +146,31 @@ AGENTIC_JUDGE_V0: dict[str, Any] = {
     "init": "sft",
     # the traces cycle over the tasks (8 episodes each); the solver draws the reference, the alternative or one of
     # the two wrong solutions, about a quarter each. Measured (seed 0, 12 epochs of 48 episodes, 2 per task): train
-    # token accuracy 0.977, and sampled at temperature 1.0 no reply was a stored solution byte for byte, at 0.5 half
+    # token accuracy 0.977, and sampled at temperature 1.0 no reply was a stored solution byte for byte, at 0.5 half.
+    # The rate decays linearly to 0 over the fit: at a constant 3e-3 the fit ended at train loss 0.064 and 25 of 48
+    # solutions sampled at 0.7 were corrupted copies (hidden pass 0.146); decayed, 0.022 and 14 of 48 (0.292; seed 0)
     "sft": {"teachers": {"solver": ["reference", "alternative", "wrong", "wrong"], "judge": "rule_judge"},
             "options": [{"task": t} for t in LEARNING_TASKS], "episodes": 48, "epochs": 20, "batch_size": 4,
-            "lr": 3e-3, "warmup_steps": 4, "val_fraction": 0.0},
+            "lr": 3e-3, "warmup_steps": 4, "lr_schedule": "linear", "lr_min_ratio": 0.0, "val_fraction": 0.0},
     "model_hidden_size": 128,
     # the longest stored solution's reply (write_file + run_tests) is 340 tokens of the env's BPE tokenizer
     "max_new_tokens": 352,
     # sampling (and the loss) at 0.7: the tiny model's tail tokens corrupt a memorised solution (see above)
     "temperature": 0.7,
-    # 8 steps of 8 episodes: each episode runs about 4 sandboxed programs (1.3-2.3 s on the shared 2-core machine)
-    "steps": 8,
+    # 32 steps of 8 episodes: each episode runs about 5 sandboxed programs (a step takes about 3-6 s on a 2-core CPU)
+    "steps": 32,
     # four episodes per env seed share the task: GRPO compares four solutions of one task
     "episodes_per_step": 8,
     "group_size": 4,
     "rollout_batch_size": 8,
     "micro_batch_size": 8,
     "algorithm": "grpo",
-    "lr": 1e-3,
-    "eval_every": 4,
+    # RL at 1e-4 moves the warm start's mass among its memorised solutions; faster rates drift the copies into
+    # unstored code. Seed 0, from the same warm start (0.292 [0.18, 0.43] hidden pass, 48 evaluation episodes):
+    # 1e-4 ends at 0.542 [0.40, 0.67]; 3e-4 fell to 0.125 on its own 8-episode evaluations (0.5 at step 8); the
+    # earlier 8 steps at 1e-3 ended at 0.0
+    "lr": 1e-4,
+    "eval_every": 8,
     "checkpoint_every": 0,
     "sample_every": 0,
     "threads": 1,
