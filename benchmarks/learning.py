@@ -42,7 +42,9 @@ solver's also by a second judge with other rules (``strict_judge``); the blind-s
 judge passed that the hidden tests fail. The JSON line gains ``judge_trained_hidden_pass``,
 ``tests_trained_hidden_pass`` and ``oracle_trained_hidden_pass`` (the three rows' means) and ``judge_blind_spots``.
 
-Runs go two at a time (``--jobs``), one torch thread each (the presets' ``threads``).
+Runs go two at a time (``--jobs``), each in a process of its own, one torch thread each (the presets'
+``threads``); a run that fails (or is killed) is reported on stderr and in the JSON line's ``failed_jobs``, and
+its row goes on with the other seeds.
 
     python benchmarks/learning.py --out results/     # 3 seeds x (warm start + 3 methods): 31.5 min on 2 busy cores
     python benchmarks/learning.py --quick            # 1 seed, one step of everything: about a minute
@@ -66,7 +68,6 @@ import statistics
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -209,8 +210,62 @@ def _evaluate(env: str, policy_dir: Path, config: Any, options: Mapping[str, Any
 
 
 def _peak_rss_mb() -> float:
-    """Peak resident memory of this worker process so far (an upper bound of the job's: workers are reused)."""
+    """Peak resident memory of this job's process (each job runs in a process of its own: :class:`Isolated`)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _child(conn: Any, fn: Any, args: tuple[Any, ...]) -> None:
+    try:
+        message = ("ok", fn(*args))
+    except BaseException as exc:  # noqa: BLE001 - whatever ends the job is the parent's to report
+        message = ("error", f"{type(exc).__name__}: {exc}")
+    conn.send(message)
+    conn.close()
+
+
+class Isolated:
+    """Jobs side by side, each in a process forked for it alone, from the calling thread only.
+
+    Each job's memory is then its own (a pool's reused workers carried what earlier jobs left behind: in one full
+    agentic_judge run a worker reached 12.8 GB on its fifth job and the kernel killed it, which broke the pool and
+    lost every run), and a job that dies (killed, or out of memory) fails alone. Forking from helper threads
+    instead trips libraries' fork guards (filelock: "os.fork is unsafe while filelock is changing descriptor
+    ownership").
+    """
+
+    def __init__(self, context: Any, width: int) -> None:
+        self.context, self.width = context, width
+        self.queue: list[tuple[Any, Any, tuple[Any, ...]]] = []
+        self.running: dict[Any, tuple[Any, Any]] = {}
+
+    def submit(self, key: Any, fn: Any, *args: Any) -> None:
+        """Queue ``fn(*args)``; :meth:`finished` yields it under ``key``."""
+        self.queue.append((key, fn, args))
+
+    def finished(self):
+        """Yield ``(key, result, error)`` as jobs end (``error`` a string, or None); jobs queued meanwhile run too."""
+        from multiprocessing.connection import wait
+
+        while self.queue or self.running:
+            while self.queue and len(self.running) < self.width:
+                key, fn, args = self.queue.pop(0)
+                receive, send = self.context.Pipe(duplex=False)
+                process = self.context.Process(target=_child, args=(send, fn, args))
+                process.start()
+                send.close()  # the child holds the only sending end: its end, however it comes, is an EOF here
+                self.running[receive] = (key, process)
+            for receive in wait(list(self.running)):
+                key, process = self.running.pop(receive)
+                try:
+                    status, value = receive.recv()
+                except EOFError:
+                    status, value = "error", None
+                process.join()
+                receive.close()
+                if status == "ok":
+                    yield key, value, None
+                else:
+                    yield key, None, value or f"its process died with exit code {process.exitcode} and no result"
 
 
 def warm_start_job(env: str, seed: int, overrides: Mapping[str, Any], out: str, options: Mapping[str, Any]
@@ -475,6 +530,12 @@ def plot_proposer(results: Sequence[Mapping[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def _failure(env: str, stage: str, seed: int, error: str) -> dict[str, Any]:
+    """Report a job that failed (on stderr) and return its entry of the JSON line's ``failed_jobs``."""
+    print(f"learning: {env} {stage} seed {seed} failed: {error}", file=sys.stderr)
+    return {"env": env, "stage": stage, "seed": seed, "error": error[:300]}
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the benchmark; print the tables and the JSON line; write the plot under ``--out``; return the figures."""
     started = time.perf_counter()
@@ -501,6 +562,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     context = multiprocessing.get_context("fork")  # the script is loaded from a path: spawn could not import it
     all_results: dict[str, list[dict[str, Any]]] = {}
+    failed: list[dict[str, Any]] = []
     tables: dict[str, dict[str, dict[str, Any]]] = {}
     for env in envs:
         rows_of = ENVS[env]
@@ -509,16 +571,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         results = [floor_figures(env, rows_of.floor, make_config(env, overrides), options)]
         results += [floor_figures(env, player, make_config(env, overrides), options, stage)
                     for stage, player in rows_of.scripted_rows.items()]
-        with ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
-            # each seed's RL runs are queued as soon as its warm start is done, so no worker waits
-            pending = [pool.submit(warm_start_job, env, s, overrides, str(out), options) for s in seeds]
-            warm, futures = [], []
-            for done in as_completed(pending):
-                w = done.result()
-                warm.append(w)
-                futures += [pool.submit(rl_job, env, w["seed"], m, w["init"], overrides, str(out), options)
-                            for m in rows_of.methods]
-            rl = [f.result() for f in futures]
+        # each seed's RL runs are queued as soon as its warm start is done, so no worker waits; a job that fails
+        # is reported and left out of its row, and the others go on
+        jobs = Isolated(context, args.jobs)
+        for s in seeds:
+            jobs.submit(("warm start", s), warm_start_job, env, s, overrides, str(out), options)
+        warm, rl = [], []
+        for (stage, seed), result, error in jobs.finished():
+            if error is not None:
+                failed.append(_failure(env, stage, seed, error))
+            elif stage == "warm start":
+                warm.append(result)
+                for m in rows_of.methods:
+                    jobs.submit((m, seed), rl_job, env, seed, m, result["init"], overrides, str(out), options)
+            else:
+                rl.append(result)
         warm.sort(key=lambda r: r["seed"])
         rl.sort(key=lambda r: (r["seed"], list(rows_of.methods).index(r["stage"])))
         results += warm + rl
@@ -533,7 +600,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if "proposer_solver_v0" in all_results:
         plot_proposer(all_results["proposer_solver_v0"], out / "learning_proposer.png")
         print(f"plot: {out / 'learning_proposer.png'}")
-    figures: dict[str, Any] = {env: round(tables[env][ENVS[env].methods[0]]["mean"], 4) for env in envs}
+    figures: dict[str, Any] = {env: (round(tables[env][ENVS[env].methods[0]]["mean"], 4)
+                                     if ENVS[env].methods[0] in tables[env] else None) for env in envs}
     for env in envs:
         for key, stages in ENVS[env].json_keys.items():
             means = [tables[env][s]["mean"] for s in ([stages] if isinstance(stages, str) else stages) if s in tables[env]]
@@ -543,6 +611,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     figures["rows"] = {env: {stage: {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}
                              for stage, row in table.items()} for env, table in tables.items()}
     figures["seeds"] = len(seeds)
+    figures["failed_jobs"] = failed
     figures["seconds"] = round(time.perf_counter() - started, 1)
     print(json.dumps(figures))
     return figures

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -70,6 +71,49 @@ def test_quick_proposer_rows_and_the_json_keys(capsys, tmp_path):
     results = json.loads((tmp_path / "learning.json").read_text())["proposer_solver_v0"]
     finals = [r for r in results if r["stage"] == "hgrpo"]
     assert finals and set(finals[0]["curves"]) >= {"invalid_task_rate", "pass_hist_2"}
+    assert figures["failed_jobs"] == []
+
+
+def test_each_job_runs_in_a_fresh_process_and_one_that_dies_fails_alone():
+    import multiprocessing
+
+    learning = _load()
+    jobs = learning.Isolated(multiprocessing.get_context("fork"), 2)
+    for i in range(3):
+        jobs.submit(("pid", i), os.getpid)
+    jobs.submit("dies", os._exit, 9)  # as the kernel's OOM killer ends a job
+    jobs.submit("raises", int, "seven")
+    jobs.submit("big", bytes, 1 << 20)  # a result larger than a pipe's buffer comes back whole
+    done = {key: (result, error) for key, result, error in jobs.finished()}
+    pids = {done[("pid", i)][0] for i in range(3)}
+    assert len(pids) == 3 and os.getpid() not in pids  # a process of its own for every job: nothing carried over
+    assert done["dies"] == (None, "its process died with exit code 9 and no result")
+    assert done["raises"][0] is None and done["raises"][1].startswith("ValueError: invalid literal")
+    assert done["big"] == (bytes(1 << 20), None)
+
+
+_REAL_RL_JOB = None
+
+
+def _rae_dies(env, seed, method, *args):
+    if method == "rae":
+        os._exit(9)
+    return _REAL_RL_JOB(env, seed, method, *args)
+
+
+def test_a_run_that_dies_is_reported_and_its_row_goes_on_without_it(capsys, tmp_path, monkeypatch):
+    global _REAL_RL_JOB
+    learning = _load()
+    _REAL_RL_JOB = learning.rl_job
+    monkeypatch.setattr(learning, "rl_job", _rae_dies)
+    figures = learning.main(["--quick", "--envs", "proposer_solver_v0", "--jobs", "2", "--out", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert json.loads(captured.out.strip().splitlines()[-1]) == figures
+    assert [(f["stage"], f["seed"]) for f in figures["failed_jobs"]] == [("rae", 0)]
+    assert figures["failed_jobs"][0]["error"] == "its process died with exit code 9 and no result"
+    assert "proposer_solver_v0 rae seed 0 failed" in captured.err
+    rows = figures["rows"]["proposer_solver_v0"]
+    assert "rae" not in rows and rows["hgrpo"]["episodes"] == 2 and rows["grpo"]["episodes"] == 2
 
 
 # the agentic_judge rows: the three rewards' rows, the cross-play and the blind spots, and the JSON line's judge keys
