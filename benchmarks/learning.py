@@ -227,10 +227,10 @@ class Isolated:
     """Jobs side by side, each in a process forked for it alone, from the calling thread only.
 
     Each job's memory is then its own (a pool's reused workers carried what earlier jobs left behind: in one full
-    agentic_judge run a worker reached 12.8 GB on its fifth job and the kernel killed it, which broke the pool and
-    lost every run), and a job that dies (killed, or out of memory) fails alone. Forking from helper threads
-    instead trips libraries' fork guards (filelock: "os.fork is unsafe while filelock is changing descriptor
-    ownership").
+    agentic_judge run a worker reached 12.8 GB on the last of its six or so jobs and the kernel killed it, which
+    broke the pool and lost every run), and a job that dies (killed, or out of memory) fails alone. Forking from
+    helper threads instead trips libraries' fork guards (filelock: "os.fork is unsafe while filelock is changing
+    descriptor ownership").
     """
 
     def __init__(self, context: Any, width: int) -> None:
