@@ -300,6 +300,9 @@ class TrainConfig:
                              f"{self.unmask_steps!r} and {self.unmask_prompts!r}")
         if not (math.isfinite(self.unmask_lr) and self.unmask_lr > 0.0):
             raise ValueError(f"config.unmask_lr must be a finite number > 0; got {self.unmask_lr!r}")
+        if not 0.0 <= self.lr_min_ratio <= 1.0:
+            raise ValueError(f"config.lr_min_ratio must be in [0, 1] (the floor of lr_schedule's decay, as a share of "
+                             f"lr); got {self.lr_min_ratio!r}")
         if not 0.0 <= self.p_latest <= 1.0:
             raise ValueError(f"config.p_latest must be in [0, 1]; got {self.p_latest!r}")
         if not 0.0 < self.vllm_gpu_memory_utilization < 1.0:

@@ -109,6 +109,9 @@ def test_learning_rate_schedules():
     config = TrainConfig(steps=10, lr_schedule="cosine", lr_min_ratio=0.1)
     assert learning_rate_factor(0, config) == pytest.approx(1.0)
     assert learning_rate_factor(10, config) == pytest.approx(0.1)
+    for bad in (-0.1, 1.5):  # a floor below 0 would turn the rate negative; above 1 would make the decay a climb
+        with pytest.raises(ValueError, match=r"config.lr_min_ratio must be in \[0, 1\]"):
+            TrainConfig(lr_min_ratio=bad)
 
 
 def test_config_errors_name_the_field():
