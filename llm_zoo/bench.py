@@ -23,7 +23,9 @@ time, its printed output verbatim (its tables), its JSON line, the Markdown tabl
 A run with ``--only`` updates the page in place: the sections of the scripts it ran replace theirs
 (or are inserted in :func:`discover`'s order), every other section is kept as it was, and each section's
 ``Run:`` line says which run made it (a rewritten one names its machine too; the Machine table stays
-that of the run that made the page). A plain run writes the whole page anew.
+that of the run that made the page). A plain run writes the whole page anew. ``--args NAME=ARGS`` passes
+more arguments to one script of the run (``--only learning --args 'learning=--envs proposer_solver_v0'``: a
+part of a long benchmark), and both the page's and the script's command lines show them.
 
 The README's headline block, between ``<!-- headline:start -->`` and ``<!-- headline:end -->``, is
 filled with the table ``kuhn_headline`` writes (``kuhn_headline.md``), after a full run; a
@@ -43,13 +45,14 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,29 +157,31 @@ def _text(value: str | bytes | None) -> str:
 
 
 def run_script(script: Path, *, quick: bool, timeout_s: float, assets: Path, page_dir: Path,
-               docs: Path = ROOT / "docs", runs: Path | None = None) -> ScriptResult:
+               docs: Path = ROOT / "docs", runs: Path | None = None, extra: Sequence[str] = ()) -> ScriptResult:
     """Run one script in a subprocess; collect its output, JSON line, Markdown tables and plots.
 
     Args:
         script: The script's path.
         quick: Pass ``--quick``.
         timeout_s: Kill it (and everything it started) after this many seconds.
-        assets: Where its plots are copied (``assets/<stem>/``); that folder is emptied first.
+        assets: Where its plots are copied (``assets/<stem>/``), each replacing the file of its name; nothing else
+            in that folder is touched.
         page_dir: The page's folder: plot paths are given relative to it.
         docs: Plots written under this folder during the run are linked where they are.
         runs: Passed as ``--runs-dir`` to a script that declares it: training runs shared between scripts
             (``kuhn_headline`` and ``kuhn_credit`` train the same 12 Kuhn runs; the second reuses them).
+        extra: More arguments for the script, after ``--quick`` (``--args``: a part of a long benchmark).
     """
     name = script.stem
-    argv = [_python(script), str(script), *(["--quick"] if quick else [])]
+    argv = [_python(script), str(script), *(["--quick"] if quick else []), *extra]
     with tempfile.TemporaryDirectory(prefix=f"bench_{name}_") as tmp:
         out = Path(tmp) / "out"
         if _takes(script, "--out"):
             argv += ["--out", str(out)]
         if runs is not None and _takes(script, "--runs-dir"):
             argv += ["--runs-dir", str(runs)]
-        shown = " ".join(["python", os.path.relpath(script, ROOT) if script.is_relative_to(ROOT) else str(script),
-                          *argv[2:]]).replace(str(out), "OUT")
+        shown = shlex.join(["python", os.path.relpath(script, ROOT) if script.is_relative_to(ROOT) else str(script),
+                            *argv[2:]]).replace(str(out), "OUT")
         before = _pngs(docs)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg"}
         start = time.perf_counter()
@@ -214,8 +219,9 @@ def run_script(script: Path, *, quick: bool, timeout_s: float, assets: Path, pag
                   else "skipped" if "skipped" in figures else "ok")
 
         tables = {p.name: p.read_text() for p in sorted(out.glob("*.md"))} if out.is_dir() else {}
+        # only the plots of this run replace theirs: records kept beside them (docs/results/learning/judge.md,
+        # with the plots it links) are not the run's to remove
         target = assets / name
-        shutil.rmtree(target, ignore_errors=True)
         plots = []
         for png in sorted(out.glob("*.png")) if out.is_dir() else []:
             target.mkdir(parents=True, exist_ok=True)
@@ -586,7 +592,7 @@ def fill_readme(readme: Path, table: str, footer: str) -> bool:
 
 def run(*, quick: bool = False, only: Sequence[str] | None = None, timeout_s: float | None = None,
         page: Path = PAGE, readme: Path | None = None, scripts_dir: Path = BENCHMARKS,
-        log: Any = sys.stderr, jobs: int = 1) -> list[ScriptResult]:
+        log: Any = sys.stderr, jobs: int = 1, args: Mapping[str, str] | None = None) -> list[ScriptResult]:
     """Run the benchmark scripts, write the page (and the README's headline block); return the results.
 
     Args:
@@ -601,9 +607,13 @@ def run(*, quick: bool = False, only: Sequence[str] | None = None, timeout_s: fl
         log: Where one progress line per script goes (None: nowhere).
         jobs: Scripts run side by side (1: one after another, so that no two measure at once). The scripts that
             share training runs (``--runs-dir``) still run one after another, in order, on one of them.
+        args: Script stem -> more arguments for it, as a shell would split them (``{"learning": "--envs
+            proposer_solver_v0"}``); each named script must be among those run, and the page's command line
+            and the script's own show them.
 
     Raises:
-        ValueError: ``only`` names a script that is not there, or ``jobs`` is below 1.
+        ValueError: ``only`` or ``args`` names a script that is not there (or, for ``args``, not run), an
+            ``args`` value a shell could not split, or ``jobs`` below 1.
     """
     if int(jobs) < 1:
         raise ValueError(f"jobs must be >= 1 (scripts side by side); got {jobs!r}")
@@ -614,19 +624,30 @@ def run(*, quick: bool = False, only: Sequence[str] | None = None, timeout_s: fl
         if unknown:
             raise ValueError(f"--only: no benchmark script {unknown!r} in {scripts_dir}; choose from {sorted(scripts)}")
         scripts = {n: p for n, p in scripts.items() if n in names}
+    extra: dict[str, list[str]] = {}
+    for name, value in (args or {}).items():
+        name = name.removesuffix(".py")
+        if name not in scripts:
+            raise ValueError(f"--args: {name!r} is not among the scripts this run runs ({sorted(scripts)}); "
+                             "name it in --only too")
+        try:
+            extra[name] = shlex.split(value)
+        except ValueError as exc:
+            raise ValueError(f"--args {name}: cannot split {value!r} into arguments as a shell would ({exc})") from exc
     timeout_s = timeout_s or TIMEOUT_S["quick" if quick else "full"]
     page = Path(page)
     page.parent.mkdir(parents=True, exist_ok=True)
     info = machine()
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    command = "llm-zoo bench" + (" --quick" if quick else "") + (f" --only {' '.join(scripts)}" if only else "")
+    command = ("llm-zoo bench" + (" --quick" if quick else "") + (f" --only {' '.join(scripts)}" if only else "")
+               + "".join(f" --args {shlex.quote(name + '=' + shlex.join(words))}" for name, words in extra.items()))
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench_runs_") as shared_runs:
         def one(name: str) -> ScriptResult:
             if log is not None:
                 print(f"bench: {name} ...", file=log, flush=True)
             result = run_script(scripts[name], quick=quick, timeout_s=timeout_s, assets=page.parent / "results",
-                                page_dir=page.parent, runs=Path(shared_runs))
+                                page_dir=page.parent, runs=Path(shared_runs), extra=extra.get(name, ()))
             if log is not None:
                 print(f"bench: {name} {result.status} in {_seconds(result.seconds)}", file=log, flush=True)
             return result
@@ -677,6 +698,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                              "the page in place: their sections (stamped with this run's command, date, commit and "
                              "machine) replace theirs, every other script's section is kept; a page that cannot be "
                              "parsed is written anew (old one kept as PAGE.bak)")
+    parser.add_argument("--args", action="append", default=[], metavar="NAME=ARGS",
+                        help="more arguments for one script, split as a shell would (repeatable), e.g. "
+                             "--only learning --args 'learning=--envs proposer_solver_v0': a part of a long "
+                             "benchmark, with the page's command line saying which")
     parser.add_argument("--jobs", type=int, default=1,
                         help="scripts run side by side (default 1: one after another, so that no two measure at "
                              "once; more only for a smoke run whose seconds are not read)")
@@ -699,8 +724,14 @@ def _command(args: argparse.Namespace) -> int:
     if args.timeout is not None and args.timeout <= 0:
         raise ValueError(f"--timeout must be > 0 seconds; got {args.timeout!r}")
     readme = None if args.no_readme else Path(args.readme) if args.readme else None if args.quick else README
+    extra: dict[str, str] = {}
+    for item in args.args:
+        name, eq, value = item.partition("=")
+        if not eq or not name:
+            raise ValueError(f"--args expects NAME=ARGS (a script's stem, then its arguments); got {item!r}")
+        extra[name] = f"{extra[name]} {value}" if name in extra else value
     results = run(quick=args.quick, only=args.only, timeout_s=args.timeout, page=Path(args.page), readme=readme,
-                  scripts_dir=Path(args.benchmarks), jobs=args.jobs)
+                  scripts_dir=Path(args.benchmarks), jobs=args.jobs, args=extra)
     bad = [f"{r.name} ({r.status})" for r in results if r.status not in ("ok", "skipped")]
     print(f"wrote {args.page}: {len(results) - len(bad)}/{len(results)} scripts ok or skipped"
           + (f"; not ok: {', '.join(bad)}" if bad else ""))

@@ -190,6 +190,14 @@ def test_one_failing_script_is_reported_and_the_rest_still_run(fakes, tmp_path):
     assert "RuntimeError: this benchmark is broken" in page and "killed at the timeout" in page
     assert "| 1 | 2 |" in page and "![good: good](results/good/good.png)" in page
     assert (tmp_path / "results" / "good" / "good.png").exists()
+    # a rerun replaces its plot and leaves what was kept beside it (a record, with a plot of its own)
+    kept = {"record.md": "a longer run's table", "record.png": "\x89PNG kept"}
+    for file, text in kept.items():
+        (tmp_path / "results" / "good" / file).write_text(text)
+    (tmp_path / "results" / "good" / "good.png").write_bytes(b"stale")
+    bench.run(quick=True, page=tmp_path / "page.md", scripts_dir=fakes, only=["good"], log=None)
+    assert (tmp_path / "results" / "good" / "good.png").read_bytes() != b"stale"
+    assert {f: (tmp_path / "results" / "good" / f).read_text() for f in kept} == kept
     assert "`python " in page and "--quick --out OUT`" in page
     assert (tmp_path / "README.md").read_text() == README  # no headline script ran: the README stays
 
@@ -426,3 +434,33 @@ def test_parse_reads_back_what_render_wrote_and_rejects_hand_edits():
         bench.update(text.replace("\n## bbb\n", "\n## BBB\n"), [], info, command="c", date="d")
     with pytest.raises(bench.PageFormatError, match="Scripts table row"):
         bench.update(text.replace("| [bbb](#bbb)", "| [bbb](#ccc)"), [], info, command="c", date="d")
+
+
+def test_args_reach_the_named_script_and_the_page_says_so(fakes, tmp_path, capsys):
+    (fakes / "echo.py").write_text(textwrap.dedent("""
+        import argparse, json
+        p = argparse.ArgumentParser(); p.add_argument("--quick", action="store_true"); p.add_argument("--envs")
+        p.add_argument("--note")
+        a = p.parse_args()
+        print(json.dumps({"envs": a.envs, "note": a.note, "seconds": 0}))
+    """))
+    page = tmp_path / "page.md"
+    results = bench.run(quick=True, page=page, scripts_dir=fakes, only=["echo", "good"], log=None,
+                        args={"echo": "--envs a,b --note 'two words'"})
+    by = {r.name: r for r in results}
+    assert by["echo"].figures == {"envs": "a,b", "note": "two words", "seconds": 0}
+    assert by["echo"].command.endswith("--quick --envs a,b --note 'two words'")
+    assert "--envs" not in by["good"].command  # only the named script gets them
+    text = page.read_text()
+    assert "`llm-zoo bench --quick --only echo good --args 'echo=--envs a,b --note '\"'\"'two words'\"'\"''`" in text
+    with pytest.raises(ValueError, match="not among the scripts this run runs"):
+        bench.run(quick=True, page=page, scripts_dir=fakes, only=["good"], log=None, args={"echo": "--envs a"})
+    with pytest.raises(ValueError, match="cannot split"):
+        bench.run(quick=True, page=page, scripts_dir=fakes, only=["echo"], log=None, args={"echo": "--note 'open"})
+    # on the command line: NAME=ARGS, repeatable; a value with no name is refused with what was expected
+    assert cli(["bench", "--quick", "--only", "echo", "--args", "echo=--envs x", "--args", "echo=--note y",
+                "--benchmarks", str(fakes), "--page", str(page)]) == 0
+    assert '"envs": "x"' in page.read_text() and '"note": "y"' in page.read_text()
+    assert cli(["bench", "--quick", "--only", "echo", "--args", "--envs x", "--benchmarks", str(fakes),
+                "--page", str(page)]) == 2
+    assert "--args expects NAME=ARGS" in capsys.readouterr().err
