@@ -50,7 +50,7 @@ from llm_zoo.trainers.evaluation import headline_evaluator
 from llm_zoo.trainers.executors import EXECUTORS, make_executor
 from llm_zoo.trainers.memory import micro_batches, preflight
 from llm_zoo.trainers.rollout import collect
-from llm_zoo.trainers.schedules import LR_SCHEDULES, lr_factor
+from llm_zoo.trainers.schedules import check_schedule, lr_factor
 from llm_zoo.trainers.selfplay import (
     SCHEDULES,
     active_learners,
@@ -260,7 +260,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         choices = {"algorithm": tuple(adv.ESTIMATORS), "schedule": tuple(SCHEDULES),
-                   "aggregation": tuple(AGGREGATIONS), "lr_schedule": tuple(LR_SCHEDULES),
+                   "aggregation": tuple(AGGREGATIONS),
                    "baseline_key": ("role", "agent", "prompt"),
                    "kl_estimator": ("k3", "exact"),
                    "generation": ("transformers", "vllm"), "executor": EXECUTORS}
@@ -300,9 +300,7 @@ class TrainConfig:
                              f"{self.unmask_steps!r} and {self.unmask_prompts!r}")
         if not (math.isfinite(self.unmask_lr) and self.unmask_lr > 0.0):
             raise ValueError(f"config.unmask_lr must be a finite number > 0; got {self.unmask_lr!r}")
-        if not 0.0 <= self.lr_min_ratio <= 1.0:
-            raise ValueError(f"config.lr_min_ratio must be in [0, 1] (the floor of lr_schedule's decay, as a share of "
-                             f"lr); got {self.lr_min_ratio!r}")
+        check_schedule(self.lr_schedule, self.lr_min_ratio)
         if not 0.0 <= self.p_latest <= 1.0:
             raise ValueError(f"config.p_latest must be in [0, 1]; got {self.p_latest!r}")
         if not 0.0 < self.vllm_gpu_memory_utilization < 1.0:

@@ -45,7 +45,7 @@ from llm_zoo.trainers import presets
 from llm_zoo.trainers.advantages import RAEState
 from llm_zoo.trainers.checkpoint import latest_checkpoint, save_checkpoint
 from llm_zoo.trainers.rollout import collect
-from llm_zoo.trainers.schedules import LR_SCHEDULES, lr_factor
+from llm_zoo.trainers.schedules import check_schedule, lr_factor
 
 __all__ = ["SFT_PRESETS", "SFTConfig", "SFTRows", "build_tokenizer_and_model", "check_stage_fields", "digit_tokens", "init_checkpoint",
            "make_sft_config", "micro_batches", "model_config", "play_traces", "policy_name", "sft", "sft_loss", "teachers_of", "tokenize_rows",
@@ -154,10 +154,7 @@ class SFTConfig:
         if self.lr <= 0 or self.weight_decay < 0 or self.max_grad_norm < 0:
             raise ValueError(f"sft config: lr must be > 0, weight_decay and max_grad_norm >= 0; got lr={self.lr!r}, "
                              f"weight_decay={self.weight_decay!r}, max_grad_norm={self.max_grad_norm!r}")
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ValueError(f"sft config.lr_schedule must be one of {tuple(LR_SCHEDULES)}; got {self.lr_schedule!r}")
-        if not 0.0 <= self.lr_min_ratio <= 1.0:
-            raise ValueError(f"sft config.lr_min_ratio must be in [0, 1]; got {self.lr_min_ratio!r}")
+        check_schedule(self.lr_schedule, self.lr_min_ratio, "sft config")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"sft config.device must be auto, cpu or cuda; got {self.device!r}")
         if self.env not in llm_zoo.registered():

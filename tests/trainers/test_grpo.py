@@ -112,6 +112,8 @@ def test_learning_rate_schedules():
     for bad in (-0.1, 1.5):  # a floor below 0 would turn the rate negative; above 1 would make the decay a climb
         with pytest.raises(ValueError, match=r"config.lr_min_ratio must be in \[0, 1\]"):
             TrainConfig(lr_min_ratio=bad)
+    with pytest.raises(ValueError, match=r"config.lr_schedule must be one of \('constant', 'linear', 'cosine'\)"):
+        TrainConfig(lr_schedule="step")
 
 
 def test_config_errors_name_the_field():
