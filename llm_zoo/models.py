@@ -7,7 +7,8 @@ reachable there. This module builds both from code:
 - :func:`build_word_tokenizer`: word-level over a corpus, so a game move such as ``[check]`` is
   one token and a tiny model can learn to play in a few steps.
 - :func:`build_bpe_tokenizer`: byte-level BPE learned from a corpus, digits one by one: lossless
-  (tool-call JSON, ids and emails come back byte for byte) and about a third of the bytes' length.
+  (tool-call JSON, ids and emails come back byte for byte) and about a third of the bytes' length;
+  ``word_bounded=True`` keeps merges inside words, so a word has the same tokens wherever it stands.
 - :func:`build_tiny_model`: a randomly initialised ``LlamaForCausalLM`` or ``Qwen2ForCausalLM``
   sized to the tokenizer; with ``copy_heads=True`` its first two layers start as an induction
   circuit, so it copies from its context before any training (:func:`install_copy_heads`).
@@ -74,6 +75,10 @@ WORD_PATTERN = r"\[[^\[\]\s]+\]|\w+|[^\w\s]"
 or ``[raise_2]`` stays whole, a run of word characters (``\\w+``: letters, digits, underscore, any
 script) is one piece, and every other character (punctuation, symbols, emoji) is a piece alone."""
 
+WORD_BOUNDARY = r"\s|[^\w\s]"
+"""What :func:`build_bpe_tokenizer` isolates with ``word_bounded=True``: each whitespace character and
+each character that is neither a word character nor whitespace (punctuation, symbols)."""
+
 _ARCHS = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
 
 
@@ -133,20 +138,31 @@ def build_word_tokenizer(corpus: Iterable[str], extra_words: Iterable[str] = ())
     return _wrap(backend, unk_token=UNK_TOKEN)
 
 
-def build_bpe_tokenizer(corpus: Iterable[str], vocab_size: int = 1024) -> PreTrainedTokenizerFast:
+def build_bpe_tokenizer(corpus: Iterable[str], vocab_size: int = 1024, *,
+                        word_bounded: bool = False) -> PreTrainedTokenizerFast:
     """Build a byte-level BPE tokenizer learned from ``corpus``, with every digit a token of its own.
 
     Any text encodes and ``decode(encode(text)) == text`` (the bytes are the base alphabet), so
     replies that must come back exactly (tool-call JSON, order ids, emails) do; merges learned
     from the env's own text make its prompts and transcripts a few times shorter than bytes.
     Digits stay one per token, so a tiny model writes an id it has never seen digit by digit.
-    The result depends only on the corpus and ``vocab_size`` (the BPE trainer is deterministic).
+    The result depends only on the corpus, ``vocab_size`` and ``word_bounded`` (the BPE trainer is
+    deterministic).
+
+    With ``word_bounded=True`` every whitespace character and every punctuation mark is a token of its
+    own, and merges stay inside a run of word characters (:data:`WORD_BOUNDARY`): a word then has the
+    same tokens wherever it stands. GPT-2's split glues a leading space or quote onto the word after
+    it, so the email a customer writes (``is ada.dunn99@``: `` a``, ``d``, ``a``) and the same email
+    in a tool call's JSON (``": "ada.dunn99@``: ``ad``, ``a``) share no first tokens, and a model
+    cannot copy one into the other token by token. It costs about 1.3x the tokens on user_sim's text.
     """
     if isinstance(corpus, str):
         raise TypeError("build_bpe_tokenizer takes an iterable of texts as corpus, got a single str; wrap it: [text].")
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)])
+        ([pre_tokenizers.Split(Regex(WORD_BOUNDARY), behavior="isolated")] if word_bounded else [])
+        + [pre_tokenizers.Digits(individual_digits=True),
+           pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=not word_bounded)])
     backend.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())

@@ -105,6 +105,8 @@ EVAL_SEED_BASE = 2**31
 
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]*_v\d+")
 """A versioned env name: lower-case words, then ``_v`` and the version (``kuhn_poker_v0``)."""
+CORPUS_TOKENIZERS = ("words", "bpe", "bpe_words")
+"""The ways :attr:`EnvSpec.corpus_tokenizer` names of drawing a tiny model's tokenizer from an env's corpus."""
 
 
 class Play(Protocol):
@@ -139,7 +141,9 @@ class EnvSpec:
     """The text the env shows, for a word-level tokenizer of a tiny model; None = a byte-level tokenizer."""
     corpus_tokenizer: str = "words"
     """How a tiny model's tokenizer is drawn from ``corpus``: ``words`` (word-level; decoding joins words with
-    spaces) or ``bpe`` (byte-level BPE, lossless: for replies that must come back exactly, such as tool calls)."""
+    spaces), ``bpe`` (byte-level BPE, lossless: for replies that must come back exactly, such as tool calls) or
+    ``bpe_words`` (the same with merges kept inside words, so an id or email has the same tokens in the text it
+    is read from and in the JSON it is copied into: ``llm_zoo.models.build_bpe_tokenizer(word_bounded=True)``)."""
     evaluate: Callable[..., Mapping[str, Any]] | None = None
     """The headline evaluation: ``evaluate(policies, *, env_kwargs, play, **options) -> {metric: value}``,
     ``policies`` mapping each agent to its policy and ``play`` a :class:`Play`; None = no headline."""
@@ -168,8 +172,9 @@ class EnvSpec:
             value = getattr(self, name)  # a field of this dataclass, not an env module's attribute
             if value is not None and not callable(value):
                 raise TypeError(f"EnvSpec({self.name!r}).{name} must be callable or None; got {type(value).__name__}")
-        if self.corpus_tokenizer not in ("words", "bpe"):
-            raise ValueError(f"EnvSpec({self.name!r}).corpus_tokenizer must be 'words' or 'bpe'; got {self.corpus_tokenizer!r}")
+        if self.corpus_tokenizer not in CORPUS_TOKENIZERS:
+            raise ValueError(f"EnvSpec({self.name!r}).corpus_tokenizer must be one of {CORPUS_TOKENIZERS}; "
+                             f"got {self.corpus_tokenizer!r}")
         object.__setattr__(self, "roles", roles)
         object.__setattr__(self, "learning_roles", learning or roles)
         object.__setattr__(self, "scripted", types.MappingProxyType(dict(self.scripted)))

@@ -91,7 +91,7 @@ SPEC = EnvSpec(
     learning_roles=("assistant",),  # the user is a frozen simulator
     scripted=PLAYERS,
     corpus=scripted.corpus,
-    corpus_tokenizer="bpe",  # tool calls must come back byte for byte
+    corpus_tokenizer="bpe_words",  # tool calls come back byte for byte; an id has the same tokens where it is read and copied
     evaluate=evaluate_policies,
     description="a support assistant with tools and a simulated customer with a hidden goal",
 )

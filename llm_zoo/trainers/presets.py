@@ -241,8 +241,9 @@ USER_SIM_V0: dict[str, Any] = {
         "max_turns": 12,
         "max_tool_calls": 8,
     },
-    # the scripted assistant's longest reply on these templates is 66 tokens of the env's BPE tokenizer
-    "max_new_tokens": 72,
+    # the scripted assistant's longest reply on these templates is 85 tokens of the env's word-bounded BPE tokenizer
+    # (66 with the plain BPE it had before, whose merges glued a space or a quote onto the next word)
+    "max_new_tokens": 96,
     "model_hidden_size": 128,
     # warm start: SFT on the held-in templates' traces (llm_zoo.trainers.sft), then RL from it
     "init": "sft",

@@ -275,13 +275,23 @@ def build_tokenizer_and_model(config: Any, seed: int, spec: EnvSpec | None = Non
     path = _model_dir(config)
     if path is not None:
         return AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    spec = spec or llm_zoo.env_spec(config.env)
-    build = models.build_bpe_tokenizer if spec.corpus_tokenizer == "bpe" else models.build_word_tokenizer
-    tokenizer = build(spec.corpus()) if spec.corpus else models.build_byte_tokenizer()
+    tokenizer = env_tokenizer(spec or llm_zoo.env_spec(config.env))
     model = models.build_tiny_model(tokenizer, hidden_size=config.model_hidden_size, num_layers=config.model_layers,
                                     initializer_range=config.model_init_std, seed=seed,
                                     zero_head=config.model_zero_head, copy_heads=config.model_copy_heads)
     return tokenizer, model
+
+
+def env_tokenizer(spec: EnvSpec) -> Any:
+    """Return the tokenizer a tiny model of ``spec``'s env gets: drawn from its corpus as ``spec.corpus_tokenizer``
+    says (word-level, BPE, or word-bounded BPE), or byte-level for an env without a corpus."""
+    from llm_zoo import models
+
+    if not spec.corpus:
+        return models.build_byte_tokenizer()
+    if spec.corpus_tokenizer == "words":
+        return models.build_word_tokenizer(spec.corpus())
+    return models.build_bpe_tokenizer(spec.corpus(), word_bounded=spec.corpus_tokenizer == "bpe_words")
 
 
 def _model_dir(config: Any) -> Path | None:

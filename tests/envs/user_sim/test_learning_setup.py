@@ -11,6 +11,7 @@ from llm_zoo.envs.user_sim import scripted as sc
 from llm_zoo.envs.user_sim import text
 from llm_zoo.spec import EVAL_SEED_BASE
 from llm_zoo.trainers.evaluation import headline
+from llm_zoo.trainers.sft import env_tokenizer
 
 
 def _system(agent, **kwargs):
@@ -127,6 +128,38 @@ def test_the_bpe_tokenizer_of_the_corpus_writes_tool_calls_byte_for_byte_and_dig
     assert models.build_bpe_tokenizer(sc.corpus()).get_vocab() == tokenizer.get_vocab()
 
 
+def test_the_envs_tokenizer_gives_an_id_the_same_tokens_where_it_is_read_and_where_it_is_copied():
+    """What the assistant must copy (an email, an order id, a name) reaches it in the customer's words and goes out
+    in a tool call's JSON: the word-bounded BPE gives it the same tokens in both, the plain BPE does not."""
+    assert user_sim_v0.SPEC.corpus_tokenizer == "bpe_words"
+    tokenizer = env_tokenizer(user_sim_v0.SPEC)
+    plain = models.build_bpe_tokenizer(sc.corpus())
+    pairs = [("My email is ada.dunn99@example.com.", '{"email": "ada.dunn99@example.com"}', "ada.dunn99@example.com"),
+             ("Sure. It's order #W7654509.", '{"order_id": "#W7654509"}', "#W7654509"),
+             ("My name is Ada Dunn and my zip is 14753.", '{"first_name": "Ada", "last_name": "Dunn"}', "Dunn")]
+
+    def tokens_of(tok, text, span):
+        """The tokens covering ``span`` in ``text`` (by character offsets)."""
+        start = text.index(span)
+        enc = tok(text, return_offsets_mapping=True, add_special_tokens=False)
+        return [i for i, (a, b) in zip(enc["input_ids"], enc["offset_mapping"]) if a < start + len(span) and b > start]
+
+    for said, called, span in pairs:
+        assert tokens_of(tokenizer, said, span) == tokens_of(tokenizer, called, span) == tokenizer(
+            span, add_special_tokens=False)["input_ids"], span
+    # the plain BPE glues the space or quote before a word onto it: the email's first tokens differ
+    said, called, span = pairs[0]
+    assert tokens_of(plain, said, span) != tokens_of(plain, called, span)
+    # still lossless, digits one per token, and built the same each time
+    call = '<tool_call>{"name": "get_order", "arguments": {"order_id": "#W9081726"}}</tool_call>'
+    odd = "ünïcode ✓ 🙂 e-mail: zoë@exämple.org\n\t  two  spaces"
+    for text_ in (call, odd):
+        assert tokenizer.decode(tokenizer(text_)["input_ids"]) == text_
+    pieces = tokenizer.convert_ids_to_tokens(tokenizer(call)["input_ids"])
+    assert [p for p in pieces if any(c.isdigit() for c in p)] == list("9081726")
+    assert env_tokenizer(user_sim_v0.SPEC).get_vocab() == tokenizer.get_vocab()
+
+
 def test_the_default_training_fits_the_scripted_replies_and_warm_starts_on_held_in_templates_only():
     from llm_zoo.trainers import presets
 
@@ -136,7 +169,7 @@ def test_the_default_training_fits_the_scripted_replies_and_warm_starts_on_held_
     held_in = [o["scenario"] for o in preset["sft"]["options"]]
     assert preset["init"] == "sft" and held_in == list(user_sim_v0.WARM_START_SCENARIOS)
     assert set(held_in) < set(scenarios)  # RL sees templates the warm start never did
-    tokenizer = models.build_bpe_tokenizer(sc.corpus())
+    tokenizer = env_tokenizer(user_sim_v0.SPEC)  # the tokenizer `llm-zoo train user_sim_v0` builds
     longest = 0
     for messages in sc.scripted_transcripts(scenarios, seeds=(0, 1), prompt="compact")[::2]:
         replies = [m["content"] for m in messages if m["role"] == "assistant"]
