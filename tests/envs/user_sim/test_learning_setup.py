@@ -114,18 +114,20 @@ def test_wilson_interval_matches_known_values():
     assert user_sim_v0.wilson_interval(0, 20)[0] == pytest.approx(0.0, abs=1e-12)
 
 
-def test_the_bpe_tokenizer_of_the_corpus_writes_tool_calls_byte_for_byte_and_digit_by_digit():
-    tokenizer = models.build_bpe_tokenizer(sc.corpus())
+@pytest.mark.parametrize("word_bounded, most_tokens_per_char", [(False, 0.5), (True, 0.6)])
+def test_the_bpe_tokenizer_of_the_corpus_writes_tool_calls_byte_for_byte_and_digit_by_digit(word_bounded,
+                                                                                            most_tokens_per_char):
+    tokenizer = models.build_bpe_tokenizer(sc.corpus(), word_bounded=word_bounded)
     call = '<tool_call>{"name": "get_order", "arguments": {"order_id": "#W9081726"}}</tool_call>'
     ids = tokenizer(call)["input_ids"]
     assert tokenizer.decode(ids) == call and parse_tool_calls(tokenizer.decode(ids))[0].arguments == {
         "order_id": "#W9081726"}
     pieces = tokenizer.convert_ids_to_tokens(ids)
     assert [p for p in pieces if any(c.isdigit() for c in p)] == list("9081726")
-    assert len(ids) < len(call) / 2  # merges learned from the env's text
-    odd = "ünïcode ✓ 🙂 e-mail: zoë@exämple.org"
+    assert len(ids) < len(call) * most_tokens_per_char  # merges learned from the env's text
+    odd = "ünïcode ✓ 🙂 e-mail: zoë@exämple.org\n\t  two  spaces"
     assert tokenizer.decode(tokenizer(odd)["input_ids"]) == odd
-    assert models.build_bpe_tokenizer(sc.corpus()).get_vocab() == tokenizer.get_vocab()
+    assert models.build_bpe_tokenizer(sc.corpus(), word_bounded=word_bounded).get_vocab() == tokenizer.get_vocab()
 
 
 def test_the_envs_tokenizer_gives_an_id_the_same_tokens_where_it_is_read_and_where_it_is_copied():
@@ -150,14 +152,8 @@ def test_the_envs_tokenizer_gives_an_id_the_same_tokens_where_it_is_read_and_whe
     # the plain BPE glues the space or quote before a word onto it: the email's first tokens differ
     said, called, span = pairs[0]
     assert tokens_of(plain, said, span) != tokens_of(plain, called, span)
-    # still lossless, digits one per token, and built the same each time
-    call = '<tool_call>{"name": "get_order", "arguments": {"order_id": "#W9081726"}}</tool_call>'
-    odd = "ünïcode ✓ 🙂 e-mail: zoë@exämple.org\n\t  two  spaces"
-    for text_ in (call, odd):
-        assert tokenizer.decode(tokenizer(text_)["input_ids"]) == text_
-    pieces = tokenizer.convert_ids_to_tokens(tokenizer(call)["input_ids"])
-    assert [p for p in pieces if any(c.isdigit() for c in p)] == list("9081726")
-    assert env_tokenizer(user_sim_v0.SPEC).get_vocab() == tokenizer.get_vocab()
+    # it is the word-bounded BPE over the corpus (lossless, digits one by one: the test above)
+    assert tokenizer.get_vocab() == models.build_bpe_tokenizer(sc.corpus(), word_bounded=True).get_vocab()
 
 
 def test_the_default_training_fits_the_scripted_replies_and_warm_starts_on_held_in_templates_only():
