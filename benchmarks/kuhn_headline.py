@@ -28,11 +28,12 @@ It prints the table (Markdown), writes it with its notes to ``OUT/kuhn_headline.
 exploitability against training seconds for every system into ``OUT/kuhn_headline.png``; the last
 line is a JSON object: ``rows`` (per system: ``exploitability``, ``spread``, ``episodes``,
 ``iterations``, ``seconds``, ``payoff_vs_nash``, ``to_0.1`` and ``to_0.05`` as ``{"episodes",
-"seconds", "seeds"}`` or null, ``prompt_tokens``, ``generated_tokens``), ``seeds``, ``budget`` and
-``seconds``.
+"seconds", "seeds"}`` or null, ``prompt_tokens``, ``generated_tokens``), ``seeds``, ``systems`` (the
+rows run: ``--systems``, all by default), ``budget`` and ``seconds``.
 
     python benchmarks/kuhn_headline.py            # the main job's budget, 3 seeds: 64 min on 2 CPU cores
     python benchmarks/kuhn_headline.py --quick    # tiny budgets, 1 seed: about 15 s
+    python benchmarks/kuhn_headline.py --systems random cfr per_seat   # the main job's row and the exact ones
 
 The full run's time is almost all training: 4 LLM methods x 3 seeds x the main job's budget, two
 runs at a time (one per core; ``--workers``), about 8-9 min a run, after MaskablePPO's 3 seeds, each
@@ -52,6 +53,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 THRESHOLDS = (0.1, 0.05)
@@ -67,6 +69,8 @@ LLM_METHODS = {
     "per_seat": "LLM trainer, per-seat policies (RAE; the main job)",
 }
 """kuhn_credit's method -> row label."""
+SYSTEMS = ("random", "cfr", "ppo", *LLM_METHODS)
+"""What ``--systems`` can name: uniform random, the CFR and CFR+ rows, the MaskablePPO rows, each LLM method."""
 QUICK_BUDGET: dict[str, Any] = {"steps": 2, "episodes_per_step": 8, "rollout_batch_size": 8, "eval_every": 1,
                                 "model_hidden_size": 32}
 """Trainer overrides of ``--quick`` (a smoke run; PPO then gets its smallest round, 512 decisions)."""
@@ -181,7 +185,8 @@ def ppo_rows(timesteps: int, seeds: int) -> list[Row]:
     return [final, average]
 
 
-def llm_rows(budget: dict[str, Any], seeds: int, runs: Path, workers: int | None = None) -> list[Row]:
+def llm_rows(budget: dict[str, Any], seeds: int, runs: Path, workers: int | None = None,
+             methods: Sequence[str] = tuple(LLM_METHODS)) -> list[Row]:
     """The LLM trainer with each of LLM_METHODS, through kuhn_credit.run_all; costs read from each run's metrics.
 
     Runs go side by side, ``workers`` at a time (default one per CPU core), each in its own
@@ -191,7 +196,9 @@ def llm_rows(budget: dict[str, Any], seeds: int, runs: Path, workers: int | None
     from llm_zoo.trainers.logging import read_metrics
 
     credit = _credit()
-    jobs = [(method, seed) for method in LLM_METHODS for seed in range(seeds)]
+    jobs = [(method, seed) for method in methods for seed in range(seeds)]
+    if not jobs:
+        return []
     workers = workers or credit.default_workers(len(jobs))
     started = time.perf_counter()
     print(f"  {len(jobs)} LLM runs, {workers} at a time, in {runs}", file=sys.stderr, flush=True)
@@ -203,7 +210,7 @@ def llm_rows(budget: dict[str, Any], seeds: int, runs: Path, workers: int | None
               f" ({how}; about {left / 60:.0f} min left)", file=sys.stderr, flush=True)
 
     results = credit.run_all(jobs, budget, runs, workers, on_done=report)
-    rows = {method: Row(f"llm_{method}", label) for method, label in LLM_METHODS.items()}
+    rows = {method: Row(f"llm_{method}", LLM_METHODS[method]) for method in methods}
     for result in results:
         if "error" in result:
             print(f"  {result['method']} seed {result['seed']} failed and is left out: {result['error']}",
@@ -303,24 +310,30 @@ def markdown(rows: list[Row], table: dict[str, dict[str, Any]]) -> str:
     return "\n".join([fmt(header), rule, *map(fmt, lines)])
 
 
-def notes(seeds: int, budget: dict[str, Any], ppo_timesteps: int, quick: bool) -> str:
-    """The lines under the table: the budget and how to read the columns."""
+def notes(seeds: int, budget: dict[str, Any], ppo_timesteps: int, quick: bool,
+          systems: Sequence[str] = SYSTEMS) -> str:
+    """The lines under the table: the budget and how to read the columns (of the ``systems`` that ran)."""
+    ppo = (f"; MaskablePPO gets {ppo_timesteps:,} learner decisions per seed (rounded up to whole rounds of 512)"
+           if "ppo" in systems else "")
+    left_out = [s for s in SYSTEMS if s not in systems]
     return "\n".join([
         f"- Budget{' (--quick: a smoke run, not a result)' if quick else ''}: the LLM trainer runs "
         f"{budget['steps']} steps x {budget['episodes_per_step']} episodes ({budget['steps'] * budget['episodes_per_step']:,}"
-        f" episodes) per seed, evaluated every {budget['eval_every'] or budget['steps']} steps; MaskablePPO gets "
-        f"{ppo_timesteps:,} learner decisions per seed (rounded up to whole rounds of 512); {seeds} seed(s); "
-        "CFR is deterministic (one run).",
+        f" episodes) per seed, evaluated every {budget['eval_every'] or budget['steps']} steps{ppo}; {seeds} seed(s)"
+        + ("; CFR is deterministic (one run)." if "cfr" in systems else "."),
+        *([f"- Rows left out of this run (`--systems`): {', '.join(left_out)}."] if left_out else []),
         "- Exploitability is exact (0 at a Nash equilibrium; uniform random is 0.4583); ± is half the range over "
         "seeds. Payoff vs nash is the exact expected chips per hand against the Nash equilibrium, both seats "
         "averaged (at best 0).",
         "- An LLM episode is one hand between the two seats' policies (one shared model, or one model per seat "
-        "in the per-seat row, which is the main job's setting); a PPO episode is one hand in which "
-        "the learner plays one seat against a snapshot of itself. CFR counts iterations (`it`): each walks the "
-        "whole game tree for both players.",
+        "in the per-seat row, which is the main job's setting)"
+        + ("; a PPO episode is one hand in which the learner plays one seat against a snapshot of itself"
+           if "ppo" in systems else "")
+        + (". CFR counts iterations (`it`): each walks the whole game tree for both players." if "cfr" in systems
+           else "."),
         "- Cost columns: episodes (or iterations) and training seconds to the first evaluation at or below the "
-        "threshold, averaged over the seeds that got there; evaluation time is not counted (CFR: iterations x "
-        "its seconds per iteration).",
+        "threshold, averaged over the seeds that got there; evaluation time is not counted"
+        + (" (CFR: iterations x its seconds per iteration)." if "cfr" in systems else "."),
     ])
 
 
@@ -371,6 +384,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--runs-dir", default=None, help="folder of the LLM runs (default: OUT); finished runs with the "
                         "same config found there are reused, e.g. kuhn_credit.py's with the same --runs-dir")
     parser.add_argument("--workers", type=int, default=None, help="LLM runs at once (default: one per CPU core)")
+    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS, metavar="SYSTEM",
+                        help=f"the rows to run (default: all): {', '.join(SYSTEMS)}; e.g. `--systems random cfr "
+                        "per_seat` re-measures the main job's row beside the exact baselines without PPO's and the "
+                        "other LLM methods' runs")
     args = parser.parse_args(argv)
     seeds = args.seeds if args.seeds is not None else 1 if args.quick else 3
     if seeds < 1 or (args.steps is not None and args.steps < 1) or (args.workers is not None and args.workers < 1):
@@ -388,18 +405,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ppo_timesteps = config.steps * config.episodes_per_step
 
     runs = Path(args.runs_dir) if args.runs_dir else out
-    rows = [random_row(), *cfr_rows(), *ppo_rows(ppo_timesteps, seeds), *llm_rows(overrides, seeds, runs, args.workers)]
+    wanted = set(args.systems)
+    rows = [*([random_row()] if "random" in wanted else []), *(cfr_rows() if "cfr" in wanted else []),
+            *(ppo_rows(ppo_timesteps, seeds) if "ppo" in wanted else []),
+            *llm_rows(overrides, seeds, runs, args.workers, [m for m in LLM_METHODS if m in wanted])]
     table = {row.key: figures(row) for row in rows}
     text = markdown(rows, table)
     caption = (f"Kuhn poker, every system on the same machine in one run "
                f"({'--quick' if args.quick else 'full'} setting, {seeds} seed(s))")
     print(f"\n{caption}\n\n{text}\n")
-    below = notes(seeds, budget, ppo_timesteps, args.quick)
+    below = notes(seeds, budget, ppo_timesteps, args.quick, [s for s in SYSTEMS if s in wanted])
     print(below)
     (out / "kuhn_headline.md").write_text(f"{caption}.\n\n{text}\n\n{below}\n")
     plot(rows, out / "kuhn_headline.png")
     print(f"\ntable: {out / 'kuhn_headline.md'}\nplot: {out / 'kuhn_headline.png'}")
-    line = {"rows": table, "seeds": seeds, "budget": {**budget, "ppo_timesteps": ppo_timesteps},
+    line = {"rows": table, "seeds": seeds, "systems": [s for s in SYSTEMS if s in wanted], "budget": {**budget, "ppo_timesteps": ppo_timesteps},
             "quick": args.quick, "seconds": round(time.perf_counter() - started, 2)}
     print(json.dumps(line))
     return line

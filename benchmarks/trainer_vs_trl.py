@@ -342,6 +342,7 @@ def our_config(setting: Setting, seed: int, run_dir: Path):
         "model": "tiny", "model_hidden_size": setting.hidden_size, "model_layers": setting.layers,
         "model_init_std": setting.init_std, "model_zero_head": setting.zero_head,
         "temperature": 1.0, "top_p": 1.0, "max_new_tokens": setting.max_new_tokens, "constrain_to_legal": False,
+        "optimizer": "adamw",  # TRL's (the Kuhn main job's own is SGD)
         "lr": setting.lr, "lr_schedule": "constant", "warmup_steps": 0, "epsilon_low": 0.2, "epsilon_high": 0.2,
         "aggregation": "token", "beta": 0.0, "entropy_coef": 0.0,
         "micro_batch_size": batch, "rollout_batch_size": batch,  # one forward/backward and one sampling call per step

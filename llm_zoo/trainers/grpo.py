@@ -67,6 +67,9 @@ from llm_zoo.trainers.selfplay import (
 SCRIPTED_PREFIX = "scripted:"  # a policy name that seats one of the env's scripted players
 
 
+OPTIMIZERS = ("adamw", "sgd")
+"""The values of ``TrainConfig.optimizer``."""
+
 @dataclass
 class TrainConfig:
     """Everything a training run needs; every field has a default. Per-env defaults
@@ -140,7 +143,9 @@ class TrainConfig:
     """Share of the GPU's memory the vLLM engine may take under generation=vllm; the trainer gets the rest."""
 
     lr: float = 1e-3
-    """Peak learning rate (AdamW)."""
+    """Peak learning rate (of the optimizer below)."""
+    optimizer: str = "adamw"
+    """adamw, or sgd (plain gradient steps, no momentum: a step shrinks with its gradient)."""
     body_lr_scale: float = 1.0
     """The learning rate of every weight but the output layer's, as a fraction of ``lr`` (1: one rate for all).
     Below 1 the body's features move slowly while the output layer learns the strategy on them; AdamW's
@@ -172,6 +177,10 @@ class TrainConfig:
     or constant (sum over tokens / (sequences * max_new_tokens))."""
     beta: float = 0.0
     """Weight of the KL penalty to the reference policy (0: no reference model)."""
+    beta_final: float = 0.0
+    """0: the KL weight stays ``beta``. Above 0: from the step at which the magnet becomes the weights' average
+    (``magnet_average_from``; from the start when that is 0) the weight moves linearly to this at the last step,
+    so that a learner on a weak magnet (which leads it by about its advantages over the weight) ends near it."""
     reference_ema: float = 1.0
     """1 keeps the reference at the initial policy; below 1 the reference follows the learner as an
     EMA of its weights (decay per step): a magnet that regularises self-play toward its own recent
@@ -263,7 +272,8 @@ class TrainConfig:
                    "aggregation": tuple(AGGREGATIONS),
                    "baseline_key": ("role", "agent", "prompt"),
                    "kl_estimator": ("k3", "exact"),
-                   "generation": ("transformers", "vllm"), "executor": EXECUTORS}
+                   "generation": ("transformers", "vllm"), "executor": EXECUTORS,
+                   "optimizer": OPTIMIZERS}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"config.{name} must be one of {allowed}; got {getattr(self, name)!r}")
@@ -282,6 +292,9 @@ class TrainConfig:
         if not 0.0 <= self.reference_ema_final < 1.0 or (self.reference_ema_final and self.reference_ema >= 1.0):
             raise ValueError(f"config.reference_ema_final must be in [0, 1) (0: off), with reference_ema < 1; got "
                              f"{self.reference_ema_final!r} (reference_ema={self.reference_ema!r})")
+        if not (math.isfinite(self.beta_final) and self.beta_final >= 0.0) or (self.beta_final and not self.beta):
+            raise ValueError(f"config.beta_final must be >= 0 (0: off), and needs beta > 0; got {self.beta_final!r} "
+                             f"with beta {self.beta!r}")
         if not 0.0 <= self.magnet_average_from < 1.0:
             raise ValueError(f"config.magnet_average_from must be in [0, 1) (0: off); got {self.magnet_average_from!r}")
         if not (math.isfinite(self.body_lr_scale) and 0.0 <= self.body_lr_scale <= 1.0):
@@ -486,7 +499,9 @@ def make_learner(name: str, config: TrainConfig, device: torch.device, index: in
                                 max_new_tokens=config.max_new_tokens, device=device,
                                 constrain=config.constrain_to_legal, max_prompt_tokens=config.max_prompt_tokens,
                                 max_forward_tokens=config.max_forward_tokens)
-    optimizer = torch.optim.AdamW(param_groups(policy.model, config.body_lr_scale), lr=config.lr, weight_decay=0.0)
+    groups = param_groups(policy.model, config.body_lr_scale)
+    optimizer = (torch.optim.SGD(groups, lr=config.lr) if config.optimizer == "sgd"
+                 else torch.optim.AdamW(groups, lr=config.lr, weight_decay=0.0))
     reference = None
     if config.beta:
         reference = copy.deepcopy(policy.model).eval().requires_grad_(False)
@@ -768,6 +783,8 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig, step:
                        ) if config.validity_coef else []
     batch = distributed.shard(batch)  # this rank's share (all of it in one process)
     exact = learner.reference is not None and config.kl_estimator == "exact"
+    beta = loss_terms.kl_weight(step, config.steps, config.beta, config.beta_final,
+                                magnet_average_start(config) if config.magnet_average_from else 0)
     temperature = config.temperature or 1.0
     stats_sum: dict[str, float] = {}
     model.train()
@@ -793,7 +810,7 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig, step:
                 kl = exact_kl(mb_all[0], ref_all[0])
         per_token_loss, stats = per_token_policy_loss(
             mb_logps, old, mb_adv, mb_mask, epsilon_low=config.epsilon_low, epsilon_high=config.epsilon_high,
-            ref_per_token_logps=ref, beta=config.beta, per_token_kl=kl, per_token_entropy=mb_entropy,
+            ref_per_token_logps=ref, beta=beta, per_token_kl=kl, per_token_entropy=mb_entropy,
             entropy_coef=config.entropy_coef)
         loss = aggregation.reduce(per_token_loss, mb_mask) / normalizer
         loss.backward()

@@ -51,6 +51,15 @@ def magnet_decay(step: int, steps: int, start: float, final: float) -> float:
     return 1.0 - 1.0 / horizon
 
 
+def kl_weight(step: int, steps: int, beta: float, final: float, start: int = 0) -> float:
+    """Return the KL weight at ``step`` (0-based) of ``steps``: ``beta`` when ``final`` is 0 or before ``start``,
+    else moving linearly from ``beta`` at ``start`` to ``final`` at the last step."""
+    if not final or step <= start:
+        return beta
+    progress = min(1.0, (step - start) / max(1, steps - 1 - start))
+    return beta + (final - beta) * progress
+
+
 def average_keep(t: int, power: float) -> float:
     """Return the share of the old average to keep at update ``t`` (1-based) so that the average weights the
     iterates of steps ``1..t`` in proportion to ``step ** power`` (exactly: a running weighted mean)."""

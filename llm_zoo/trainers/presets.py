@@ -48,7 +48,13 @@ KUHN_POKER_V0: dict[str, Any] = {
     "constrain_to_legal": True,
     # A magnet: an exact KL to an EMA of the learner's own weights. Plain self-play policy gradients
     # cycle around Kuhn's mixed equilibrium (exploitability 0.15-0.4 with an entropy bonus alone).
-    "beta": 1.0,
+    # With the plain gradient steps below, 0.2: 0.05 first at steps 150, 150 and 100 on seeds 0, 1 and 2, against
+    # 100, 150 and 225 at 0.3 (docs/kuhn_selfplay.md, section 12); with AdamW it was 1.0.
+    "beta": 0.2,
+    # ...rising to 1 over the last 40% of the run (from magnet_average_from, below): at 0.2 to the end the learner,
+    # which leads its magnet by about its advantages over beta, ended 0.0077 and 0.0166 from the reported policy on
+    # seeds 1 and 2 (0.0119 / 0.0042, 0.0223 / 0.0057); at 1 it had ended within 0.003 (docs/kuhn_selfplay.md, 12)
+    "beta_final": 1.0,
     "kl_estimator": "exact",
     # With beta 1 the learner leads its magnet by about (advantage / beta) in logits, so the policy moves
     # as fast as the magnet follows: a magnet of horizon 20 steps early, growing linearly to 200 at the
@@ -83,8 +89,13 @@ KUHN_POKER_V0: dict[str, Any] = {
     # start (seed 1: call a bet with every card at 0.99), where the gradient vanishes and the run
     # sticks at 0.35; a zero output layer starts every seed from the uniform policy
     "model_zero_head": True,
-    # the magnet schedule above makes a 10x larger step stable (3e-3; 1e-2 saturates every move at 0.33)
-    "lr": 3e-3,
+    # Plain gradient steps (SGD, no momentum), not AdamW: a step shrinks with its gradient, so the policy slows
+    # down as the advantages shrink near the equilibrium, where AdamW's steps of about lr on every weight keep
+    # the learner circling it. Seed 0 to step 250 (reported policy): 0.050 with SGD at 0.1 and beta 0.5, 0.083 with
+    # AdamW at 3e-3 and beta 1; with beta 0.2, 0.05 is first reached at step 100-150 on seeds 0-2, where AdamW
+    # reached it at step 600 (docs/kuhn_selfplay.md, section 12). 0.3 circles (0.12 at step 250).
+    "optimizer": "sgd",
+    "lr": 0.1,
     # ...after a warm-up: at full step from the first update, seed 1 lost the difference between Q and K in
     # seat 1's network within 50 steps and stuck at 0.165; with 50 warm-up steps it learns as seed 0 does
     "warmup_steps": 50,
@@ -131,6 +142,10 @@ LEDUC_POKER_V0: dict[str, Any] = {
     "rollout_batch_size": 64,
     "micro_batch_size": 512,
     "magnet_average_from": 0.0,
+    # nor Kuhn's plain gradient steps and weaker magnet (section 12): AdamW and beta 1, as benchmarks/leduc.py ran them
+    "optimizer": "adamw",
+    "beta": 1.0,
+    "beta_final": 0.0,
 }
 """``llm-zoo train leduc_poker_v0``: Kuhn's main job on Leduc, sized to finish within 15 minutes on 2 shared cores."""
 

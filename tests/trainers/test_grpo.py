@@ -27,9 +27,11 @@ from llm_zoo.trainers.grpo import (  # noqa: E402
 
 TINY = {"steps": 2, "episodes_per_step": 8, "rollout_batch_size": 8, "model_hidden_size": 32, "eval_every": 1,
         "progress": False, "tensorboard": False, "threads": 1, "lr": 1e-2, "sample_every": 1, "policies": {},
-        "unmask_steps": 0}
+        "unmask_steps": 0, "optimizer": "adamw"}
 """A tiny budget, one model ("main") in both Kuhn seats; the main job's own one model per seat is tested apart, and its
-fit without the mask in test_loss_terms.py (here only a resume, below, runs a short one)."""
+fit without the mask in test_loss_terms.py (here only a resume, below, runs a short one). AdamW, not the main job's
+SGD: two SGD steps at 1e-2 move the norm weights by less than float32 resolves around 1, and the smoke test below
+checks that every weight moves (SGD's own step is tested in test_loss_terms.py)."""
 
 
 def _loss(logps, old, adv, mask, **kw):

@@ -16,9 +16,10 @@ from llm_zoo.trainers.grpo import make_config  # noqa: E402
 
 TINY = {"steps": 2, "episodes_per_step": 8, "rollout_batch_size": 8, "model_hidden_size": 32, "eval_every": 1,
         "progress": False, "tensorboard": False, "threads": 1, "lr": 1e-2, "sample_every": 0, "checkpoint_every": 0,
-        "warmup_steps": 0, "unmask_steps": 0}
+        "warmup_steps": 0, "unmask_steps": 0, "optimizer": "adamw", "beta": 1.0, "beta_final": 0.0}
 """The exported weights are compared with the learner's below: no fit without the mask after the last step (its own
-tests set ``unmask_steps``)."""
+tests set ``unmask_steps``). AdamW and a constant magnet weight of 1, which these two-step tests of each term are
+sized for (the main job's SGD and its rising weight have tests of their own at the end)."""
 
 
 def test_centre_by_prompt_subtracts_each_prompt_s_mean_and_scales_by_its_std():
@@ -252,3 +253,37 @@ def test_body_lr_scale_moves_the_body_at_its_share_of_the_step(tmp_path):
     for bad in (-0.1, 1.5, float("nan")):
         with pytest.raises(ValueError, match="config.body_lr_scale"):
             make_config("kuhn_poker_v0", {"body_lr_scale": bad})
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_sgd_steps_by_the_clipped_gradient_where_adamw_steps_by_lr_on_every_weight(tmp_path, optimizer):
+    from safetensors.torch import load_file
+
+    lr = 1e-2
+    config = make_config("kuhn_poker_v0", {**TINY, "steps": 1, "run_dir": str(tmp_path), "checkpoint_every": 1,
+                                           "policies": {}, "average_ema": 0.0, "model_zero_head": False,
+                                           "optimizer": optimizer, "lr": lr, "lr_schedule": "constant"})
+    _, initial = grpo.build_tokenizer_and_model(config, seed=config.seed)
+    grpo.train(config)
+    trained = load_file(str(tmp_path / "checkpoints" / "step_000001" / "policies" / "main" / "model.safetensors"))
+    start = initial.state_dict()
+    step = math.sqrt(sum(float(((trained[k] - start[k]) ** 2).sum()) for k in trained))
+    assert step > 0.0
+    if optimizer == "sgd":  # -lr * the gradient, whose norm is clipped to MAX_GRAD_NORM
+        assert step <= lr * grpo.MAX_GRAD_NORM * (1 + 1e-5)
+    else:  # AdamW's first step is about lr on every weight with a gradient, whatever the gradient's size
+        assert step > 10 * lr * grpo.MAX_GRAD_NORM
+    with pytest.raises(ValueError, match="config.optimizer must be one of"):
+        make_config("kuhn_poker_v0", {"optimizer": "adam"})
+
+
+def test_kl_weight_holds_beta_until_its_start_then_moves_linearly_to_beta_final():
+    assert loss_terms.kl_weight(7, 10, 0.2, 0.0, start=0) == 0.2  # final 0: off
+    assert [loss_terms.kl_weight(s, 11, 0.2, 1.0, start=6) for s in (0, 6)] == [0.2, 0.2]
+    assert loss_terms.kl_weight(8, 11, 0.2, 1.0, start=6) == pytest.approx(0.2 + 0.8 * 2 / 4)
+    assert loss_terms.kl_weight(10, 11, 0.2, 1.0, start=6) == pytest.approx(1.0)  # the last step
+    assert loss_terms.kl_weight(10, 11, 0.2, 1.0) == pytest.approx(1.0)
+    assert loss_terms.kl_weight(5, 11, 0.2, 1.0) == pytest.approx(0.6)  # from the start: half way at step 5
+    for bad in ({"beta_final": -1.0}, {"beta_final": float("nan")}, {"beta": 0.0, "beta_final": 1.0}):
+        with pytest.raises(ValueError, match="config.beta_final"):
+            make_config("kuhn_poker_v0", bad)

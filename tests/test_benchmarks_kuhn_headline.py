@@ -1,0 +1,37 @@
+"""benchmarks/kuhn_headline.py's ``--systems``: only the rows named are run, and the JSON line says which."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "kuhn_headline.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("kuhn_headline_bench", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_systems_runs_only_the_rows_named(capsys, tmp_path):
+    pytest.importorskip("torch")
+    bench = _load()
+    figures = bench.main(["--quick", "--out", str(tmp_path), "--workers", "1", "--systems", "random", "per_seat"])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(out[-1]) == figures
+    assert set(figures["rows"]) == {"random", "llm_per_seat"}  # no CFR, PPO or other LLM method ran
+    assert figures["systems"] == ["random", "per_seat"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["per_seat-seed0"]
+    row = figures["rows"]["llm_per_seat"]
+    assert row["episodes"] == 2 * 8 and 0 <= row["exploitability"] <= 0.5  # the quick budget: 2 steps x 8 hands
+    table = (tmp_path / "kuhn_headline.md").read_text()
+    assert "per-seat policies" in table and "MaskablePPO" not in table and "CFR" not in table
+    with pytest.raises(SystemExit):
+        bench.main(["--quick", "--systems", "cfr", "maskable"])
