@@ -31,14 +31,16 @@ line is a JSON object: ``rows`` (per system: ``exploitability``, ``spread``, ``e
 "seconds", "seeds"}`` or null, ``prompt_tokens``, ``generated_tokens``), ``seeds``, ``systems`` (the
 rows run: ``--systems``, all by default), ``budget`` and ``seconds``.
 
-    python benchmarks/kuhn_headline.py            # the main job's budget, 3 seeds: 64 min on 2 CPU cores
+    python benchmarks/kuhn_headline.py            # the main job's budget, 3 seeds: hours on 2 CPU cores (below)
     python benchmarks/kuhn_headline.py --quick    # tiny budgets, 1 seed: about 15 s
     python benchmarks/kuhn_headline.py --systems random cfr per_seat   # the main job's row and the exact ones
 
 The full run's time is almost all training: 4 LLM methods x 3 seeds x the main job's budget, two
-runs at a time (one per core; ``--workers``), about 8-9 min a run, after MaskablePPO's 3 seeds, each
-given as many decisions as an LLM run gets episodes. It took 64 min in all on this project's
-2-core CPU; CFR (about 3 s) and random add well under a minute. After each LLM run the script
+runs at a time (one per core; ``--workers``), after MaskablePPO's 3 seeds, each given as many
+decisions as an LLM run gets episodes. With the main job's budget of 2026-11-29 (1500 steps x 256
+episodes, 8-9 min a run) it took 64 min in all on this project's 2-core CPU; the budget is now 2500 x
+1024 (about 15 min a run), so the LLM runs alone take about an hour and a half, and the whole run was
+not timed since. CFR (about 3 s) and random add well under a minute. After each LLM run the script
 prints an estimate of the rest.
 """
 
@@ -51,9 +53,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Sequence
 from typing import Any
 
 THRESHOLDS = (0.1, 0.05)

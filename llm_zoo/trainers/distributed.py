@@ -17,7 +17,7 @@ How a step splits (what :func:`llm_zoo.trainers.grpo.train` calls):
 - UPDATE: each rank scores a contiguous share of each learner's samples (:func:`shard`); the loss
   normaliser is the whole batch's (``AGGREGATIONS[...].normalizer`` of all samples), so summing the
   ranks' gradients (:func:`reduce_gradients`, an all-reduce) gives exactly the gradient of the
-  whole batch's loss; clipping and the AdamW step then run on identical gradients on every rank,
+  whole batch's loss; clipping and the optimiser step (AdamW or SGD) then run on identical gradients on every rank,
   and the replicas stay equal (what DDP does, done once per step after the micro-batches, which
   may number differently on each rank). The step's stats are summed the same way
   (:func:`sum_stats`).

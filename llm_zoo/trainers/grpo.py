@@ -488,7 +488,7 @@ def build_tokenizer_and_model(config: TrainConfig, seed: int, spec: EnvSpec | No
 
 def make_learner(name: str, config: TrainConfig, device: torch.device, index: int,
                  spec: EnvSpec | None = None, init: Path | None = None) -> Learner:
-    """Build a learner: model, sampling policy, AdamW, and a frozen reference when ``beta > 0``.
+    """Build a learner: model, sampling policy, optimiser (``config.optimizer``), and a frozen reference when ``beta > 0``.
 
     ``init``: a policy directory to load the weights and tokenizer from (``config.init``); the
     reference and the weights' average then start from those weights too.
