@@ -21,9 +21,10 @@ KUHN_POKER_V0: dict[str, Any] = {
     # The main job (`llm-zoo train kuhn_poker_v0`): self-play of the tiny model with RAE, one model
     # per seat, on a 2-core CPU in minutes. Each choice below was measured (seed 0, same budget, one
     # change at a time); docs/kuhn_selfplay.md has the runs.
-    # 2500 steps (the schedules below span the run): seeds 0, 1, 2 end at 0.0048, 0.0093, 0.0075 (last iterates
-    # 0.0050, 0.0121, 0.0078) on a 2-core AMD EPYC (docs/kuhn_selfplay.md, section 10). The same with 1200 steps
-    # was at 0.052-0.053 at step 1000, where these were at 0.008-0.010.
+    # 2500 steps (the schedules below span the run): seeds 0, 1, 2 end at 0.0021, 0.0051, 0.0073 (last iterates
+    # 0.0027, 0.0103, 0.0148) and first reach 0.05 after 150, 150, 100 steps (49.3 s of training on average) on a
+    # 2-core AMD EPYC (docs/kuhn_selfplay.md, section 12). With AdamW, 1200 steps were at 0.052-0.053 at step 1000,
+    # where 2500 were at 0.008-0.010 (section 10).
     "steps": 2500,
     # 1024 hands a step: 4x the episodes for about 1.3x a step's time (the rollout and the update run each distinct
     # prompt once, and Kuhn has 12), so a quarter of the gradient's variance. With 256 on that machine seed 2 stalled
