@@ -24,10 +24,17 @@ def _load():
     return module
 
 
-def test_quick_run_prints_the_table_and_ends_with_the_json_line(capsys):
-    figures = _load().main(["--quick"])
-    out = capsys.readouterr().out.strip().splitlines()
-    assert json.loads(out[-1]) == figures
+def test_quick_run_prints_the_table_and_ends_with_the_json_line():
+    # In a process of its own: three CI runs of the whole suite (two under load, one not) lost the pytest worker's
+    # own capture file during this test when it ran in the worker (ValueError: I/O operation on closed file, then
+    # every later test on that worker errored). The closer is not found yet; a child process keeps it from taking
+    # the rest of the suite with it, and a benchmark that closed its own stdout would still fail here.
+    import subprocess
+
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout.strip().splitlines()
+    figures = json.loads(out[-1])
     for key in ("requests_per_s_new", "requests_per_s_legacy", "tokens_per_s_new", "tokens_per_s_legacy"):
         assert figures[key] > 0
     assert figures["ratio"] == pytest.approx(
