@@ -407,21 +407,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ppo_timesteps = config.steps * config.episodes_per_step
 
     runs = Path(args.runs_dir) if args.runs_dir else out
-    wanted = set(args.systems)
-    rows = [*([random_row()] if "random" in wanted else []), *(cfr_rows() if "cfr" in wanted else []),
-            *(ppo_rows(ppo_timesteps, seeds) if "ppo" in wanted else []),
-            *llm_rows(overrides, seeds, runs, args.workers, [m for m in LLM_METHODS if m in wanted])]
+    systems = [s for s in SYSTEMS if s in args.systems]  # in the table's order, each once
+    rows = [*([random_row()] if "random" in systems else []), *(cfr_rows() if "cfr" in systems else []),
+            *(ppo_rows(ppo_timesteps, seeds) if "ppo" in systems else []),
+            *llm_rows(overrides, seeds, runs, args.workers, [m for m in LLM_METHODS if m in systems])]
     table = {row.key: figures(row) for row in rows}
     text = markdown(rows, table)
     caption = (f"Kuhn poker, every system on the same machine in one run "
                f"({'--quick' if args.quick else 'full'} setting, {seeds} seed(s))")
     print(f"\n{caption}\n\n{text}\n")
-    below = notes(seeds, budget, ppo_timesteps, args.quick, [s for s in SYSTEMS if s in wanted])
+    below = notes(seeds, budget, ppo_timesteps, args.quick, systems)
     print(below)
     (out / "kuhn_headline.md").write_text(f"{caption}.\n\n{text}\n\n{below}\n")
     plot(rows, out / "kuhn_headline.png")
     print(f"\ntable: {out / 'kuhn_headline.md'}\nplot: {out / 'kuhn_headline.png'}")
-    line = {"rows": table, "seeds": seeds, "systems": [s for s in SYSTEMS if s in wanted], "budget": {**budget, "ppo_timesteps": ppo_timesteps},
+    line = {"rows": table, "seeds": seeds, "systems": systems, "budget": {**budget, "ppo_timesteps": ppo_timesteps},
             "quick": args.quick, "seconds": round(time.perf_counter() - started, 2)}
     print(json.dumps(line))
     return line

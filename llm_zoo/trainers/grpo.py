@@ -70,6 +70,7 @@ SCRIPTED_PREFIX = "scripted:"  # a policy name that seats one of the env's scrip
 OPTIMIZERS = ("adamw", "sgd")
 """The values of ``TrainConfig.optimizer``."""
 
+
 @dataclass
 class TrainConfig:
     """Everything a training run needs; every field has a default. Per-env defaults
@@ -783,8 +784,7 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig, step:
                        ) if config.validity_coef else []
     batch = distributed.shard(batch)  # this rank's share (all of it in one process)
     exact = learner.reference is not None and config.kl_estimator == "exact"
-    beta = loss_terms.kl_weight(step, config.steps, config.beta, config.beta_final,
-                                magnet_average_start(config) if config.magnet_average_from else 0)
+    beta = loss_terms.kl_weight(step, config.steps, config.beta, config.beta_final, magnet_average_start(config))
     temperature = config.temperature or 1.0
     stats_sum: dict[str, float] = {}
     model.train()
