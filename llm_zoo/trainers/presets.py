@@ -21,11 +21,12 @@ KUHN_POKER_V0: dict[str, Any] = {
     # The main job (`llm-zoo train kuhn_poker_v0`): self-play of the tiny model with RAE, one model
     # per seat, on a 2-core CPU in minutes. Each choice below was measured (seed 0, same budget, one
     # change at a time); docs/kuhn_selfplay.md has the runs.
-    # 2500 steps (the schedules below span the run): seeds 0, 1, 2 end at 0.0021, 0.0051, 0.0073 (last iterates
-    # 0.0027, 0.0103, 0.0148) and first reach 0.05 after 150, 150, 100 steps (49.3 s of training on average) on a
-    # 2-core AMD EPYC (docs/kuhn_selfplay.md, section 12). With AdamW, 1200 steps were at 0.052-0.053 at step 1000,
-    # where 2500 were at 0.008-0.010 (section 10).
-    "steps": 2500,
+    # 2000 steps (the schedules below span the run): seeds 0, 1, 2 end at 0.0059, 0.0061, 0.0070 (last iterates
+    # 0.0056, 0.0099, 0.0047), seed 2 in 12 min alone at 0.36 s a step on a 2-core AMD EPYC (docs/kuhn_selfplay.md,
+    # section 13). 2500 steps ended lower (0.0021, 0.0051, 0.0073) but took 16.8-17.5 min at 0.35-0.42 s a step, past
+    # the 15 minutes of issue 20 (section 12). With AdamW, 1200 steps were at 0.052-0.053 at step 1000, where 2500 were
+    # at 0.008-0.010 (section 10).
+    "steps": 2000,
     # 1024 hands a step: 4x the episodes for about 1.3x a step's time (the rollout and the update run each distinct
     # prompt once, and Kuhn has 12), so a quarter of the gradient's variance. With 256 on that machine seed 2 stalled
     # at 0.10-0.14 for 1300 steps (0.049 at the end), and with the body at a tenth of the rate (body_lr_scale 0.1)
@@ -97,9 +98,11 @@ KUHN_POKER_V0: dict[str, Any] = {
     # reached it at step 600 (docs/kuhn_selfplay.md, section 12). 0.3 circles (0.12 at step 250).
     "optimizer": "sgd",
     "lr": 0.1,
-    # ...after a warm-up: at full step from the first update, seed 1 lost the difference between Q and K in
-    # seat 1's network within 50 steps and stuck at 0.165; with 50 warm-up steps it learns as seed 0 does
-    "warmup_steps": 50,
+    # ...after a warm-up. With AdamW at full step from the first update, seed 1 lost the difference between Q and K
+    # in seat 1's network within 50 steps and stuck at 0.165, and 50 warm-up steps cured it. With SGD (whose first
+    # steps are small, the gradient clipped to norm 1) 25 suffice and reach 0.05 sooner: first at steps 125, 150
+    # and 100 on seeds 0-2 (evaluated every 25), against 200, 175 and 100 with 50 (docs/kuhn_selfplay.md, section 13)
+    "warmup_steps": 25,
     "lr_schedule": "linear",
     # one torch thread: the tiny model's kernels are too small to gain from more, and lose to contention
     "threads": 1,
