@@ -38,9 +38,9 @@ rows run: ``--systems``, all by default), ``budget`` and ``seconds``.
 The full run's time is almost all training: 4 LLM methods x 3 seeds x the main job's budget, two
 runs at a time (one per core; ``--workers``), after MaskablePPO's 3 seeds, each given as many
 decisions as an LLM run gets episodes. With the main job's budget of 2026-11-29 (1500 steps x 256
-episodes, 8-9 min a run) it took 64 min in all on this project's 2-core CPU; the budget is now 2500 x
-1024 (about 15 min a run), so the LLM runs alone take about an hour and a half, and the whole run was
-not timed since. CFR (about 3 s) and random add well under a minute. After each LLM run the script
+episodes, 8-9 min a run) it took 64 min in all on this project's 2-core CPU; the budget is now 2000 x
+1024 (about 12 min a run), so the LLM runs alone take over an hour, and the whole run was not timed
+since (``--systems random cfr per_seat``: 24.5 min). CFR (about 3 s) and random add well under a minute. After each LLM run the script
 prints an estimate of the rest.
 """
 

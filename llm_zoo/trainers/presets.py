@@ -21,10 +21,10 @@ KUHN_POKER_V0: dict[str, Any] = {
     # The main job (`llm-zoo train kuhn_poker_v0`): self-play of the tiny model with RAE, one model
     # per seat, on a 2-core CPU in minutes. Each choice below was measured (seed 0, same budget, one
     # change at a time); docs/kuhn_selfplay.md has the runs.
-    # 2000 steps (the schedules below span the run): seeds 0, 1, 2 end at 0.0059, 0.0061, 0.0070 (last iterates
-    # 0.0056, 0.0099, 0.0047), seed 2 in 12 min alone at 0.36 s a step on a 2-core AMD EPYC (docs/kuhn_selfplay.md,
-    # section 13). 2500 steps ended lower (0.0021, 0.0051, 0.0073) but took 16.8-17.5 min at 0.35-0.42 s a step, past
-    # the 15 minutes of issue 20 (section 12). With AdamW, 1200 steps were at 0.052-0.053 at step 1000, where 2500 were
+    # 2000 steps (the schedules below span the run): seeds 0, 1, 2 end at 0.0037, 0.0032, 0.0076 (last iterates
+    # 0.0074, 0.0068, 0.0038) and first reach 0.05 after 200, 150, 100 steps (50.3 s of training on average); a run
+    # took 12 min at 0.35 s a step on a 2-core AMD EPYC (docs/kuhn_selfplay.md, section 13). 2500 steps ended lower
+    # (0.0021, 0.0051, 0.0073) but took 16.8-17.5 min at 0.35-0.42 s a step, past the 15 minutes of issue 20. With AdamW, 1200 steps were at 0.052-0.053 at step 1000, where 2500 were
     # at 0.008-0.010 (section 10).
     "steps": 2000,
     # 1024 hands a step: 4x the episodes for about 1.3x a step's time (the rollout and the update run each distinct
