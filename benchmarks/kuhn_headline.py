@@ -40,8 +40,8 @@ runs at a time (one per core; ``--workers``), after MaskablePPO's 3 seeds, each 
 decisions as an LLM run gets episodes. With the main job's budget of 2026-11-29 (1500 steps x 256
 episodes, 8-9 min a run) it took 64 min in all on this project's 2-core CPU; the budget is now 2000 x
 1024 (about 12 min a run), so the LLM runs alone take over an hour, and the whole run was not timed
-since (``--systems random cfr per_seat``: 24.5 min). CFR (about 3 s) and random add well under a minute. After each LLM run the script
-prints an estimate of the rest.
+since (``--systems random cfr per_seat``: 24.5 min). CFR (about 3 s) and random add well under a
+minute. After each LLM run the script prints an estimate of the rest.
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ KUHN_POKER_V0: dict[str, Any] = {
     # 2000 steps (the schedules below span the run): seeds 0, 1, 2 end at 0.0037, 0.0032, 0.0076 (last iterates
     # 0.0074, 0.0068, 0.0038) and first reach 0.05 after 200, 150, 100 steps (50.3 s of training on average); a run
     # took 12 min at 0.35 s a step on a 2-core AMD EPYC (docs/kuhn_selfplay.md, section 13). 2500 steps ended lower
-    # (0.0021, 0.0051, 0.0073) but took 16.8-17.5 min at 0.35-0.42 s a step, past the 15 minutes of issue 20. With AdamW, 1200 steps were at 0.052-0.053 at step 1000, where 2500 were
-    # at 0.008-0.010 (section 10).
+    # (0.0021, 0.0051, 0.0073) but took 16.8-17.5 min at 0.35-0.42 s a step, past the 15 minutes of issue 20.
+    # With AdamW, 1200 steps were at 0.052-0.053 at step 1000, where 2500 were at 0.008-0.010 (section 10).
     "steps": 2000,
     # 1024 hands a step: 4x the episodes for about 1.3x a step's time (the rollout and the update run each distinct
     # prompt once, and Kuhn has 12), so a quarter of the gradient's variance. With 256 on that machine seed 2 stalled
