@@ -18,7 +18,8 @@ Per env it prints a table (name, what it tries, paid?, reward vs baseline, detai
 
 The last line printed is a JSON object: ``judge_hacks_paid``, ``proposer_hacks_paid``,
 ``user_sim_hacks_paid`` (attempts that paid, per env; null where the library is not available),
-``attempts`` (attempts run), ``errors`` (attempts that raised), ``not_available`` (libraries that
+``attempts`` (attempts run), ``errors`` (attempts that raised), ``by_kind`` (attempts, paid and errors
+per class of attack, each hack's ``kind``), ``not_available`` (libraries that
 could not be loaded), ``per_env`` (attempts, paid, errors and the names that paid, per env),
 ``quick`` and ``seconds``.
 """
@@ -57,6 +58,7 @@ class Row:
 
     name: str
     tries: str
+    kind: str = "other"
     outcome: Outcome | None = None
     error: str | None = None
     seconds: float = 0.0
@@ -122,7 +124,7 @@ def _limit(seconds: float) -> Iterator[None]:
 
 def attempt(hack: Hack, timeout_s: float = TIMEOUT_S) -> Row:
     """Run one attempt in isolation: whatever it raises becomes the row's error."""
-    row = Row(hack.name, hack.tries)
+    row = Row(hack.name, hack.tries, hack.kind)
     start = time.perf_counter()
     try:
         with _limit(timeout_s):
@@ -172,6 +174,18 @@ def summary(libraries: Sequence[Library]) -> str:
     return "\n".join(lines)
 
 
+def by_kind(libraries: Sequence[Library]) -> dict[str, dict[str, int]]:
+    """Attempts, paid and errors per class of attack, over every available library."""
+    counts: dict[str, dict[str, int]] = {}
+    for lib in libraries:
+        for r in lib.rows:
+            c = counts.setdefault(r.kind, {"attempts": 0, "paid": 0, "errors": 0})
+            c["attempts"] += 1
+            c["paid"] += r.outcome is not None and r.outcome.paid
+            c["errors"] += r.error is not None
+    return dict(sorted(counts.items()))
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="only the attempts each library marks quick")
@@ -200,6 +214,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "not_available": [lib.env for lib in libraries if lib.problem is not None],
         "per_env": {lib.env: {"attempts": len(lib.rows), "paid": len(lib.paid), "errors": lib.errors,
                               "paid_names": lib.paid} for lib in available},
+        "by_kind": by_kind(available),
         "quick": args.quick,
         "seconds": round(time.perf_counter() - start, 2),
     })

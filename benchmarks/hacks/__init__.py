@@ -39,3 +39,6 @@ class Hack:
     """Runs the attempt end to end through the real env (or its real grading path) and reports."""
     quick: bool = False
     """Part of the smallest setting (``--quick``), which a test runs: keep a few cheap ones per env."""
+    kind: str = "other"
+    """The class of attack it belongs to (e.g. ``check_in_reach``, ``forged_evidence``, ``host_dependent``,
+    ``unquoted_text``, ``unsafe_loading``, ``run_dir``); the JSON line counts attempts and paid by class."""
