@@ -95,8 +95,13 @@ def _overrides(args: argparse.Namespace, cls: type, what: str) -> dict[str, obje
 
     overrides: dict[str, object] = {}
     if args.config:
-        with open(args.config) as f:
-            loaded = yaml.safe_load(f) or {}
+        try:  # safe_load: a tag such as !!python/object/apply is an error, never a constructor call
+            with open(args.config, "rb") as f:
+                loaded = yaml.safe_load(f.read().decode("utf-8")) or {}
+        except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
+            raise ValueError(f"--config {args.config}: not a YAML file of plain KEY: VALUE lines "
+                             f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); tags such as "
+                             f"!!python/... are refused: write plain values") from None
         if not isinstance(loaded, dict):
             raise ValueError(f"{args.config} must hold a mapping of {what} (KEY: VALUE lines); "
                              f"got {type(loaded).__name__}")
@@ -113,6 +118,8 @@ def _train(args: argparse.Namespace) -> int:
 
     from llm_zoo.trainers.grpo import TrainConfig, make_config, train
 
+    if args.resume and args.overwrite:
+        raise ValueError("--resume continues the run in the run directory and --overwrite removes it; give one")
     config = make_config(args.env, _overrides(args, TrainConfig, "config fields"))
     from llm_zoo.trainers import distributed
 
@@ -125,11 +132,11 @@ def _train(args: argparse.Namespace) -> int:
         config = dataclasses.replace(config, run_dir=distributed.broadcast(
             f"runs/{config.env}-{time.strftime('%Y%m%d-%H%M%S')}"))
     if not distributed.is_main():  # rank 0 alone reports; the others train
-        train(config, resume=args.resume)
+        train(config, resume=args.resume, overwrite=args.overwrite)
         distributed.teardown(joined)
         return 0
     print(f"llm-zoo train {config.env}: run directory {config.run_dir}", file=sys.stderr, flush=True)
-    result = train(config, resume=args.resume)
+    result = train(config, resume=args.resume, overwrite=args.overwrite)
     distributed.teardown(joined)
     power = f", average_power={config.average_power:g}" if config.average_power else ""
     scored = (f"the average of the learner's weights (average_ema={config.average_ema}{power})" if config.average_ema
@@ -216,8 +223,12 @@ class _SFTHelp(argparse.Action):
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from llm_zoo.trainers.checkpoint import verify_checkpoint
     from llm_zoo.trainers.evaluation import evaluate_checkpoint
 
+    verify_checkpoint(Path(args.checkpoint))  # a damaged file is refused by name before anything loads it
     result = evaluate_checkpoint(args.env, args.checkpoint, episodes=args.episodes, method=args.method,
                                  seed=args.seed, headline_episodes=args.headline_episodes)
     print(json.dumps(result, indent=2, default=str))
@@ -320,6 +331,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "--set steps=50 (repeatable; see below)")
     train.add_argument("--run-dir", help="where the run writes (default runs/<env>-<time>)")
     train.add_argument("--resume", action="store_true", help="continue from the run dir's latest checkpoint")
+    train.add_argument("--overwrite", action="store_true",
+                       help="start afresh in a run dir that already holds a run, removing that run's files "
+                            "(without it, train refuses such a directory)")
     train.set_defaults(func=_train)
 
     fit = sub.add_parser("sft", help="fit a role's policy to traces of the env's scripted players (warm start)",

@@ -1,20 +1,39 @@
-"""Checkpoints: everything a run needs to resume exactly, written atomically, and finding them again.
+"""Checkpoints: everything a run needs to resume exactly, written atomically, read back safely, and finding them again.
 
 A checkpoint is a directory ``runs/<run>/checkpoints/step_NNNNNN`` holding, per learner, the
 policy it delivers under ``policies/NAME`` (``save_pretrained`` format: what ``llm-zoo eval`` and
 ``crossplay`` load) and ``NAME.trainer.pt`` (optimiser, self-play pool, reference model, and the
 learner's own weights when ``policies/`` holds their average), plus ``state.json`` (the step, the
-RAE baselines, torch's RNG). It is written to a temporary directory and renamed into place, then
-``checkpoints/latest`` is rewritten the same way, so a run killed at any instant leaves either
-the old checkpoint or the new one, never half of one.
+RAE baselines, torch's RNG) and ``manifest.json`` (each file's size and SHA-256). It is written to a
+temporary directory and renamed into place, then ``checkpoints/latest`` is rewritten the same way,
+so a run killed at any instant leaves either the old checkpoint or the new one, never half of one.
+
+Reading is as careful as writing, since a checkpoint is a file a user hands in. ``NAME.trainer.pt``
+holds plain data only (tensors, numbers, strings, lists, dicts) and is read with
+``torch.load(weights_only=True)``, which refuses any pickled object that would run code; weights
+are safetensors; every file is checked against the manifest; and whatever is wrong (a truncated or
+corrupted file, a missing key, a value of the wrong type) is one :class:`CheckpointError` that
+names the file, what was expected and what to do, never a traceback from deep inside a loader.
+
+A run directory is owned by one run (:func:`own_run_dir`): ``train`` holds an exclusive lock on
+``run.lock`` while it writes (``fcntl.flock``: the kernel drops it when the process ends, crash
+or kill included) and refuses to start afresh where a run already wrote, unless told to overwrite.
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import errno
+import fcntl
+import hashlib
 import json
+import math
 import os
 import shutil
-from collections.abc import Mapping
+import socket
+import sys
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +41,26 @@ import torch
 
 from llm_zoo.trainers.advantages import RAEState
 
-__all__ = ["latest_checkpoint", "latest_run", "load_checkpoint", "resume_dir", "save_checkpoint", "write_atomic"]
+__all__ = ["RUN_ENTRIES", "CheckpointError", "latest_checkpoint", "latest_run", "load_checkpoint", "own_run_dir",
+           "read_json", "resume_dir", "save_checkpoint", "verify_checkpoint", "write_atomic"]
+
+MANIFEST = "manifest.json"
+LOCK = "run.lock"
+RUN_ENTRIES = ("config.json", "config.yaml", "metrics.jsonl", "eval.json", "checkpoints", "samples", "sft", "vllm",
+               "tensorboard", "curves.png")
+"""What a training run writes into its directory: any of them there means the directory holds a run."""
+STATE_KEYS = {"step": int, "rae": dict, "policies": list, "torch_rng": list}
+TRAINER_KEYS = {"optimizer": dict, "pool": list, "reference": (dict, type(None)), "learner": (dict, type(None)),
+                "met": list}
+
+
+class CheckpointError(ValueError):
+    """A checkpoint or run directory that cannot be used as it is; the message names the file and the fix."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+# ---------------------------------------------------------------------------------------------
 
 
 def save_checkpoint(run_dir: Path, step: int, learners: Mapping[str, Any], rae_state: RAEState, keep: int) -> Path:
@@ -39,8 +77,9 @@ def save_checkpoint(run_dir: Path, step: int, learners: Mapping[str, Any], rae_s
     for name, learner in learners.items():
         learner.trained.model.save_pretrained(tmp / "policies" / name)
         learner.policy.tokenizer.save_pretrained(tmp / "policies" / name)
+        # plain data only, so that weights_only=True reads it back
         torch.save({"optimizer": learner.optimizer.state_dict(),
-                    "pool": [(s, {k: v.cpu() for k, v in sd.items()}) for s, sd in learner.pool],
+                    "pool": [[int(s), {k: v.cpu() for k, v in sd.items()}] for s, sd in learner.pool],
                     "reference": None if learner.reference is None else learner.reference.state_dict(),
                     "learner": None if learner.average is None else learner.model.state_dict(),
                     "met": [[list(prompt), list(replies)] for prompt, replies in learner.met.items()]},
@@ -48,6 +87,7 @@ def save_checkpoint(run_dir: Path, step: int, learners: Mapping[str, Any], rae_s
     state = {"step": step, "rae": rae_state.to_dict(), "policies": sorted(learners),
              "torch_rng": torch.get_rng_state().tolist()}
     (tmp / "state.json").write_text(json.dumps(state))
+    (tmp / MANIFEST).write_text(json.dumps(_manifest(tmp), indent=1))
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -57,32 +97,227 @@ def save_checkpoint(run_dir: Path, step: int, learners: Mapping[str, Any], rae_s
     return final
 
 
-def load_checkpoint(path: Path, learners: Mapping[str, Any]) -> tuple[int, RAEState]:
-    """Restore learners in place from a checkpoint; return (the step to continue from, the RAE state)."""
+def _manifest(path: Path) -> dict[str, dict[str, Any]]:
+    """Return relative path -> {bytes, sha256} for every file under ``path``."""
+    return {f.relative_to(path).as_posix(): {"bytes": f.stat().st_size, "sha256": _sha256(f)}
+            for f in sorted(path.rglob("*")) if f.is_file() and f.name != MANIFEST}
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename, so readers see old or new, never half."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading: every failure is a CheckpointError naming the file
+# ---------------------------------------------------------------------------------------------
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a finite number")
+
+
+def read_json(path: Path, what: str = "JSON") -> Any:
+    """Return the JSON in ``path``: strict UTF-8, finite numbers only; else a :class:`CheckpointError` naming it."""
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+        return json.loads(text, parse_constant=_refuse_constant)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: missing; expected {what}") from None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise CheckpointError(f"{path}: not valid {what} ({_reason(exc)}); the file is damaged or not what "
+                              f"llm_zoo wrote there") from None
+
+
+def _reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:200]}"
+
+
+def verify_checkpoint(path: Path) -> None:
+    """Check a checkpoint directory before anything loads it: the manifest's sizes and hashes, every JSON
+    file, every safetensors header; raise :class:`CheckpointError` naming the first file that is wrong.
+
+    A checkpoint written before manifests existed is checked without one.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: not a checkpoint directory; expected runs/<run>/checkpoints/step_N")
+    fix = "take an earlier checkpoint (checkpoints/step_N) or retrain"
+    if (path / MANIFEST).exists():
+        manifest = read_json(path / MANIFEST, "a checkpoint manifest (file -> bytes, sha256)")
+        if not isinstance(manifest, dict):
+            raise CheckpointError(f"{path / MANIFEST}: expected an object of file -> {{bytes, sha256}}; "
+                                  f"got {type(manifest).__name__}")
+        for name, entry in manifest.items():
+            file = (path / name).resolve()
+            if not file.is_relative_to(path.resolve()) or not isinstance(entry, dict):
+                raise CheckpointError(f"{path / MANIFEST}: entry {name!r:.80} is not a file inside the checkpoint")
+            if not file.is_file():
+                raise CheckpointError(f"{path / name}: missing (the manifest lists it); {fix}")
+            size = file.stat().st_size
+            if size != entry.get("bytes"):
+                raise CheckpointError(f"{path / name}: {size} bytes, expected {entry.get('bytes')!r} (truncated or "
+                                      f"replaced); {fix}")
+            if _sha256(file) != entry.get("sha256"):
+                raise CheckpointError(f"{path / name}: its SHA-256 differs from the manifest's (corrupted); {fix}")
+    for file in sorted(path.rglob("*.json")):
+        read_json(file)
+    for file in sorted(path.rglob("*.safetensors")):
+        _read_weights(file, header_only=True)
+
+
+def _read_weights(file: Path, *, header_only: bool = False) -> dict[str, torch.Tensor]:
+    from safetensors import safe_open
     from safetensors.torch import load_file
 
-    state = json.loads((path / "state.json").read_text())
+    try:
+        if header_only:
+            with safe_open(str(file), framework="pt") as f:
+                f.keys()
+            return {}
+        return load_file(str(file))
+    except FileNotFoundError:
+        raise CheckpointError(f"{file}: missing; expected the policy's weights (safetensors)") from None
+    except Exception as exc:  # safetensors raises its own error type for every kind of damage
+        raise CheckpointError(f"{file}: not readable safetensors ({_reason(exc)}); the file is truncated or "
+                              f"corrupted: take an earlier checkpoint (checkpoints/step_N) or retrain") from None
+
+
+def _read_trainer_state(file: Path) -> dict[str, Any]:
+    import pickle
+    import zipfile
+
+    try:
+        state = torch.load(file, weights_only=True, map_location="cpu")
+    except FileNotFoundError:
+        raise CheckpointError(f"{file}: missing; expected the learner's trainer state") from None
+    except pickle.UnpicklingError as exc:  # what weights_only raises for any object but plain data
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"{file}: refused: it holds more than plain data (tensors, numbers, strings, lists, "
+                              f"dicts), which could run code when loaded ({first[:200]}); a checkpoint llm_zoo "
+                              f"wrote never does: do not load this file") from None
+    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise CheckpointError(f"{file}: not a readable trainer state ({_reason(exc)}); truncated or corrupted: "
+                              f"take an earlier checkpoint (checkpoints/step_N) or retrain") from None
+    _check_fields(file, state, TRAINER_KEYS)
+    for i, item in enumerate(state["pool"]):
+        if not (isinstance(item, (list, tuple)) and len(item) == 2 and type(item[0]) is int
+                and isinstance(item[1], dict)):
+            raise CheckpointError(f"{file}: pool[{i}] must be [step, state dict]; got {type(item).__name__}")
+    return state
+
+
+def _check_fields(file: Path, data: Any, fields: Mapping[str, Any]) -> None:
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{file}: expected an object with keys {sorted(fields)}; got {type(data).__name__}")
+    missing = sorted(set(fields) - set(data))
+    if missing:
+        raise CheckpointError(f"{file}: missing keys {missing} (expected {sorted(fields)}); the file is damaged or "
+                              f"from another version of llm_zoo: take another checkpoint or retrain")
+    for key, kind in fields.items():
+        if not isinstance(data[key], kind) or (kind is int and isinstance(data[key], bool)):
+            raise CheckpointError(f"{file}: {key} must be {getattr(kind, '__name__', kind)}; "
+                                  f"got {type(data[key]).__name__}: {data[key]!r:.80}")
+
+
+def _read_state(path: Path) -> dict[str, Any]:
+    file = path / "state.json"
+    state = read_json(file, "a checkpoint's state (step, rae, policies, torch_rng)")
+    _check_fields(file, state, STATE_KEYS)
+    if state["step"] < 0:
+        raise CheckpointError(f"{file}: step must be >= 0; got {state['step']}")
+    rng = state["torch_rng"]
+    size = torch.get_rng_state().numel()
+    if len(rng) != size or not all(type(b) is int and 0 <= b <= 255 for b in rng):
+        raise CheckpointError(f"{file}: torch_rng must be {size} bytes (ints 0-255), as torch.get_rng_state() "
+                              f"gives; got {len(rng)} values")
+    if not all(isinstance(k, str) and type(v) in (int, float) and math.isfinite(v) for k, v in state["rae"].items()):
+        raise CheckpointError(f"{file}: rae must map keys to finite numbers; got {state['rae']!r:.120}")
+    if not all(isinstance(p, str) for p in state["policies"]):
+        raise CheckpointError(f"{file}: policies must be a list of names; got {state['policies']!r:.120}")
+    return state
+
+
+def _load_weights(file: Path, module: torch.nn.Module, weights: Mapping[str, torch.Tensor]) -> None:
+    try:
+        result = module.load_state_dict(weights, strict=False)
+    except (RuntimeError, ValueError, TypeError) as exc:
+        raise CheckpointError(f"{file}: does not fit the model the config builds ({_reason(exc)}); resume with the "
+                              f"run's own config (its config.yaml), or start a fresh run") from None
+    if weights and len(result.unexpected_keys) == len(weights):
+        raise CheckpointError(f"{file}: none of its {len(weights)} tensors is a parameter of the model the config "
+                              f"builds (e.g. {result.unexpected_keys[0]!r:.80}); resume with the run's own config")
+
+
+def load_checkpoint(path: Path, learners: Mapping[str, Any]) -> tuple[int, RAEState]:
+    """Restore learners in place from a checkpoint; return (the step to continue from, the RAE state).
+
+    Raises:
+        CheckpointError: A file is missing, truncated, corrupted, holds more than plain data, or
+            does not fit the learners; the message names it. Nothing is restored until every file
+            of the checkpoint has been read and checked.
+    """
+    path = Path(path)
+    verify_checkpoint(path)
+    state = _read_state(path)
+    if sorted(learners) != sorted(state["policies"]):
+        raise CheckpointError(f"{path / 'state.json'}: the checkpoint holds policies {sorted(state['policies'])}, "
+                              f"the config trains {sorted(learners)}; resume with the run's own config.policies")
+    read = {name: (_read_weights(path / "policies" / name / "model.safetensors"),
+                   _read_trainer_state(path / f"{name}.trainer.pt")) for name in learners}
     for name, learner in learners.items():
-        weights = load_file(str(path / "policies" / name / "model.safetensors"))
-        trainer_state = torch.load(path / f"{name}.trainer.pt", weights_only=False)
+        weights, trainer_state = read[name]
+        file = path / "policies" / name / "model.safetensors"
         if learner.average is not None:  # policies/ holds the average; the learner's weights are kept apart
-            learner.average.model.load_state_dict(weights, strict=False)
-            weights = trainer_state.get("learner") or weights
-        learner.model.load_state_dict(weights, strict=False)
-        learner.optimizer.load_state_dict(trainer_state["optimizer"])
+            _load_weights(file, learner.average.model, weights)
+            weights = trainer_state["learner"] or weights
+        _load_weights(file, learner.model, weights)
+        trainer_file = path / f"{name}.trainer.pt"
+        try:
+            learner.optimizer.load_state_dict(trainer_state["optimizer"])
+        except (KeyError, ValueError, RuntimeError, TypeError) as exc:
+            raise CheckpointError(f"{trainer_file}: its optimizer state does not fit the learner ({_reason(exc)}); "
+                                  f"resume with the run's own config") from None
         learner.pool = [(s, sd) for s, sd in trainer_state["pool"]]
-        learner.met = {tuple(prompt): tuple(replies) for prompt, replies in trainer_state.get("met", [])}
-        if learner.reference is not None and trainer_state.get("reference") is not None:
-            learner.reference.load_state_dict(trainer_state["reference"])
+        learner.met = {tuple(prompt): tuple(replies) for prompt, replies in trainer_state["met"]}
+        if learner.reference is not None and trainer_state["reference"] is not None:
+            _load_weights(trainer_file, learner.reference, trainer_state["reference"])
     torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
-    return int(state["step"]), RAEState.from_dict(state["rae"])
+    return state["step"], RAEState.from_dict(state["rae"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Finding runs
+# ---------------------------------------------------------------------------------------------
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
-    """Return the newest complete checkpoint of a run, or None."""
+    """Return the newest complete checkpoint of a run, or None.
+
+    ``checkpoints/latest`` must name a ``step_N`` directory beside it: a pointer elsewhere
+    (``../..``, an absolute path) is refused with :class:`CheckpointError`.
+    """
     pointer = run_dir / "checkpoints" / "latest"
     if pointer.exists():
-        path = run_dir / "checkpoints" / pointer.read_text().strip()
+        try:
+            name = pointer.read_bytes().decode("utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CheckpointError(f"{pointer}: not readable ({_reason(exc)}); expected the name of a step_N "
+                                  f"directory beside it") from None
+        if not (name.startswith("step_") and name[5:].isdigit() and name.isascii()):
+            raise CheckpointError(f"{pointer}: expected the name of a step_N directory beside it; got {name!r:.80}")
+        path = run_dir / "checkpoints" / name
         if (path / "state.json").exists():
             return path
     return None
@@ -92,9 +327,17 @@ def latest_run(env: str, root: Path = Path("runs")) -> Path | None:
     """Return the newest run of ``env`` under ``root`` (``runs/<env>-<time>``) that holds a complete checkpoint."""
     if not root.is_dir():
         return None
-    runs = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(f"{env}-") and latest_checkpoint(p)]
+    runs = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(f"{env}-") and _has_checkpoint(p)]
     # the names end in the start time (YYYYmmdd-HHMMSS), so they sort by it; mtime breaks ties
     return max(runs, key=lambda p: (p.name, p.stat().st_mtime), default=None)
+
+
+def _has_checkpoint(run_dir: Path) -> bool:
+    """Whether a run holds a complete checkpoint; one whose ``latest`` pointer is damaged holds none."""
+    try:
+        return latest_checkpoint(run_dir) is not None
+    except CheckpointError:
+        return False
 
 
 def resume_dir(env: str, run_dir: str, root: Path = Path("runs")) -> Path:
@@ -119,8 +362,59 @@ def resume_dir(env: str, run_dir: str, root: Path = Path("runs")) -> Path:
     return path
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename, so readers see old or new, never half."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+# ---------------------------------------------------------------------------------------------
+# Owning a run directory
+# ---------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def own_run_dir(run_dir: Path, *, resume: bool = False, overwrite: bool = False) -> Iterator[Path]:
+    """Hold ``run_dir`` for one run: an exclusive lock on ``run_dir/run.lock`` for the block's length.
+
+    A fresh run (neither ``resume`` nor ``overwrite``) is refused where a run already wrote (any
+    of :data:`RUN_ENTRIES`); with ``overwrite`` those entries are removed first (nothing else in
+    the directory is touched). The lock is ``fcntl.flock`` on an open file: the kernel releases it
+    when the file closes or the process ends, however it ends, so a crash never leaves it held.
+
+    Raises:
+        CheckpointError: Another process holds the lock (the message names its pid, host, start
+            time and command), or the directory holds a run and neither flag was given.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = run_dir / LOCK
+    try:  # O_NOFOLLOW: a planted symlink must not make the holder's note overwrite another file
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise CheckpointError(f"{lock}: is a symbolic link; a run's lock file must be a plain file: remove "
+                                  f"it (or pick another --run-dir)") from None
+        raise CheckpointError(f"{lock}: cannot open the run's lock file ({_reason(exc)}); pick another --run-dir "
+                              f"(--set run_dir=DIR)") from None
+    with os.fdopen(fd, "r+", encoding="utf-8", errors="replace") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = " ".join(handle.read(2000).split()) or "a process that has not written its note yet"
+            raise CheckpointError(f"{run_dir}: another run is writing there (its lock {lock} is held by {holder}); "
+                                  f"wait for it to end, or give this run another --run-dir") from None
+        here = sorted(e for e in RUN_ENTRIES if (run_dir / e).exists() or (run_dir / e).is_symlink())
+        if here and not (resume or overwrite):
+            raise CheckpointError(f"{run_dir}: already holds a run ({', '.join(here)}); continue it with --resume, "
+                                  f"start afresh over it with --overwrite (its files are removed), or give another "
+                                  f"--run-dir")
+        if overwrite and not resume:
+            for entry in here:
+                target = run_dir / entry
+                if target.is_dir() and not target.is_symlink():
+                    shutil.rmtree(target)
+                else:
+                    target.unlink()
+        note = {"pid": os.getpid(), "host": socket.gethostname(),
+                "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                "command": " ".join(sys.argv)[:300]}
+        handle.seek(0)
+        handle.truncate()
+        handle.write(json.dumps(note))
+        handle.flush()
+        yield run_dir

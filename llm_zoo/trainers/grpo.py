@@ -21,6 +21,7 @@ replays exactly what the uninterrupted run would have done.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import hashlib
@@ -45,7 +46,13 @@ from llm_zoo.spec import EnvSpec
 from llm_zoo.trainers import advantages as adv
 from llm_zoo.trainers import distributed, loss_terms, presets
 from llm_zoo.trainers import sft as sft_stage
-from llm_zoo.trainers.checkpoint import latest_checkpoint, load_checkpoint, resume_dir, save_checkpoint
+from llm_zoo.trainers.checkpoint import (
+    latest_checkpoint,
+    load_checkpoint,
+    own_run_dir,
+    resume_dir,
+    save_checkpoint,
+)
 from llm_zoo.trainers.evaluation import headline_evaluator
 from llm_zoo.trainers.executors import EXECUTORS, make_executor
 from llm_zoo.trainers.memory import micro_batches, preflight
@@ -542,24 +549,34 @@ def make_vllm_generator(learner: Learner, path: Path, config: TrainConfig):
 # ---------------------------------------------------------------------------------------------
 
 
-def train(config: TrainConfig, *, resume: bool = False) -> dict[str, Any]:
+def train(config: TrainConfig, *, resume: bool = False, overwrite: bool = False) -> dict[str, Any]:
     """Train the policies of ``config``; return the final evaluation (also written to eval.json).
 
     With ``resume`` the run continues from the latest checkpoint of ``config.run_dir``, or, when
     that is empty, of the newest run of the env under ``runs/``; ``FileNotFoundError`` when there
-    is none (:func:`~llm_zoo.trainers.checkpoint.resume_dir`). Under ``torchrun`` each rank calls
-    it and the run is data-parallel (:mod:`~llm_zoo.trainers.distributed`).
+    is none (:func:`~llm_zoo.trainers.checkpoint.resume_dir`). A fresh run into a directory that
+    holds a run is refused unless ``overwrite`` (which removes that run's files), and two runs never
+    write one directory (:func:`~llm_zoo.trainers.checkpoint.own_run_dir`). Under ``torchrun`` each
+    rank calls it and the run is data-parallel (:mod:`~llm_zoo.trainers.distributed`).
     """
     if config.threads:
         torch.set_num_threads(config.threads)
     joined = distributed.setup(config.device)  # under torchrun: one rank of a data-parallel run
     try:
-        return _train(config, resume, distributed.device(config.device))
+        if resume:
+            run_dir = resume_dir(config.env, config.run_dir)
+        else:
+            run_dir = Path(config.run_dir or f"runs/{config.env}-{time.strftime('%Y%m%d-%H%M%S')}")
+        run_dir = distributed.broadcast(run_dir)
+        # rank 0 holds the run directory (its lock) until the run ends, however it ends
+        with (own_run_dir(run_dir, resume=resume, overwrite=overwrite) if distributed.is_main()
+              else contextlib.nullcontext()):
+            return _train(config, resume, distributed.device(config.device), run_dir)
     finally:
         distributed.teardown(joined)
 
 
-def _train(config: TrainConfig, resume: bool, device: torch.device) -> dict[str, Any]:
+def _train(config: TrainConfig, resume: bool, device: torch.device, run_dir: Path) -> dict[str, Any]:
     from llm_zoo.trainers.logging import MetricsLogger
 
     main = distributed.is_main()  # rank 0 writes the run directory, logs and shows progress
@@ -569,13 +586,7 @@ def _train(config: TrainConfig, resume: bool, device: torch.device) -> dict[str,
     roles = {a: probe.role_of(a) for a in agents}
     learn = set(config.learn or spec.learning_roles)
     policy_of = {a: config.policies.get(a, config.policies.get(roles[a], "main")) for a in agents}
-    if resume:
-        run_dir = resume_dir(config.env, config.run_dir)
-    else:
-        run_dir = Path(config.run_dir or f"runs/{config.env}-{time.strftime('%Y%m%d-%H%M%S')}")
-    run_dir = distributed.broadcast(run_dir)
     if main:
-        run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2))
         _write_yaml(run_dir / "config.yaml", dataclasses.asdict(config))
 
