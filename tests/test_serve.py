@@ -498,6 +498,45 @@ def test_split_tool_calls_and_the_streaming_hold_back() -> None:
     assert split_tool_calls('<tool_call>{"name": "f", "arguments": {}}</tool_call>')[0] is None
     assert tool_call_start("hello <tool") == len("hello") and tool_call_start("x <tool_call>{") == 1
     assert tool_call_start("a < b") == len("a < b") and tool_call_start("a \n") == 1
+    # the Llama 3 form: the whole reply is one JSON call, held back while it may be one
+    llama = '{"name": "f", "parameters": {"x": 1}}'
+    assert split_tool_calls(llama)[0] is None and len(split_tool_calls(llama)[1]) == 1
+    assert tool_call_start('  {"name"') == 0 and tool_call_start("<|python") == 0 and tool_call_start("hi {") == 4
+    # a malformed call anywhere keeps the whole reply as written: the API cannot carry it in its place
+    mixed = '<tool_call>{"name": "f", "arguments": {}}</tool_call> <tool_call>{oops'
+    assert split_tool_calls(mixed) == (mixed, [])
+
+
+# every reply that once read differently through serve and in the env, and more of their kind
+AGREEMENT_REPLIES = [
+    'Let me see <tool_call>{"name": "read", "arguments": {"path": "a"}}\n'
+    '<tool_call>{"name": "read", "arguments": {"path": "b"}}</tool_call>',
+    '<tool_call>{"name": "read", "arguments": {}}</tool_call> and then <tool_call>{oops</tool_call>',
+    '<tool_call>{oops}<tool_call>{"name": "read", "arguments": {}}</tool_call>',
+    'Text <tool_call>{"name": "read", "arguments": {"path": "a"}}</tool_call> more <tool_call>'
+    '{"name": "read", "arguments": {"path": "b"}}</tool_call>',
+    '<tool_call>{"name": "read", "arguments": "{\\"path\\": \\"c\\"}"}</tool_call> trailing',
+    '<|python_tag|>{"name": "read", "parameters": {"path": "d"}}',
+    '<tool_call>{"name": "read", "arguments": {"s": "<\\/tool_call><tool_call>"}}</tool_call>',
+]
+
+
+def test_serve_and_the_env_read_every_reply_alike() -> None:
+    """A reply through serve (whole and streamed) and OpenAIPolicy reaches the env with the same calls, in order."""
+    from llm_zoo import toolcalls
+    from llm_zoo.policies.openai import OpenAIPolicy, reply_text
+
+    replies = iter(AGREEMENT_REPLIES * 2)
+    with make_server(FunctionPolicy(lambda obs: next(replies)), name="scripted").start() as served:
+        with OpenAIPolicy(served.url, "scripted", extra_body={"tools": TOOLS}, max_retries=0) as policy:
+            for reply in AGREEMENT_REPLIES:
+                relayed = policy.act([{"messages": USER}])[0]
+                assert toolcalls.parse(relayed).calls == toolcalls.parse(reply).calls, reply
+        with openai.OpenAI(base_url=served.url, api_key="none", max_retries=0) as c:
+            for reply in AGREEMENT_REPLIES:
+                with c.chat.completions.stream(model="scripted", messages=USER, tools=TOOLS) as stream:
+                    message = stream.get_final_completion().choices[0].message.model_dump()
+                assert toolcalls.parse(reply_text(message)).calls == toolcalls.parse(reply).calls, reply
 
 
 # ---- every request gets an answer -----------------------------------------------------------

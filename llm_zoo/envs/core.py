@@ -9,9 +9,10 @@ bookkeeping every env needs and the subclass owns the game:
   and sanitising of text before it enters an observation;
 * reward bookkeeping in PettingZoo's convention (``rewards``, ``_cumulative_rewards``, dead steps);
 * bad replies: an error message and a retry, then a forfeit after ``max_retries``;
-* tool calls written as ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, checked
-  against their JSON schemas by ``jsonschema``; a tool call keeps the turn and its result comes
-  back as a ``tool`` message;
+* tool calls read by :mod:`llm_zoo.toolcalls` (the Hermes / Qwen ``<tool_call>`` blocks and the
+  Llama 3 JSON form; the server reads replies by the same grammar), checked against their JSON
+  schemas by ``jsonschema``; a tool call keeps the turn and its result comes back as a ``tool``
+  message;
 * a step cap (``max_steps``) so that no policy can keep an episode alive forever;
 * the transcript behind ``render()``.
 
@@ -42,6 +43,9 @@ from pettingzoo import AECEnv
 from pettingzoo.utils.env_logger import EnvLogger
 from pettingzoo.utils.wrappers import OrderEnforcingWrapper
 from pettingzoo.utils.wrappers.order_enforcing import AECOrderEnforcingIterable, AECOrderEnforcingIterator
+
+from llm_zoo import toolcalls
+from llm_zoo.toolcalls import ToolCall, parse_tool_calls
 
 if sys.version_info >= (3, 12):
     from typing import override
@@ -112,9 +116,6 @@ def message_space(max_chars: int) -> spaces.Sequence:
 # Tool calls
 # ---------------------------------------------------------------------------------------------
 
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
-
-
 class ToolError(Exception):
     """Raised by a tool for a bad call; the message goes back to the agent as the tool's result."""
 
@@ -182,45 +183,6 @@ class Tool:
         """Return the declaration in OpenAI function format."""
         return {"type": "function", "function": {"name": self.name, "description": self.description,
                                                  "parameters": dict(self.parameters)}}
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """One parsed ``<tool_call>`` block: a name and arguments, or the reason it could not be read."""
-
-    name: str
-    arguments: dict[str, Any]
-    error: str | None = None
-
-
-def parse_tool_calls(reply: str) -> list[ToolCall]:
-    """Parse every ``<tool_call>{json}</tool_call>`` block of a reply, in order.
-
-    A block that is not a JSON object with a string ``"name"`` and an object ``"arguments"`` comes
-    back with ``error`` set, so that the agent is told what was wrong instead of the env crashing.
-    """
-    calls = []
-    for match in _TOOL_CALL.finditer(reply):
-        body = match.group(1).strip()
-        try:
-            data = json.loads(body)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            calls.append(ToolCall("", {}, f"tool call is not valid JSON ({exc}); got {body[:200]!r}"))
-            continue
-        if not isinstance(data, dict) or not isinstance(data.get("name"), str):
-            calls.append(ToolCall("", {}, f'expected {{"name": str, "arguments": object}}; got {body[:200]!r}'))
-            continue
-        arguments = data.get("arguments", {})
-        if isinstance(arguments, str):  # some models double-encode the arguments
-            try:
-                arguments = json.loads(arguments)
-            except json.JSONDecodeError:
-                pass
-        if not isinstance(arguments, dict):
-            calls.append(ToolCall(data["name"], {}, f"'arguments' must be a JSON object; got {arguments!r:.200}"))
-            continue
-        calls.append(ToolCall(data["name"], arguments))
-    return calls
 
 
 def check_arguments(schema: Mapping[str, Any], value: Any, path: str = "arguments") -> str | None:
@@ -530,7 +492,7 @@ class TextEnv(AECEnv):
         if self.render_mode is not None:
             self.narrate(f"{agent}: {reply if len(reply) <= 300 else reply[:300] + ' …'}")
         tools = self.tools(agent)
-        calls = parse_tool_calls(reply) if tools and "<tool_call>" in reply else []
+        calls = toolcalls.parse(reply).calls if tools else ()
         if calls:
             self._run_tools(agent, {t.name: t for t in tools}, calls)
         else:

@@ -18,15 +18,20 @@ no ``tool_call_id``, which strict servers require. So each observation's ``messa
 - ``system``: kept when it opens the transcript; a later system message becomes a user message
   starting ``"System: "`` (many chat templates allow the system role only first);
 - ``user`` and ``assistant``: kept;
-- ``tool``: a user message starting ``"Tool result:\\n"``;
-- then consecutive messages of the same role are merged into one, joined by a blank line, so
-  user and assistant turns alternate as strict templates demand.
+- ``assistant``: a reply with tool calls (read by :mod:`llm_zoo.toolcalls`) becomes an assistant
+  message with structured ``tool_calls`` (ids ``call_<message>_<k>``) and the reply's other text
+  as its content; calls that no tool message answers (past the env's budget) are left out;
+- ``tool``: a tool message answering the next unanswered call (``tool_call_id``), never user text,
+  so nothing another agent writes can pass for a tool's result;
+- then consecutive user (or plain assistant) messages are merged into one, joined by a blank
+  line, so user and assistant turns alternate as strict templates demand.
 
 Replies
 -------
 A reply is the message's ``content``; each structured tool call the server returns
 (``message.tool_calls[i].function``) is appended as a line
-``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, the form llm_zoo envs parse. A
+``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (:func:`llm_zoo.toolcalls.format_call`),
+the form llm_zoo envs parse. A
 :class:`~llm_zoo.policies.base.Reply` here has no token ids and so no log-probs (the API returns
 neither in a form the trainer can use); HTTP policies play frozen roles. Token counts the server
 reports add up in :attr:`OpenAIPolicy.usage`.
@@ -65,6 +70,7 @@ try:
 except ImportError:  # pragma: no cover - moved in some release: its long-standing value
     INITIAL_RETRY_DELAY = 0.5
 
+from llm_zoo import toolcalls
 from llm_zoo.policies.base import Observation, Policy, Reply
 
 if sys.version_info >= (3, 12):
@@ -379,7 +385,7 @@ class OpenAIPolicy(Policy):
 # ---- helpers --------------------------------------------------------------------------------
 
 
-def to_chat_messages(messages: Sequence[Mapping[str, Any]], index: int = 0) -> list[dict[str, str]]:
+def to_chat_messages(messages: Sequence[Mapping[str, Any]], index: int = 0) -> list[dict[str, Any]]:
     """Map an env transcript to messages a strict chat completions server accepts (module docstring).
 
     Args:
@@ -391,7 +397,9 @@ def to_chat_messages(messages: Sequence[Mapping[str, Any]], index: int = 0) -> l
             f"observation {index}: 'messages' should be a non-empty sequence of {{'role', 'content'}} dicts, "
             f"got {type(messages).__name__}: {_clip(repr(messages), 200)}."
         )
-    out: list[dict[str, str]] = []
+    out: list[dict[str, Any]] = []
+    pending: list[str] = []  # ids of the last assistant message's calls that no tool message answered yet
+    texts: dict[int, str] = {}  # id() of an assistant message with calls -> the reply as written
     for j, message in enumerate(messages):
         role = message.get("role") if isinstance(message, Mapping) else None
         content = message.get("content") if isinstance(message, Mapping) else None
@@ -400,25 +408,58 @@ def to_chat_messages(messages: Sequence[Mapping[str, Any]], index: int = 0) -> l
                 f"observation {index}, message {j}: expected a dict with a str 'content', "
                 f"got {_clip(repr(message), 200)}."
             )
-        if role == "system" and all(m["role"] == "system" for m in out):
-            pass
-        elif role == "system":
-            role, content = "user", "System: " + content
-        elif role == "tool":
-            role, content = "user", "Tool result:\n" + content
-        elif role not in ("user", "assistant"):
+        if role not in ("system", "user", "assistant", "tool"):
             raise ValueError(
                 f"observation {index}, message {j}: role must be system, user, assistant or tool, got {role!r}."
             )
-        if out and out[-1]["role"] == role:
+        if role == "tool":
+            if not pending:
+                raise ValueError(
+                    f"observation {index}, message {j}: a tool message must answer a tool call of the assistant "
+                    "message before it; this one answers none."
+                )
+            out.append({"role": "tool", "tool_call_id": pending.pop(0), "content": content})
+            continue
+        _drop_unanswered(out, pending, texts)
+        pending = []
+        if role == "system" and not all(m["role"] == "system" for m in out):
+            role, content = "user", "System: " + content
+        if role == "assistant":
+            parsed = toolcalls.parse(content)
+            if parsed.calls:
+                calls = [_api_call(f"call_{j}_{k}", call) for k, call in enumerate(parsed.calls)]
+                out.append({"role": "assistant", "content": parsed.content or None, "tool_calls": calls})
+                texts[id(out[-1])] = content
+                pending = [c["id"] for c in calls]
+                continue
+        if out and out[-1]["role"] == role and "tool_calls" not in out[-1]:
             out[-1]["content"] += "\n\n" + content
         else:
             out.append({"role": role, "content": content})
+    _drop_unanswered(out, pending, texts)
     return out
 
 
+def _api_call(call_id: str, call: toolcalls.ToolCall) -> dict[str, Any]:
+    """One parsed call as an API ``tool_calls`` entry; a malformed one keeps its text as its arguments."""
+    arguments = json.dumps(call.arguments, ensure_ascii=False) if call.error is None else call.source.strip()
+    return {"id": call_id, "type": "function", "function": {"name": call.name, "arguments": arguments}}
+
+
+def _drop_unanswered(out: list[dict[str, Any]], pending: list[str], texts: dict[int, str]) -> None:
+    """Drop the calls no tool message answered, which strict servers refuse: those past the env's budget,
+    or all of a reply the env did not read for calls (an agent without tools), which stays the text written."""
+    if not pending:
+        return
+    last = next(m for m in reversed(out) if m["role"] == "assistant")
+    last["tool_calls"] = [c for c in last["tool_calls"] if c["id"] not in pending]
+    if not last["tool_calls"]:
+        del last["tool_calls"]
+        last["content"] = texts[id(last)]
+
+
 def reply_text(message: Mapping[str, Any]) -> str:
-    """Return a completion message as reply text: its content, then one ``<tool_call>`` line per tool call."""
+    """Return a completion message as reply text: its content, then one ``<tool_call>`` block per tool call."""
     content = message.get("content")
     if isinstance(content, list):  # content parts: keep the text ones
         content = "".join(part.get("text", "") for part in content if isinstance(part, Mapping))
@@ -427,14 +468,12 @@ def reply_text(message: Mapping[str, Any]) -> str:
     lines = [content] if content else []
     for call in message.get("tool_calls") or ():
         function = call["function"]
-        arguments = function.get("arguments")
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments) if arguments.strip() else {}
-            except json.JSONDecodeError:
-                pass  # kept as the raw string: the env reports the bad arguments to the agent
-        payload = {"name": function["name"], "arguments": arguments if arguments is not None else {}}
-        lines.append(f"<tool_call>{json.dumps(payload, ensure_ascii=False)}</tool_call>")
+        name, arguments = function["name"], function.get("arguments")
+        if arguments is None or (isinstance(arguments, str) and not arguments.strip()):
+            arguments = {}
+        read = toolcalls.parse(toolcalls.format_call(name, arguments)).calls[0]
+        # read by the one grammar; arguments it refuses stay as sent, for the env to report to the agent
+        lines.append(toolcalls.format_call(name, read.arguments if read.error is None else arguments))
     return "\n".join(lines)
 
 

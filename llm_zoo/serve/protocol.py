@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from llm_zoo import toolcalls
 from llm_zoo.serve.engine import RequestError
 
 MAX_N = 16
@@ -52,10 +52,6 @@ _FIELDS = frozenset(
         "seed", "n", "stream", "stream_options", "logprobs", "top_logprobs", "tools", "tool_choice", "stop",
     }
 ) | IGNORED_FIELDS | frozenset(_DEFAULT_ONLY)  # fmt: skip
-
-TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-"""A tool call written in a reply, the envs' convention (Qwen and Hermes chat templates use it)."""
-
 
 @dataclass
 class ChatRequest:
@@ -232,9 +228,7 @@ def _message(message: Any, index: int) -> dict[str, str]:
                 parsed = json.loads(arguments) if arguments.strip() else {}
             except (ValueError, RecursionError):
                 parsed = arguments
-            lines.append(
-                f"<tool_call>{json.dumps({'name': name, 'arguments': parsed}, ensure_ascii=False)}</tool_call>"
-            )
+            lines.append(toolcalls.format_call(name, parsed))
         content = "\n".join(lines)
     return {"role": role, "content": content}
 
@@ -352,51 +346,41 @@ def error_body(err: RequestError | Exception) -> dict[str, Any]:
 
 
 def split_tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]]]:
-    """Split a reply into its content and its ``<tool_call>`` blocks as API ``tool_calls``.
+    """Split a reply into its content and its tool calls as API ``tool_calls``, by :mod:`llm_zoo.toolcalls`.
 
-    A block that is not ``{"name": str, "arguments": object}`` JSON stays in the content, as the
-    model wrote it.
+    The calls keep the order written; the content is the text outside them (``None`` when empty).
+    A reply with a malformed call, which the API's format cannot carry in its place, comes back
+    whole as content, as written, so that whoever reads it parses exactly what the model wrote.
     """
-    calls: list[dict[str, Any]] = []
-    kept: list[str] = []
-    end = 0
-    for match in TOOL_CALL.finditer(text):
-        try:
-            data = json.loads(match.group(1).strip())
-        except (ValueError, RecursionError):
-            data = None
-        arguments = data.get("arguments", {}) if isinstance(data, dict) else None
-        if (
-            not isinstance(data, dict)
-            or not isinstance(data.get("name"), str)
-            or not isinstance(arguments, dict)
-        ):
-            continue
-        kept.append(text[end : match.start()])
-        end = match.end()
-        calls.append(
-            {
-                "id": f"call_{uuid.uuid4().hex[:24]}",
-                "type": "function",
-                "function": {"name": data["name"], "arguments": json.dumps(arguments, ensure_ascii=False)},
-            }
-        )
-    if not calls:
+    parsed = toolcalls.parse(text)
+    if not parsed.calls or not parsed.ok:
         return text, []
-    kept.append(text[end:])
-    return "".join(kept).rstrip() or None, calls
+    calls = [
+        {
+            "id": f"call_{uuid.uuid4().hex[:24]}",
+            "type": "function",
+            "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)},
+        }
+        for c in parsed.calls
+    ]
+    return parsed.content or None, calls
 
 
 def tool_call_start(text: str) -> int:
     """Return how much of ``text`` can be streamed as content before a tool call may begin.
 
-    Trailing whitespace is held back too, since :func:`split_tool_calls` drops it before a call.
+    Trailing whitespace is held back too, since :func:`split_tool_calls` drops it before a call;
+    a reply that may be a Llama 3 JSON call (it opens with ``{`` or ``<|python_tag|>``) is held
+    back whole until it ends.
     """
-    at = text.find("<tool_call>")
+    head = text.lstrip()
+    if head.startswith(("{", toolcalls.PYTHON_TAG)) or (head and toolcalls.PYTHON_TAG.startswith(head)):
+        return 0
+    at = text.find(toolcalls.OPEN)
     if at < 0:
         at = len(text)
-        for k in range(min(len(text), len("<tool_call>") - 1), 0, -1):
-            if "<tool_call>".startswith(text[-k:]):
+        for k in range(min(len(text), len(toolcalls.OPEN) - 1), 0, -1):
+            if toolcalls.OPEN.startswith(text[-k:]):
                 at = len(text) - k
                 break
     return len(text[:at].rstrip())

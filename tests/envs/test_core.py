@@ -121,7 +121,7 @@ def test_tool_call_keeps_the_turn_and_returns_a_tool_message(env):
         (call("add", a=-1), "a must not be negative"),
         (call("crash"), "the tool crash failed (RuntimeError)"),
         ("<tool_call>" + "{" * 5000, "not valid JSON"),
-        ('<tool_call>{"name": "add", "arguments": "[1]"}</tool_call>', "'arguments' must be a JSON object"),
+        ('<tool_call>{"name": "add", "arguments": "[1]"}</tool_call>', '"arguments" must be a JSON object'),
     ],
 )
 def test_bad_tool_calls_come_back_as_tool_errors(env, reply, expected):

@@ -177,8 +177,10 @@ def test_roles_are_mapped_for_strict_servers() -> None:
     assert to_chat_messages(messages) == [
         {"role": "system", "content": "Rules."},
         {"role": "user", "content": "Go."},
-        {"role": "assistant", "content": '<tool_call>{"name": "ls", "arguments": {}}</tool_call>'},
-        {"role": "user", "content": "Tool result:\na.txt\n\nYour move.\n\nSystem: Hurry."},
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": "call_2_0", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_2_0", "content": "a.txt"},  # a tool message, never user text
+        {"role": "user", "content": "Your move.\n\nSystem: Hurry."},
     ]
     with pytest.raises(
         ValueError, match="observation 2, message 0: role must be system, user, assistant or tool"

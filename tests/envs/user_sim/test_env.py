@@ -151,7 +151,7 @@ def test_empty_replies_get_feedback_then_forfeit():
     [
         (call("drop_tables"), "unknown tool 'drop_tables'"),
         ("<tool_call>{not json</tool_call>", "not valid JSON"),
-        ('<tool_call>{"name": "get_order", "arguments": [1]}</tool_call>', "'arguments' must be a JSON object"),
+        ('<tool_call>{"name": "get_order", "arguments": [1]}</tool_call>', '"arguments" must be a JSON object'),
         (call("get_order", order_id=5), "arguments.order_id must be of type string"),
         (call("get_order", order_id="#W1", extra=1), "unknown field 'extra'"),
         (call("cancel_order", order_id="#W1"), "missing the required field 'reason'"),
@@ -302,7 +302,7 @@ def test_a_lone_surrogate_in_a_tool_argument_is_an_error_result_not_a_tool_failu
     assert json.loads(raw[len("<tool_call>"):-len("</tool_call>")])["arguments"]["email"] == "a\udc80@example.com"
     for reply in (raw, call("search_products", query="\ud800"), call("get_order", order_id="#W\udfff")):
         env.step(reply)
-        assert last_tool_result(env).startswith("error: arguments.") and "lone surrogate" in last_tool_result(env)
+        assert last_tool_result(env).startswith("error: ") and "lone surrogate" in last_tool_result(env)  # the parser refuses it
     assert "tool_failures" not in env.unwrapped.infos["assistant"]
     assert env.agent_selection == "assistant"  # a tool error keeps the turn, as any refused call does
 
