@@ -87,6 +87,22 @@ def test_the_site_builds_strict_and_documents_every_public_name(tmp_path):
         assert built.exists(), f"{md.relative_to(ROOT)} was not built into the site (expected {built})"
 
 
+def test_the_env_pages_are_what_their_docstrings_generate(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen_env_docs", ROOT / "scripts" / "gen_env_docs.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    gen.ROOT = tmp_path  # it writes tmp_path/docs/envs/
+    assert gen.main() == 0
+    generated = {p.name: p.read_text() for p in (tmp_path / "docs" / "envs").iterdir()}
+    committed = {p.name: p.read_text() for p in (DOCS / "envs").iterdir()}
+    stale = sorted(name for name in generated.keys() | committed.keys() if generated.get(name) != committed.get(name))
+    assert len(generated) >= 6 and stale == [], (
+        f"docs/envs/ {stale} differ from the env modules' docstrings; edit the docstring (the page is generated "
+        "from it), then run `python scripts/gen_env_docs.py`")
+
+
 def test_a_broken_link_anchor_source_link_or_page_outside_the_nav_fails_the_build(tmp_path):
     import yaml
 

@@ -19,10 +19,14 @@ define the truth, and it is computed where the solver's code cannot reach it: th
 (hidden and visible) run in the env's process, against a snapshot of the submission whose code runs
 alone in the sandbox and answers calls with plain data only (`grading`, `llm_zoo.sandbox.plain`), so
 neither the hidden tests nor their expected values ever enter a process that runs the solver's code
-or any observation. Many tasks have *brittle* visible tests (they reject a correct solution over an
-exact message, a helper's name, a float's last digits or an order the statement leaves free) or
-*weak* ones (a wrong solution passes them), so a judge that only reads the visible tests grades
-worse than one that checks the statement (`benchmarks/judge_agreement.py`).
+or any observation. A test that bounds how much work a solution does (`binary_search`'s `test_fast`)
+reads `solution_cpu_seconds()`: the CPU time of every process and thread in the solution's sandbox,
+read by the env from `/proc`, so a solution can neither pad its timings by sleeping nor hand its work
+to a helper, and a busy machine neither fails a fast solution nor passes a slow one. Many tasks
+have *brittle* visible tests (they reject a correct solution over an exact message, a helper's
+name, a float's last digits or an order the statement leaves free) or *weak* ones (a wrong
+solution passes them), so a judge that only reads the visible tests grades worse than one that
+checks the statement (`benchmarks/judge_agreement.py`).
 
 ## Observation
 `obs["messages"]`. The solver sees its system prompt (workflow, tools), then the task: its id, the
