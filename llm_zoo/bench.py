@@ -27,10 +27,9 @@ that of the run that made the page). A plain run writes the whole page anew. ``-
 more arguments to one script of the run (``--only learning --args 'learning=--envs proposer_solver_v0'``: a
 part of a long benchmark), and both the page's and the script's command lines show them.
 
-The README's headline block, between ``<!-- headline:start -->`` and ``<!-- headline:end -->``, is
-filled with the table ``kuhn_headline`` writes (``kuhn_headline.md``), after a full run; a
-``--quick`` run leaves the README alone unless ``--readme`` names one, since its budgets are a smoke
-test, not a result.
+The README is left alone: it quotes figures from this page and links to the section it quotes
+(``tests/test_readme_figures.py`` fails when a quoted figure is not on the section it links to), so a
+rerun that changes a figure shows up there instead of being pasted over.
 
 The scripts' contract (see DESIGN.md, Benchmarks): each takes ``--quick``, prints readable tables,
 and ends with one line, a JSON object of its headline figures, including ``seconds``, its wall-clock.
@@ -58,17 +57,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PageFormatError", "ScriptResult", "add_parser", "discover", "fill_readme", "machine", "render", "run",
-           "run_script", "update"]
+__all__ = ["PageFormatError", "ScriptResult", "add_parser", "discover", "machine", "render", "run", "run_script",
+           "update"]
 
 ROOT = Path(__file__).resolve().parents[1]
-"""The source checkout: benchmarks/, docs/ and README.md live here."""
+"""The source checkout: benchmarks/ and docs/ live here."""
 BENCHMARKS = ROOT / "benchmarks"
 PAGE = ROOT / "docs" / "results.md"
-README = ROOT / "README.md"
 HEADLINE = "kuhn_headline"
-"""The script whose Markdown table fills the README's headline block (and comes first on the page)."""
-HEADLINE_START, HEADLINE_END = "<!-- headline:start -->", "<!-- headline:end -->"
+"""The script that comes first on the page: every system on Kuhn poker, the main job among them."""
 BESIDE: dict[str, tuple[str, tuple[str, ...]]] = {
     "reward_hacks": ("judge_agreement", ("judge_hacks_paid", "proposer_hacks_paid", "user_sim_hacks_paid",
                                          "attempts", "errors")),
@@ -579,21 +576,10 @@ def update(text: str, results: Sequence[ScriptResult], info: dict[str, Any], *, 
     return "\n".join(out).rstrip() + "\n"
 
 
-def fill_readme(readme: Path, table: str, footer: str) -> bool:
-    """Put ``table`` and ``footer`` between the README's headline markers; return False when it has none."""
-    text = readme.read_text()
-    start, end = text.find(HEADLINE_START), text.find(HEADLINE_END)
-    if start < 0 or end < start:
-        return False
-    block = f"{HEADLINE_START}\n{table.strip()}\n\n{footer.strip()}\n{HEADLINE_END}"
-    readme.write_text(text[:start] + block + text[end + len(HEADLINE_END):])
-    return True
-
-
 def run(*, quick: bool = False, only: Sequence[str] | None = None, timeout_s: float | None = None,
-        page: Path = PAGE, readme: Path | None = None, scripts_dir: Path = BENCHMARKS,
+        page: Path = PAGE, scripts_dir: Path = BENCHMARKS,
         log: Any = sys.stderr, jobs: int = 1, args: Mapping[str, str] | None = None) -> list[ScriptResult]:
-    """Run the benchmark scripts, write the page (and the README's headline block); return the results.
+    """Run the benchmark scripts and write the page; return the results.
 
     Args:
         quick: Run every script at its ``--quick`` setting.
@@ -602,7 +588,6 @@ def run(*, quick: bool = False, only: Sequence[str] | None = None, timeout_s: fl
             parsed is written anew with only these (a warning says so, and the old page is kept as ``.bak``).
         timeout_s: Per script (default ``TIMEOUT_S``).
         page: The results page to write; plots go to ``page.parent / "results"``.
-        readme: The README whose headline block gets ``kuhn_headline``'s table, or None.
         scripts_dir: Where the scripts are.
         log: Where one progress line per script goes (None: nowhere).
         jobs: Scripts run side by side (1: one after another, so that no two measure at once). The scripts that
@@ -675,14 +660,6 @@ def run(*, quick: bool = False, only: Sequence[str] | None = None, timeout_s: fl
     if text is None:
         text = render(results, info, quick=quick, seconds=seconds, command=command, date=date, summaries=summaries)
     page.write_text(text)
-    headline = next((r for r in results if r.name == HEADLINE and r.status == "ok"), None)
-    if readme is not None and headline is not None and f"{HEADLINE}.md" in headline.tables:
-        link = os.path.relpath(page, readme.parent) if page.resolve().is_relative_to(readme.parent.resolve()) \
-            else str(page)
-        footer = (f"From `{command}` on {date}, on {info['cpu']} ({info['cores']} cores, GPU: {info['gpu']}); "
-                  f"every table, plot and the machine in [{Path(link).as_posix()}]({Path(link).as_posix()}).")
-        if not fill_readme(readme, headline.tables[f"{HEADLINE}.md"], footer) and log is not None:
-            print(f"bench: {readme} has no {HEADLINE_START} ... {HEADLINE_END} block; left as it was", file=log)
     return results
 
 
@@ -710,10 +687,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                              f"--quick, else {TIMEOUT_S['full']:g})")
     parser.add_argument("--page", default=str(PAGE), help="the page to write; plots go beside it under results/ "
                         "(default: docs/results.md of the checkout)")
-    parser.add_argument("--readme", default=None,
-                        help="README whose headline block gets the Kuhn table (default: the checkout's README.md "
-                             "after a full run; none after --quick)")
-    parser.add_argument("--no-readme", action="store_true", help="leave every README alone")
     parser.add_argument("--benchmarks", default=str(BENCHMARKS), help="folder of the scripts (default: benchmarks/ "
                         "of the checkout)")
     parser.set_defaults(func=_command)
@@ -723,14 +696,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def _command(args: argparse.Namespace) -> int:
     if args.timeout is not None and args.timeout <= 0:
         raise ValueError(f"--timeout must be > 0 seconds; got {args.timeout!r}")
-    readme = None if args.no_readme else Path(args.readme) if args.readme else None if args.quick else README
     extra: dict[str, str] = {}
     for item in args.args:
         name, eq, value = item.partition("=")
         if not eq or not name:
             raise ValueError(f"--args expects NAME=ARGS (a script's stem, then its arguments); got {item!r}")
         extra[name] = f"{extra[name]} {value}" if name in extra else value
-    results = run(quick=args.quick, only=args.only, timeout_s=args.timeout, page=Path(args.page), readme=readme,
+    results = run(quick=args.quick, only=args.only, timeout_s=args.timeout, page=Path(args.page),
                   scripts_dir=Path(args.benchmarks), jobs=args.jobs, args=extra)
     bad = [f"{r.name} ({r.status})" for r in results if r.status not in ("ok", "skipped")]
     print(f"wrote {args.page}: {len(results) - len(bad)}/{len(results)} scripts ok or skipped"

@@ -1,7 +1,7 @@
 """``llm-zoo bench``: every benchmark script's --quick setting runs and lands on the results page.
 
 The first test runs ``llm-zoo bench --quick`` over every script in ``benchmarks/`` (each script in its own
-subprocess, two side by side: about 2.5 minutes on 2 idle cores), into a temporary page and README. The others drive
+subprocess, two side by side: about 2.5 minutes on 2 idle cores), into a temporary page. The others drive
 the runner on small fake scripts: a failing one, one without its JSON line, one past its timeout.
 """
 
@@ -34,28 +34,17 @@ MISSING = {
 }
 HEADLINE_ROWS = ("random", "cfr_10", "cfr_100", "cfr_1000", "cfr+_10", "cfr+_100", "cfr+_1000", "maskable_ppo",
                  "llm_rae", "llm_grpo_shared", "llm_no_baseline", "llm_per_seat")
-README = """# project
-
-intro
-
-## Results
-
-<!-- headline:start -->
-placeholder
-<!-- headline:end -->
-
-after
-"""
-
-
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bench")
-    (tmp / "README.md").write_text(README)
+    readme = (bench.ROOT / "README.md").read_bytes()
     start = time.perf_counter()
     # two side by side: a smoke run, whose seconds are not read (the scripts sharing runs still go in order)
-    results = bench.run(quick=True, page=tmp / "docs" / "results.md", readme=tmp / "README.md", log=None, jobs=2)
-    return tmp, {r.name: r for r in results}, time.perf_counter() - start
+    results = bench.run(quick=True, page=tmp / "docs" / "results.md", log=None, jobs=2)
+    seconds = time.perf_counter() - start
+    # the README quotes the page (tests/test_readme_figures.py); no run writes into it
+    assert (bench.ROOT / "README.md").read_bytes() == readme, "bench.run changed the checkout's README.md"
+    return tmp, {r.name: r for r in results}, seconds
 
 
 def test_every_script_has_a_quick_setting_and_ends_with_a_json_line_holding_its_seconds(quick):
@@ -100,7 +89,7 @@ def test_the_page_holds_the_machine_the_versions_and_every_script(quick):
     assert f"user_sim_hacks_paid {results['reward_hacks'].figures['user_sim_hacks_paid']}" in page[judge:hacks]
 
 
-def test_the_headline_has_every_system_and_fills_the_readme_block(quick):
+def test_the_headline_has_every_system(quick):
     tmp, results, _ = quick
     rows = results["kuhn_headline"].figures["rows"]
     assert set(HEADLINE_ROWS) <= set(rows)
@@ -111,11 +100,7 @@ def test_the_headline_has_every_system_and_fills_the_readme_block(quick):
     assert rows["random"]["exploitability"] == pytest.approx(11 / 24)  # uniform play's known value
     assert rows["cfr+_1000"]["exploitability"] < 1e-3 and rows["cfr+_1000"]["to_0.05"]["episodes"] <= 20
     assert rows["llm_rae"]["prompt_tokens"] > 0 and rows["llm_rae"]["generated_tokens"] > 0
-    readme = (tmp / "README.md").read_text()
-    block = readme[readme.index(bench.HEADLINE_START):readme.index(bench.HEADLINE_END)]
-    assert "placeholder" not in block and "| MaskablePPO self-play, final network " in block
-    assert "[../README.md" not in block and "(docs/results.md)" in block
-    assert readme.startswith("# project\n\nintro\n\n## Results\n\n") and readme.endswith("\n\nafter\n")
+    assert "| MaskablePPO self-play, final network " in results["kuhn_headline"].tables["kuhn_headline.md"]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -177,9 +162,7 @@ def _gone(pid: int, within_s: float = 10.0) -> bool:
 
 
 def test_one_failing_script_is_reported_and_the_rest_still_run(fakes, tmp_path):
-    (tmp_path / "README.md").write_text(README)
-    results = bench.run(quick=True, timeout_s=5, page=tmp_path / "page.md", readme=tmp_path / "README.md",
-                        scripts_dir=fakes, log=None)
+    results = bench.run(quick=True, timeout_s=5, page=tmp_path / "page.md", scripts_dir=fakes, log=None)
     by = {r.name: r for r in results}
     assert list(by) == ["bad", "good", "mute", "needs_gpu", "slow"]  # sorted, helpers (_*.py) left out
     assert [r.status for r in results] == ["failed", "ok", "no JSON", "skipped", "timeout"]
@@ -199,7 +182,7 @@ def test_one_failing_script_is_reported_and_the_rest_still_run(fakes, tmp_path):
     assert (tmp_path / "results" / "good" / "good.png").read_bytes() != b"stale"
     assert {f: (tmp_path / "results" / "good" / f).read_text() for f in kept} == kept
     assert "`python " in page and "--quick --out OUT`" in page
-    assert (tmp_path / "README.md").read_text() == README  # no headline script ran: the README stays
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["benchmarks", "page.md", "results"]  # the scripts, the page and its plots
 
 
 def test_jobs_run_scripts_side_by_side_and_keep_the_run_sharing_ones_in_order(tmp_path):
@@ -259,17 +242,10 @@ def test_cli_only_runs_the_named_scripts_and_rejects_unknown_names(fakes, tmp_pa
     assert "`llm-zoo bench --quick --only good`" in page.read_text()
     assert cli(["bench", "--only", "nope", "--benchmarks", str(fakes), "--page", str(page)]) == 2
     assert "no benchmark script ['nope']" in capsys.readouterr().err
-    assert cli(["bench", "--only", "bad", "--benchmarks", str(fakes), "--page", str(page), "--no-readme"]) == 1
-
-
-def test_fill_readme_needs_both_markers(tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text("no block here\n")
-    assert not bench.fill_readme(readme, "| t |", "footer")
-    assert readme.read_text() == "no block here\n"
-    readme.write_text(README)
-    assert bench.fill_readme(readme, "| t |\n", "footer")
-    assert "<!-- headline:start -->\n| t |\n\nfooter\n<!-- headline:end -->" in readme.read_text()
+    assert cli(["bench", "--only", "bad", "--benchmarks", str(fakes), "--page", str(page)]) == 1
+    with pytest.raises(SystemExit):  # the page is all a run writes: no flag names a README
+        cli(["bench", "--only", "good", "--readme", "README.md", "--benchmarks", str(fakes), "--page", str(page)])
+    assert "unrecognized arguments: --readme" in capsys.readouterr().err
 
 
 def test_machine_names_the_cpu_memory_and_versions():
@@ -277,7 +253,7 @@ def test_machine_names_the_cpu_memory_and_versions():
     assert info["cores"] >= 1 and info["cpu"] and info["memory"].endswith("GiB")
     assert {"torch", "transformers", "pettingzoo"} <= set(info["versions"])
     assert info["python"] == ".".join(map(str, sys.version_info[:3]))
-    json.dumps(info)  # the page and the README read plain values
+    json.dumps(info)  # the page reads plain values
 
 
 def test_a_script_read_beside_another_comes_right_after_it_with_its_figures_quoted(tmp_path):
