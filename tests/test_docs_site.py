@@ -44,6 +44,7 @@ PUBLIC = {
 SHOWN_DIR = "runs/shown"  # where the child keeps a checkpoint in the trainer's layout, for eval and --resume
 PLACEHOLDERS = {r"\bENV\b": "kuhn_poker_v0", r"\bOUT\b": "out", r"\bDIR\b": SHOWN_DIR, r"\bseed=S\b": "seed=0",
                 r"runs/<that run>": SHOWN_DIR}
+COMMAND_SECONDS = 120  # each command's limit in the child (the slowest, a --help that builds a config, takes ~5 s)
 # A page's commands run in the state the page describes: the tutorial's env registered by importing it.
 PRELOAD = {"writing_an_env.md": ["examples.haggle"]}
 
@@ -269,6 +270,8 @@ def _stop_before_long_calls() -> None:
     import dataclasses
 
     import llm_zoo.bench as bench
+    import llm_zoo.crossplay as crossplay
+    import llm_zoo.serve as serve
     import llm_zoo.trainers.evaluation as evaluation
     import llm_zoo.trainers.grpo as grpo
     import llm_zoo.trainers.sft as sft
@@ -291,7 +294,14 @@ def _stop_before_long_calls() -> None:
         parsed = _parse_script(script, list(extra))  # the script's own parser takes what --args passes
         raise _Reached("bench", script=str(script), extra=list(extra), args=parsed)
 
+    def serve_run(model, **kwargs):
+        raise _Reached("serve", model=str(model), **json.loads(json.dumps(kwargs, default=str)))
+
+    def crossplay_run(env, players, **kwargs):
+        raise _Reached("crossplay", env=env, players=[str(p) for p in players])
+
     grpo.train, sft.sft, evaluation.evaluate_checkpoint, bench.run_script = train, fit, evaluate_checkpoint, run_script
+    serve.run, crossplay.run = serve_run, crossplay_run
 
 
 def _parse_script(script: str | Path, argv: list[str]) -> dict:
@@ -335,10 +345,16 @@ def _child(batch: list[dict]) -> list[dict]:
     import contextlib
     import importlib
     import io
+    import signal
     import tempfile
 
     from llm_zoo.cli import main
 
+    def too_long(signum, frame):
+        raise TimeoutError(f"still running after {COMMAND_SECONDS} s: give this command a stop in "
+                           "_stop_before_long_calls, or show a cheaper one")
+
+    signal.signal(signal.SIGALRM, too_long)
     _stop_before_long_calls()
     results = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -358,6 +374,7 @@ def _child(batch: list[dict]) -> list[dict]:
                 (run / "latest").write_text("step_1")
             out, reached = io.StringIO(), None
             stdin, sys.stdin = sys.stdin, io.StringIO("")  # a person at the prompt who types nothing (EOF)
+            signal.alarm(COMMAND_SECONDS)  # a command this check has no stop for fails instead of running on
             try:
                 with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
                     if "script" in item:
@@ -370,6 +387,7 @@ def _child(batch: list[dict]) -> list[dict]:
             except Exception as exc:  # noqa: BLE001 - reported, with the command, to the test
                 rc = f"{type(exc).__name__}: {exc}"
             finally:
+                signal.alarm(0)
                 sys.stdin = stdin
             results.append({"rc": rc, "reached": reached, "output": out.getvalue()[-1500:]})
     return results
