@@ -8,7 +8,8 @@ Generic over any dataclass whose fields carry a default and a docstring under th
 * :func:`describe` renders every field with its type, default and docstring, for ``llm-zoo train ENV --help``;
 * :func:`coerce` checks one value (from YAML or ``--set``) against its field's type with pydantic's
   ``TypeAdapter`` (lax mode: ``"7"`` reads as ``7`` for an ``int``, ``"false"`` as ``False`` for a
-  ``bool``) and raises ``ValueError`` naming the field, the type and the value;
+  ``bool``) and raises ``ValueError`` naming the field, the type and the value; a number that is not
+  finite (``.inf``, ``.nan``, ``1e999``, anywhere in the value) is refused, since no field means one;
 * :func:`check_overrides` does that for a mapping and refuses unknown keys, suggesting the nearest field.
 """
 
@@ -19,6 +20,7 @@ import dataclasses
 import difflib
 import functools
 import inspect
+import math
 import textwrap
 import typing
 from collections.abc import Mapping
@@ -82,12 +84,32 @@ def coerce(cls: type, key: str, value: Any) -> Any:
         raise ValueError(f"config.{key} expects {type_name(hint)}; got {value!r} (a bool; YAML reads yes/no/on/off "
                          f"as bools, quote the value to pass it as text)")
     try:
-        return _adapter(hint).validate_python(value)
+        checked = _adapter(hint).validate_python(value)
     except ValidationError as exc:
         reason = "; ".join(e["msg"] for e in exc.errors()[:3])
         doc = field_docs(cls)[key]
         raise ValueError(f"config.{key} expects {type_name(hint)}; got {value!r:.120} ({reason}). "
                          f"{key}: {doc[:160]}") from None
+    bad = _non_finite(checked)
+    if bad is not None:
+        where = "" if isinstance(value, float) else f" in {value!r:.120}"
+        raise ValueError(f"config.{key} expects finite numbers; got {bad!r}{where} (a run would log NaN beside "
+                         f"plausible figures). {key}: {field_docs(cls)[key][:160]}")
+    return checked
+
+
+def _non_finite(value: Any) -> float | None:
+    """Return a float in ``value`` (through lists, tuples and dict values, at any depth) that is NaN or infinite."""
+    stack = [value]
+    while stack:  # a stack, not recursion: any depth YAML can hold
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return item
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return None
 
 
 def check_overrides(cls: type, overrides: Mapping[str, Any], source: str = "--set") -> dict[str, Any]:

@@ -25,6 +25,14 @@ JSONL
 ending in ``.gz`` is gzip-compressed. Each line also carries the derived ``prompt_tokens`` and
 ``completion_tokens`` for readers such as ``jq``; loading recomputes them from the turns.
 
+Loading is strict, since a file may come from anywhere: :meth:`Episode.from_dict` checks a record
+against a JSON Schema (:data:`RECORD_SCHEMA`) with JSON's own types and no conversion, so
+``"failed": "false"`` is not a bool, a step of ``2.7`` (or ``2.0``) is not an int, nor is a token
+id of ``1.9``, and a number must be finite (``NaN`` and ``Infinity`` are refused anywhere in a line).
+Whatever is wrong with a file (malformed JSON, a record of the wrong shape, nesting too deep, bytes
+that are not UTF-8, a truncated gzip stream) is one :class:`EpisodeFormatError` naming the file and
+line, never an error from deep inside a parser.
+
 Writes are atomic: the lines go to a temporary file in the same folder, which is flushed, synced
 to disk and then renamed over ``path`` (``os.replace``), so a reader or a crash mid-write sees the
 old file or the new one, never a part (an interrupted write may leave its ``.<name>.*.tmp``
@@ -54,20 +62,94 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import functools
 import gzip
 import io
 import json
+import math
 import operator
 import os
 import secrets
+import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
-__all__ = ["Episode", "Turn", "atomic_writer", "export_chat_jsonl", "jsonable", "read_jsonl", "write_jsonl"]
+__all__ = ["RECORD_SCHEMA", "Episode", "EpisodeFormatError", "Turn", "atomic_writer", "export_chat_jsonl", "jsonable",
+           "read_jsonl", "write_jsonl"]
 
 _DERIVED_KEYS = ("prompt_tokens", "completion_tokens")
+
+
+class EpisodeFormatError(ValueError):
+    """A record or file that is not an episode as :func:`write_jsonl` writes it; the message says where and why."""
+
+
+_IDS = {"type": ["array", "null"]}  # the items are checked by _check_numbers: a schema per token id costs 15 us
+_TURN_SCHEMA = {
+    "type": "object",
+    "properties": {"agent": {"type": "string"}, "role": {"type": "string"}, "step": {"type": "integer", "minimum": 0},
+                   "observation": {"type": "object"}, "reply": {"type": "string"}, "prompt_ids": _IDS,
+                   "completion_ids": _IDS, "logprobs": _IDS,
+                   "policy": {"type": ["string", "null"]}, "reward": {"type": "number"}},
+}
+RECORD_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "env_id": {"type": "string"}, "env_kwargs": {"type": "object"}, "seed": {"type": ["integer", "null"]},
+        "options": {"type": ["object", "null"]},
+        "roles": {"type": "object", "additionalProperties": {"type": "string"}},
+        "policies": {"type": "object", "additionalProperties": {"type": "string"}},
+        "turns": {"type": "array", "items": _TURN_SCHEMA},
+        "returns": {"type": "object", "additionalProperties": {"type": "number"}},
+        "infos": {"type": "object", "additionalProperties": {"type": "object"}},
+        "failed": {"type": "boolean"}, "error": {"type": ["string", "null"]}, "wall_time": {"type": "number"},
+        "prompt_tokens": {"type": "integer"}, "completion_tokens": {"type": "integer"},
+    },
+}
+"""The JSON Schema of one JSONL line (keys are checked separately, with a message listing them): JSON's own
+types, where ``integer`` is an int written without a fraction and ``number`` is finite."""
+
+
+def _finite(checker: Any, value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
+
+
+@functools.cache
+def _validator() -> Any:
+    import jsonschema
+
+    base = jsonschema.Draft202012Validator
+    strict = base.TYPE_CHECKER.redefine_many({"integer": lambda checker, value: type(value) is int,
+                                              "number": _finite})
+    return jsonschema.validators.extend(base, type_checker=strict)(RECORD_SCHEMA)
+
+
+def _check_record(data: Mapping[str, Any]) -> None:
+    """Raise ``EpisodeFormatError`` naming the first place where ``data`` breaks :data:`RECORD_SCHEMA`.
+
+    jsonschema costs about 0.1 ms a turn (2 ms for a 6-turn episode with 300-token prompts checked
+    id by id, 28 ms), so the token id and log-prob lists are checked here in Python instead.
+    """
+    error = next(iter(_validator().iter_errors(data)), None)
+    if error is not None:
+        where = error.json_path.replace("$", "episode", 1)
+        raise EpisodeFormatError(f"{where}: {error.message[:200]} (expected {error.validator} {error.validator_value!r:.80}); "
+                                 f"records are read as written, nothing is converted")
+    for i, turn in enumerate(data.get("turns", ())):
+        for key in ("prompt_ids", "completion_ids", "logprobs"):
+            values = turn.get(key)
+            if values is None:
+                continue
+            whole = key != "logprobs"
+            if operator.countOf(map(type, values), int) != len(values) and (  # token ids: exact ints, >= 0
+                    whole or not all(type(v) in (int, float) and math.isfinite(v) for v in values)):
+                bad = next(v for v in values if type(v) is not int and (whole or not _finite(None, v)))
+                raise EpisodeFormatError(f"episode.turns[{i}].{key}: {bad!r:.40} is not {'an int' if whole else 'a finite number'}; "
+                                         f"records are read as written, nothing is converted")
+            if whole and values and min(values) < 0:
+                raise EpisodeFormatError(f"episode.turns[{i}].{key}: {min(values)} is not a token id (ids are >= 0)")
 
 
 _PLAIN = frozenset({str, bool, int, float, type(None)})
@@ -312,15 +394,15 @@ class Episode:
         """Rebuild an episode from :meth:`to_dict`'s output; raise ``ValueError`` on unknown or missing keys."""
         if not isinstance(data, Mapping):
             raise TypeError(f"Episode.from_dict expects a dict, got {type(data).__name__}: {repr(data)[:200]}.")
-        data = {k: v for k, v in data.items() if k not in _DERIVED_KEYS}
-        _check_keys(cls, data, "episode")
-        turns = []
-        for i, turn in enumerate(data.get("turns", [])):
+        _check_keys(cls, {k: v for k, v in data.items() if k not in _DERIVED_KEYS}, "episode")
+        turns = data.get("turns", [])
+        for i, turn in enumerate(turns if isinstance(turns, list) else ()):
             if not isinstance(turn, Mapping):
-                raise ValueError(f"episode turn {i} must be an object, got {type(turn).__name__}.")
+                raise EpisodeFormatError(f"episode turn {i} must be an object, got {type(turn).__name__}.")
             _check_keys(Turn, turn, f"turn {i}")
-            turns.append(Turn(**turn))
-        return cls(**{**data, "turns": turns})
+        _check_record(data)
+        data = {k: v for k, v in data.items() if k not in _DERIVED_KEYS}
+        return cls(**{**data, "turns": [Turn(**turn) for turn in turns]})
 
     def to_json(self) -> str:
         """Return the record as one line of JSON (lone surrogates stay raw: write it as :func:`write_jsonl` does)."""
@@ -328,8 +410,19 @@ class Episode:
 
     @classmethod
     def from_json(cls, text: str) -> Episode:
-        """Rebuild an episode from :meth:`to_json`'s output; ``from_json(e.to_json()) == e``."""
-        return cls.from_dict(json.loads(text))
+        """Rebuild an episode from :meth:`to_json`'s output; ``from_json(e.to_json()) == e``.
+
+        Raises:
+            EpisodeFormatError: ``text`` is not one JSON object of an episode record (see the module
+                docstring); NaN and infinities are refused.
+        """
+        try:
+            data = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
+        except RecursionError:
+            raise EpisodeFormatError("nested deeper than JSON is read here (Python's recursion limit)") from None
+        except ValueError as exc:
+            raise EpisodeFormatError(f"not JSON: {exc}") from None
+        return cls.from_dict(data)
 
     # ---- chat export ------------------------------------------------------------------------
 
@@ -395,6 +488,18 @@ class Episode:
         return records
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a finite number; records hold finite numbers only")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):  # json keeps the last of a repeated key silently; a record never repeats one
+        seen = [k for i, (k, _) in enumerate(pairs) if k in (p for p, _ in pairs[:i])]
+        raise ValueError(f"key {seen[0]!r:.80} appears twice in one object")
+    return out
+
+
 def _chat(turn: Turn) -> list[dict[str, Any]]:
     return [dict(m) for m in turn.messages] + [{"role": "assistant", "content": turn.reply}]
 
@@ -406,7 +511,7 @@ def _check_keys(cls: type, data: Mapping[str, Any], what: str) -> None:
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     missing = [n for n in required if n not in data]
     if unknown or missing:
-        raise ValueError(
+        raise EpisodeFormatError(
             f"{what} does not match the {cls.__name__} record: unknown keys {unknown}, missing keys {missing}; "
             f"expected keys {sorted(fields)}. Was it written by another version of llm_zoo?"
         )
@@ -493,15 +598,33 @@ def write_jsonl(path: str | os.PathLike[str], episodes: Iterable[Episode], *, ap
 
 
 def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[Episode]:
-    """Read episodes from ``path`` one at a time; blank lines are skipped."""
-    with _open(path, "r") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield Episode.from_json(line)
-            except (ValueError, TypeError) as exc:
-                raise ValueError(f"{os.fspath(path)}:{number}: not an episode record: {exc}") from exc
+    """Read episodes from ``path`` one at a time; blank lines are skipped.
+
+    Raises:
+        EpisodeFormatError: A line is not an episode record, or the file cannot be read as UTF-8
+            JSONL (gzip when ``path`` ends in ``.gz``); the message names ``path`` and the line.
+    """
+    name, number = os.fspath(path), 0
+    with contextlib.ExitStack() as stack:
+        try:
+            f: IO[bytes] = stack.enter_context(gzip.open(path, "rb") if Path(path).suffix == ".gz" else open(path, "rb"))
+            for number, raw in enumerate(f, start=1):
+                line = raw.decode("utf-8", errors=_ERRORS)
+                if not line.strip():
+                    continue
+                try:
+                    episode = Episode.from_json(line)
+                except (ValueError, TypeError, AttributeError, RecursionError) as exc:
+                    raise EpisodeFormatError(f"{name}:{number}: not an episode record: {exc}") from None
+                yield episode
+        except UnicodeDecodeError as exc:
+            raise EpisodeFormatError(f"{name}:{number}: not UTF-8 ({exc.reason} at byte {exc.start}); episode files "
+                                     f"are UTF-8 JSONL as write_jsonl writes them") from None
+        except (EOFError, OSError, zlib.error) as exc:
+            if isinstance(exc, FileNotFoundError):
+                raise
+            raise EpisodeFormatError(f"{name}:{number + 1}: unreadable ({type(exc).__name__}: {exc}); the file is "
+                                     f"truncated or not what write_jsonl writes") from None
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[Episode]:

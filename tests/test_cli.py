@@ -73,7 +73,7 @@ def test_field_docs_are_read_off_any_dataclass():
 def _captured_config(monkeypatch, argv) -> TrainConfig:
     seen = {}
 
-    def fake_train(config, *, resume=False):
+    def fake_train(config, *, resume=False, overwrite=False):
         seen["config"] = config
         return {"exploitability": 0.25}
 

@@ -145,14 +145,18 @@ def _reason(exc: BaseException) -> str:
 
 
 def verify_checkpoint(path: Path) -> None:
-    """Check a checkpoint directory before anything loads it: the manifest's sizes and hashes, every JSON
-    file, every safetensors header; raise :class:`CheckpointError` naming the first file that is wrong.
+    """Check a checkpoint directory before anything loads it: every JSON file, every safetensors header,
+    then the manifest's sizes and hashes; raise :class:`CheckpointError` naming the first file that is wrong.
 
     A checkpoint written before manifests existed is checked without one.
     """
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"{path}: not a checkpoint directory; expected runs/<run>/checkpoints/step_N")
+    for file in sorted(path.rglob("*.json")):
+        read_json(file)
+    for file in sorted(path.rglob("*.safetensors")):
+        _read_weights(file, header_only=True)
     fix = "take an earlier checkpoint (checkpoints/step_N) or retrain"
     if (path / MANIFEST).exists():
         manifest = read_json(path / MANIFEST, "a checkpoint manifest (file -> bytes, sha256)")
@@ -171,10 +175,6 @@ def verify_checkpoint(path: Path) -> None:
                                       f"replaced); {fix}")
             if _sha256(file) != entry.get("sha256"):
                 raise CheckpointError(f"{path / name}: its SHA-256 differs from the manifest's (corrupted); {fix}")
-    for file in sorted(path.rglob("*.json")):
-        read_json(file)
-    for file in sorted(path.rglob("*.safetensors")):
-        _read_weights(file, header_only=True)
 
 
 def _read_weights(file: Path, *, header_only: bool = False) -> dict[str, torch.Tensor]:
@@ -203,7 +203,9 @@ def _read_trainer_state(file: Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise CheckpointError(f"{file}: missing; expected the learner's trainer state") from None
     except pickle.UnpicklingError as exc:  # what weights_only raises for any object but plain data
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        # torch's text suggests weights_only=False; name only what was refused (its line naming a GLOBAL)
+        first = next((line.split("error:", 1)[-1].strip() for line in str(exc).splitlines()
+                      if "GLOBAL" in line or "global" in line), "an object that is not plain data")
         raise CheckpointError(f"{file}: refused: it holds more than plain data (tensors, numbers, strings, lists, "
                               f"dicts), which could run code when loaded ({first[:200]}); a checkpoint llm_zoo "
                               f"wrote never does: do not load this file") from None
@@ -269,13 +271,13 @@ def load_checkpoint(path: Path, learners: Mapping[str, Any]) -> tuple[int, RAESt
             of the checkpoint has been read and checked.
     """
     path = Path(path)
-    verify_checkpoint(path)
-    state = _read_state(path)
+    state = _read_state(path)  # the specific complaints first (a missing key, a damaged file), then the hashes
     if sorted(learners) != sorted(state["policies"]):
         raise CheckpointError(f"{path / 'state.json'}: the checkpoint holds policies {sorted(state['policies'])}, "
                               f"the config trains {sorted(learners)}; resume with the run's own config.policies")
     read = {name: (_read_weights(path / "policies" / name / "model.safetensors"),
                    _read_trainer_state(path / f"{name}.trainer.pt")) for name in learners}
+    verify_checkpoint(path)
     for name, learner in learners.items():
         weights, trainer_state = read[name]
         file = path / "policies" / name / "model.safetensors"
