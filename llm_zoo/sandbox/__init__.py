@@ -25,6 +25,7 @@ them, or forge whatever report reads them. `run_pytest` is for tests that are no
 | Filesystem | a fresh read-only root: /usr, the /bin and /lib links, and the base interpreter's prefix bound read-only (its site-packages masked by an empty tmpfs), /etc/ld.so.cache, a new /proc, a minimal read-only /dev; /tmp and /dev/shm are tmpfs capped in bytes (`Limits.tmp_mb`, default 64) and in inodes (`Limits.tmp_inodes`, default 16384); the workspace is read-write at /workspace. Nothing else of the host: no /etc, /root, /home, the project, the virtualenv or other workspaces |
 | Interpreter | the host's base interpreter (`sys.base_prefix`, not the virtualenv's) with `-S -s`; PYTHONPATH puts the standard library *before* the workspace, so a planted `encodings/` or `json.py` shadows nothing; `modules=` binds chosen packages read-only under /sandbox/lib (`run_pytest` binds pytest's); `llm_zoo.sandbox.plain` is bound at /sandbox/plain.py |
 | Servers | `open_session(workspace)` keeps a process up (`python -I -S -B`, the workspace last on `sys.path`, its modules read from `.py` source only, never a planted `.pyc`) that imports code from the workspace and answers calls with plain data only (`plain`: exact builtin types, capped; any other object stays behind as an uncomparable handle); the caller compares the values in its own process |
+| Beside | `run_python_beside(code, workspace=..., server_workspace=...)` runs code in one sandbox and what it imports from the workspace (`import solution`) in `open_session`'s server in another, linked by a pipe: a checker's program, expected values and output never enter the process of the code it checks |
 | Network | `--unshare-net`: a loopback of its own, nothing reachable |
 | Processes | `--unshare-pid --die-with-parent --new-session`; the runner waits for the sandbox's pid 1 to die, which takes every leftover (daemonised) process with it before the call returns |
 | Other namespaces | `--unshare-ipc`, `--unshare-uts` (hostname "sandbox"), `--unshare-cgroup-try`, each kept only if bwrap accepts it (see `sandbox_info()`) |
@@ -57,7 +58,7 @@ from __future__ import annotations
 from ._bwrap import SandboxInfo, SandboxUnavailable, reset_probe, sandbox_info
 from .pool import SandboxPool, run_many
 from .runner import PYTEST_MODULES, Limits, SandboxResult, run_command, run_pytest, run_python, runs_started
-from .session import SandboxProcess, open_session
+from .session import SandboxProcess, open_session, run_python_beside
 from .workspace import Workspace
 
 __all__ = [
@@ -75,6 +76,7 @@ __all__ = [
     "run_pytest",
     "open_session",
     "run_python",
+    "run_python_beside",
     "runs_started",
     "sandbox_info",
 ]

@@ -67,6 +67,9 @@ if tmp_inodes >= 0:
             sys.stderr.write("sandbox: cannot mount a capped tmpfs on %s: %s\\n"
                              % (where.decode(), os.strerror(ctypes.get_errno())))
             sys.exit(126)
+    # A proc of its own with hidepid=2: processes of other uids (bwrap as pid 1, whose command line names
+    # the host's paths and limits) are invisible to the program. Best effort: a user namespace may refuse it.
+    libc.mount(b"proc", b"/proc", b"proc", 2 | 4 | 8, b"hidepid=2")  # MS_NOSUID | MS_NODEV | MS_NOEXEC
     libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT_CLEAR_ALL: no capability may ride along through exec
     del libc
 def cap(res, soft, hard):
@@ -188,6 +191,7 @@ def bwrap_argv(
     modules: Sequence[tuple[str, str]],
     wrapper_args: Sequence[str],
     info_fd: int | None = None,
+    plain_fd: int | None = None,
 ) -> list[str]:
     """Build the full bwrap command line for one run.
 
@@ -201,6 +205,8 @@ def bwrap_argv(
         modules: (host path, name) pairs bound read-only under `LIB_DIR`.
         wrapper_args: Arguments of `WRAPPER`: the limits, the cwd and the command.
         info_fd: A writable fd where bwrap reports the host pid of the sandbox's pid 1, or None.
+        plain_fd: A readable fd holding `plain`'s source, bound as data at `PLAIN_PATH` (no host path in
+            the sandbox's mount table), or None to bind the file itself.
     """
     assert info.bwrap is not None
     argv = [info.bwrap, "--die-with-parent", "--new-session", *info.namespaces]
@@ -237,7 +243,10 @@ def bwrap_argv(
         argv += ["--symlink", runtime.python, f"{BIN_DIR}/{name}"]
     if program_fd is not None:
         argv += ["--perms", "0444", "--ro-bind-data", str(program_fd), PROGRAM_PATH]
-    argv += ["--ro-bind", PLAIN_SOURCE, PLAIN_PATH]
+    if plain_fd is not None:
+        argv += ["--perms", "0444", "--ro-bind-data", str(plain_fd), PLAIN_PATH]
+    else:
+        argv += ["--ro-bind", PLAIN_SOURCE, PLAIN_PATH]
     for host_path, name in modules:
         argv += ["--ro-bind", host_path, f"{LIB_DIR}/{name}"]
     argv += ["--bind", workspace, WORKSPACE_DIR]
@@ -246,6 +255,20 @@ def bwrap_argv(
     for key, value in env.items():
         argv += ["--setenv", key, value]
     return [*argv, "--", runtime.python, "-S", "-s", "-c", WRAPPER, *wrapper_args]
+
+
+def args_in_fd(argv: Sequence[str]) -> tuple[list[str], int]:
+    """Move bwrap's arguments into a memfd it reads with ``--args``; return (the short argv, the fd to pass).
+
+    bwrap stays the sandbox's pid 1, and every process in there can read its command line: with the
+    options in a file, that line is ``bwrap --args N -- <the interpreter> ...``, and no bound host path (the
+    workspace's, the checkout's) shows there.
+    """
+    split = list(argv).index("--")  # bwrap reads its options there; the command stays on the command line
+    fd = os.memfd_create("llm_zoo_bwrap_args")
+    os.write(fd, b"".join(arg.encode() + b"\0" for arg in argv[1:split]))
+    os.lseek(fd, 0, os.SEEK_SET)
+    return [argv[0], "--args", str(fd), *argv[split:]], fd
 
 
 def _self_test(info: SandboxInfo, runtime: Runtime) -> str | None:

@@ -20,15 +20,18 @@ its message as a clipped string: a class named ``ValueError`` that is not one is
 Exceptions outside ``Exception`` (``SystemExit``, ``KeyboardInterrupt``) come back as
 :class:`SolutionExit`.
 
-Arguments are sent by value and mutations come back: after each call the server compares every
-container argument with a copy taken before the call, and a changed one is written back into the
-client's object in place. Container arguments are *mirrored*: the client sends one once and then
-only its id while it is unchanged (compared with a snapshot, or by identity for a tuple of
-scalars), so a test that searches one big list a thousand times sends it once. A result that *is*
-one of the containers an argument carried (at any depth) comes back as a reference to the client's
+Arguments are sent by value, and nothing the call does to them comes back: the server works on
+its own copies, so the caller's data never changes, whatever the code under test does (a call that
+empties its argument list cannot end the caller's loop over that list). After each call the server
+compares every container argument with a copy taken before the call and reports which changed;
+:attr:`Session.changed_arguments` holds that count for the last call (the server's own report, so only
+as trustworthy as the code under test, which shares its process). Container arguments are
+*mirrored*: the client sends one once and then only its id while it is unchanged (compared with a
+snapshot, or by identity for a tuple of scalars) and the server has not reported it changed, so a
+test that searches one big list a thousand times sends it once. A result that *is* one of the
+unchanged containers an argument carried (at any depth) comes back as a reference to the client's
 own object, so aliasing is preserved (``merged["a"] is base["a"]``). Limitations: identity inside
-one value is not kept (``[x, x]`` arrives as two copies; a cycle exceeds :data:`MAX_DEPTH`), and a
-container the call mutated comes back as a fresh copy below its top level.
+one value is not kept (``[x, x]`` arrives as two copies; a cycle exceeds :data:`MAX_DEPTH`).
 
 This module is standard library only on purpose: the sandbox binds it read-only at
 ``/sandbox/plain.py`` in every run, beside the program, and a program loads it with :data:`LOADER`
@@ -328,14 +331,6 @@ def _type_name(value) -> str:
         return "?"
 
 
-def _apply(target, new) -> None:
-    """Write ``new`` into the container ``target`` in place (a list, dict or set of the same type)."""
-    if type(target) is list:
-        target[:] = new
-    else:
-        target.clear()
-        target.update(new)
-
 
 # ---------------------------------------------------------------------------------------------
 # the server: runs in the process of the untrusted code
@@ -394,10 +389,8 @@ def _serve() -> None:
             return value
         raise NotPlain(f"unknown reference {clip(repr(tag))}")
 
-    def references(changed=()) -> dict:
-        refs = {real_id(c): {"r": [m, k]} for m, (_, _, reg) in mirrors.items() for k, c in enumerate(reg)}
-        refs.update((real_id(value), {"r": [m, 0]}) for m, value in changed)  # written back in place there
-        return refs
+    def references() -> dict:
+        return {real_id(c): {"r": [m, k]} for m, (_, _, reg) in mirrors.items() for k, c in enumerate(reg)}
 
     def raised(exc) -> dict:
         cls = next((c for c in real_type(exc).__mro__ if exceptions.get(getattr(c, "__name__", None)) is c),
@@ -452,15 +445,13 @@ def _serve() -> None:
                     result = target[decode(request["key"], resolve=resolve)]
                 else:
                     raise ValueError(f"unknown op {op!r}")
-            updates, changed = [], []
+            changed = []  # this server's copies the call changed: dropped, and reported (never sent back)
             for m in used:
                 value, snapshot, _ = mirrors[m]
                 if snapshot is not None and not _same(value, snapshot):
                     del mirrors[m]
-                    changed.append((m, value))
-            refs = references()
-            updates = [[m, encode(value, refs=refs, on_object=new_handle)] for m, value in changed]
-            answer = {"value": encode(result, refs=references(changed), on_object=new_handle), "updates": updates}
+                    changed.append(m)
+            answer = {"value": encode(result, refs=references(), on_object=new_handle), "changed": changed}
         except BaseException as exc:  # noqa: B036 - everything the code under test raises is an answer
             answer = raised(exc) if real_isinstance(exc, BaseException) else {"raised": "Exception"}
         finally:
@@ -478,6 +469,49 @@ def _serve() -> None:
                                "id": answer["id"]})
         channel_out.write(data.encode("utf-8", "surrogatepass") + b"\n")
         channel_out.flush()
+
+
+def _link(read_fd: int, write_fd: int) -> None:
+    """Make the workspace's modules importable in this program only as handles on a linked server.
+
+    For a program that runs beside a server in a sandbox of its own (``llm_zoo.sandbox.run_python_beside``):
+    the server's pipes are ``read_fd`` and ``write_fd``. The current directory leaves ``sys.path``, and
+    ``import name`` (or ``from name import f``) of a top-level module that the standard library does not
+    have and the current directory holds (``name.py`` or ``name/``) returns a :class:`RemoteObject` of that
+    module imported in the server. The session is :data:`LINKED`.
+    """
+    import importlib.machinery
+    import types
+
+    global LINKED
+    channel = types.SimpleNamespace(stdin=os.fdopen(write_fd, "wb"), stdout=os.fdopen(read_fd, "rb"))
+    session = LINKED = Session(*pipe_transport(channel))
+    here = os.getcwd()
+    sys.path[:] = [p for p in sys.path if p not in ("", ".") and os.path.abspath(p) != here]
+    real_import, remote = builtins.__import__, {}
+
+    def ours(top: str) -> bool:
+        if top in sys.modules or top in sys.builtin_module_names or not top.isidentifier():
+            return False
+        if not (os.path.isfile(top + ".py") or os.path.isdir(top)):
+            return False
+        return importlib.machinery.PathFinder.find_spec(top) is None  # the standard library wins, as there
+
+    def linked_import(name, globals=None, locals=None, fromlist=(), level=0):
+        top = name.partition(".")[0]
+        if level == 0 and ours(top):
+            if top != name:
+                raise ImportError(f"only top-level modules of the workspace can be imported here, not {name!r}")
+            if name not in remote:
+                remote[name] = session.import_module(name, ".")
+            return remote[name]
+        return real_import(name, globals, locals, fromlist, level)
+
+    builtins.__import__ = linked_import
+
+
+LINKED = None
+"""The session with the linked server, in a program that :func:`_link` set up (else None)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -558,14 +592,15 @@ class Session:
         self._handles: dict[int, RemoteObject] = {}
         self._mirrors: dict[int, list] = {}  # id(obj) -> [obj, snapshot or None, registry, mirror id]
         self._drop: list[int] = []
-        self._changed: dict[int, object] = {}  # mirrors the last call wrote back: id -> the client's object
+        self.changed_arguments = 0
+        """How many container arguments the last call changed, as the server reports it (nothing comes back)."""
 
     def import_module(self, name: str, path: str) -> RemoteObject:
         """Import module ``name`` in the server, its directory ``path`` last on ``sys.path``; return its handle."""
         return self.request("import", module=name, path=path)
 
     def call(self, handle: int, args, kwargs):
-        """Call the server's object ``handle`` with plain arguments; write mutations back; return the result."""
+        """Call the server's object ``handle`` with plain arguments (sent as copies); return the result."""
         used: list[int] = []
         sent_args = [self._argument(a, used) for a in args]
         sent_kwargs = {str(k): self._argument(v, used) for k, v in kwargs.items()}
@@ -603,8 +638,6 @@ class Session:
             return self._handles[tag["h"]]
         if "r" in tag and type(tag["r"]) is list and len(tag["r"]) == 2:
             mirror, index = tag["r"]
-            if index == 0 and mirror in self._changed:
-                return self._changed[mirror]
             for entry in self._mirrors.values():
                 if entry[3] == mirror and type(index) is int and 0 <= index < len(entry[2]):
                     return entry[2][index]
@@ -636,19 +669,13 @@ class Session:
             self.stdout.append(clip(answer["stdout"]))
         if "raised" in answer:
             raise _exception(answer)
-        self._changed = {}
-        updates = answer.get("updates") if type(answer.get("updates")) is list else []
-        for mirror, data in (u for u in updates if type(u) is list and len(u) == 2):
-            if mirror not in fields.get("mirrors", ()):
-                continue  # only an argument of this very call can have changed
-            entry = next((e for e in self._mirrors.values() if e[3] == mirror), None)
-            if entry is not None:
-                new = decode(data, resolve=self._resolve)
-                self._mirrors.pop(id(entry[0]), None)
-                if type(new) is not type(entry[0]):
-                    raise TypeError("a call changed the type of its argument")
-                _apply(entry[0], new)
-                self._changed[mirror] = entry[0]
+        changed = answer.get("changed") if type(answer.get("changed")) is list else []
+        sent = fields.get("mirrors", ())
+        changed = {m for m in changed if type(m) is int and m in sent}  # only an argument of this call
+        for entry in [e for e in self._mirrors.values() if e[3] in changed]:
+            self._forget(entry)  # the server dropped its copy: the next call sends the value again
+        if op == "call":
+            self.changed_arguments = len(changed)
         return decode(answer.get("value"), resolve=self._resolve)
 
 

@@ -350,13 +350,23 @@ def _run(
     limits: Limits | None,
     modules: Sequence[str],
     allow_unsandboxed: bool,
+    pass_fds: Sequence[int] = (),
 ) -> SandboxResult:
-    _validate(timeout_s, memory_mb, workspace, stdin, limits)
-    limits = limits or Limits()
-    stdin_bytes = stdin.encode() if isinstance(stdin, str) else stdin
-    with _launched(command, program, timeout_s, memory_mb, workspace, limits, modules, allow_unsandboxed) as launch:
-        argv, popen_env, child_fds, info_fd = launch
-        return _execute(argv, popen_env, child_fds, info_fd, stdin_bytes, timeout_s, limits.output_bytes)
+    """Run ``command``; ``pass_fds`` are inherited by the program at the same numbers, and closed here in any case."""
+    handed = False
+    try:
+        _validate(timeout_s, memory_mb, workspace, stdin, limits)
+        limits = limits or Limits()
+        stdin_bytes = stdin.encode() if isinstance(stdin, str) else stdin
+        with _launched(command, program, timeout_s, memory_mb, workspace, limits, modules, allow_unsandboxed) as launch:
+            argv, popen_env, child_fds, info_fd = launch
+            child_fds.extend(pass_fds)  # closed with the others once the program has them
+            handed = True
+            return _execute(argv, popen_env, child_fds, info_fd, stdin_bytes, timeout_s, limits.output_bytes)
+    finally:
+        if not handed:
+            for fd in pass_fds:
+                _close(fd)
 
 
 @contextlib.contextmanager
@@ -400,6 +410,11 @@ def _launched(
                 os.lseek(program_fd, 0, os.SEEK_SET)
             info_fd, info_write = os.pipe()
             child_fds.append(info_write)
+            plain_fd = os.memfd_create("llm_zoo_plain")
+            child_fds.append(plain_fd)
+            with open(_bwrap.PLAIN_SOURCE, "rb") as f:
+                os.write(plain_fd, f.read())
+            os.lseek(plain_fd, 0, os.SEEK_SET)
             env = _environment(WORKSPACE_DIR, "/tmp", BIN_DIR, LIB_DIR if module_paths else None)
             tmp_caps = [limits.tmp_mb << 20, limits.tmp_inodes] if info.tmpfs_inodes else [-1, -1]
             argv = _bwrap.bwrap_argv(
@@ -413,7 +428,10 @@ def _launched(
                 wrapper_args=[*map(str, rlimits), str(-1 if uid is None else uid), *map(str, tmp_caps),
                               WORKSPACE_DIR, *command],
                 info_fd=info_write,
+                plain_fd=plain_fd,
             )
+            argv, args_fd = _bwrap.args_in_fd(argv)
+            child_fds.append(args_fd)
             popen_env: dict[str, str] = {}
         else:
             assert scratch is not None

@@ -17,10 +17,12 @@ import contextlib
 import os
 import selectors
 import subprocess
+import threading
 import time
+from typing import Any
 
 from . import plain
-from .runner import Limits, _count_run, _kill, _launched, _open_init, _validate
+from .runner import Limits, SandboxResult, _close, _count_run, _kill, _launched, _open_init, _run, _validate
 from .workspace import Workspace
 
 SERVER = plain.LOADER + "plain._serve()\n"
@@ -257,3 +259,121 @@ def open_session(
     return plain.Session(process.send, process.receive), process
 
 
+
+
+LINK_HEADER = ("import importlib.util as _u, sys as _s; _p = _u.spec_from_file_location('plain', '/sandbox/plain.py'); "
+               "plain = _u.module_from_spec(_p); _s.modules['plain'] = plain; _p.loader.exec_module(plain); "
+               "plain._link(%d, %d); del _u, _s, _p\n")
+"""The first line of a program run beside a server: it loads ``plain`` and links ``import`` to the server."""
+
+
+def run_python_beside(
+    code: str,
+    *,
+    workspace: Workspace,
+    server_workspace: Workspace,
+    timeout_s: float = 5.0,
+    server_timeout_s: float | None = None,
+    memory_mb: int = 256,
+    limits: Limits | None = None,
+    allow_unsandboxed: bool = False,
+) -> SandboxResult:
+    """Run ``code`` in one sandbox and the modules it imports from the workspace in another, linked by a pipe.
+
+    The code runs as `run_python` runs it, in ``workspace``, except that ``import solution`` (any
+    top-level module that ``workspace`` holds and the standard library does not) returns a handle on
+    that module imported by `plain`'s server in a second sandbox on ``server_workspace``: the same
+    server, started the same way, as `open_session`'s. The two share no file, process or memory:
+    the code's program, its files and its output stay out of the imported code's reach, and only
+    plain data crosses (see `plain`). The program's first line is a header (`LINK_HEADER`), so
+    its own lines are numbered from 2.
+
+    Args:
+        code: Python source (not starting with ``from __future__`` imports, which must come first).
+        workspace: Where the code runs (its cwd).
+        server_workspace: Where the server imports from (a different workspace, or the same one).
+        timeout_s, memory_mb, limits, allow_unsandboxed: As for `run_python`, for the code.
+        server_timeout_s: Wall-clock life of the server (default ``timeout_s``); its other limits are the code's.
+    """
+    if not isinstance(code, str):
+        raise TypeError(f"code must be a str of Python source, got {type(code).__name__}")
+    _validate(timeout_s, memory_mb, workspace, "", limits)
+    limits = limits or Limits()
+    to_server_r, to_server_w = os.pipe()
+    from_server_r, from_server_w = os.pipe()
+    try:
+        server = _start_linked(server_workspace, to_server_r, from_server_w,
+                               server_timeout_s if server_timeout_s is not None else timeout_s, memory_mb, limits,
+                               allow_unsandboxed)
+    except BaseException:
+        for fd in (to_server_w, from_server_r):
+            _close(fd)
+        raise
+    finally:
+        for fd in (to_server_r, from_server_w):
+            _close(fd)
+    with server:
+        program = LINK_HEADER % (from_server_r, to_server_w) + code
+        return _run(["python", "-S", "-s", "/sandbox/main.py"], program=program.encode(), timeout_s=timeout_s,
+                    memory_mb=memory_mb, workspace=workspace, stdin="", limits=limits, modules=(),
+                    allow_unsandboxed=allow_unsandboxed, pass_fds=(from_server_r, to_server_w))
+
+
+class _LinkedServer:
+    """A server whose pipes belong to another sandboxed program; here only to be killed with all it started."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], info_fd: int | None, cleanup: contextlib.ExitStack) -> None:
+        self._proc, self._info_fd, self._cleanup = proc, info_fd, cleanup
+
+    def __enter__(self) -> _LinkedServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        init_pidfd = None
+        try:
+            if self._info_fd is not None:
+                os.set_blocking(self._info_fd, False)
+                with contextlib.suppress(OSError):
+                    init_pidfd = _open_init(os.read(self._info_fd, 1 << 16))
+            _kill(self._proc, init_pidfd)
+            self._proc.wait()
+            if init_pidfd is not None:  # wait for the sandbox's pid 1, and so for every process in it, to go
+                with selectors.DefaultSelector() as selector:
+                    selector.register(init_pidfd, selectors.EVENT_READ)
+                    selector.select(5.0)
+        finally:
+            for fd in (init_pidfd, self._info_fd):
+                if fd is not None:
+                    _close(fd)
+            self._cleanup.close()
+
+
+def _drain(pipe: Any) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        while pipe.read(1 << 16):
+            pass
+
+
+def _start_linked(workspace: Workspace, stdin_fd: int, stdout_fd: int, timeout_s: float, memory_mb: int,
+                  limits: Limits, allow_unsandboxed: bool) -> _LinkedServer:
+    _validate(timeout_s, memory_mb, workspace, "", limits)
+    stack = contextlib.ExitStack()
+    try:
+        argv, env, child_fds, info_fd = stack.enter_context(_launched(
+            ["python", *SERVER_FLAGS, "/sandbox/main.py"], SERVER.encode(), timeout_s, memory_mb, workspace, limits,
+            (), allow_unsandboxed))
+        try:  # stderr is a pipe, drained and dropped here, as `open_session`'s is read: the same process shape
+            proc = subprocess.Popen(argv, stdin=stdin_fd, stdout=stdout_fd, stderr=subprocess.PIPE, env=env,
+                                    pass_fds=tuple(child_fds), start_new_session=True)
+        finally:
+            for fd in child_fds:
+                _close(fd)
+            child_fds.clear()
+        _count_run()
+        assert proc.stderr is not None
+        threading.Thread(target=_drain, args=(proc.stderr,), daemon=True).start()
+        info_copy = os.dup(info_fd) if info_fd is not None else None  # _launched closes its own copy
+    except BaseException:
+        stack.close()
+        raise
+    return _LinkedServer(proc, info_copy, stack)

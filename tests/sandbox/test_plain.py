@@ -143,12 +143,15 @@ def test_objects_stay_behind_as_handles_that_cannot_be_compared(remote):
 
 
 @needs_bwrap
-def test_mutations_come_back_and_aliases_are_kept(remote):
-    _, module = remote
+def test_arguments_are_copies_mutations_are_reported_and_aliases_are_kept(remote):
+    session, module = remote
     items = [0]
-    assert module.append_one(items) is items and items == [0, 1]
+    got = module.append_one(items)
+    assert items == [0] and got == [0, 1] and got is not items  # the caller's list never changes
+    assert session.changed_arguments == 1
+    assert module.append_one(items) == [0, 1]  # sent again as it is here, not the server's changed copy
     base = {"a": {"x": 1}}
-    assert module.inner(base) is base["a"]
+    assert module.inner(base) is base["a"] and session.changed_arguments == 0
 
 
 @needs_bwrap
@@ -217,13 +220,13 @@ def test_a_hostile_server_cannot_crash_or_fool_the_client():
     assert type(raised.value) is Exception
 
 
-def test_only_the_arguments_of_the_call_can_be_written_back():
+def test_nothing_is_ever_written_back_and_only_the_call_s_arguments_count_as_changed():
     kept, passed = [1, 2], [3]
-    session = scripted_server(b'{"id": 2, "value": null, "updates": []}',
-                              b'{"id": 4, "value": null, "updates": [[1, [9]], [3, [8]]]}')
+    session = scripted_server(b'{"id": 2, "value": null, "changed": []}',
+                              b'{"id": 4, "value": null, "changed": [1, 3], "updates": [[3, [8]]]}')
     session.call(0, (kept,), {})    # mirrored as 1
-    session.call(0, (passed,), {})  # mirrored as 3: only it may change
-    assert kept == [1, 2] and passed == [8]
+    session.call(0, (passed,), {})  # mirrored as 3: only it may count as changed
+    assert kept == [1, 2] and passed == [3] and session.changed_arguments == 1
 
 
 def test_only_values_with_nothing_mutable_inside_count_as_frozen():
@@ -285,3 +288,21 @@ def test_cpu_seconds_counts_the_work_of_every_process_and_thread_in_the_sandbox_
     assert spent["nap"] < 0.1, spent
     for name in ("burn", "thread", "child", "zombie"):
         assert 0.35 <= spent[name] < 1.0, (name, spent)
+
+
+@needs_bwrap
+def test_a_program_beside_the_server_keeps_its_source_and_output_out_of_reach():
+    from llm_zoo.sandbox import run_python_beside
+
+    snoop = ("import os\ndef f(items):\n    items.clear()\n    seen = []\n"
+             "    for p in ['/sandbox/main.py', '/proc/1/cmdline', '/proc/%d/cmdline' % os.getppid()]:\n"
+             "        try:\n            seen.append(open(p).read())\n        except OSError:\n            pass\n"
+             "    return ' '.join(seen + os.listdir('.'))\n")
+    with Workspace() as mine, Workspace() as theirs:
+        theirs.write_file("solution.py", snoop)
+        mine.write_file("notes.txt", "SECRET-EXPECTED-42")
+        mine.write_file("solution.py", "raise SystemExit('this copy never runs')\n")  # imports go to the server
+        out = run_python_beside("SECRET = 'SECRET-EXPECTED-42'\nitems = [1, 2]\nfrom solution import f\n"
+                                "seen = f(items)\nprint('SECRET' in seen, items)\n", workspace=mine,
+                                server_workspace=theirs, timeout_s=20)
+    assert out.ok and out.stdout.strip() == "False [1, 2]", out
