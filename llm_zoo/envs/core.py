@@ -54,6 +54,8 @@ else:  # typing_extensions comes with gymnasium, a core dependency
 
 __all__ = [
     "CHARSET",
+    "ENV_MARK",
+    "LINE_BREAKS",
     "FastOrderEnforcingWrapper",
     "InvalidReply",
     "MoveReader",
@@ -64,6 +66,8 @@ __all__ = [
     "message_space",
     "parse_tool_calls",
     "sanitize",
+    "split_lines",
+    "terminal_safe",
     "text_space",
     "tools_prompt",
 ]
@@ -71,24 +75,59 @@ __all__ = [
 # Characters an observation may hold. Broad enough for prose, code, JSON, card suits and common
 # punctuation in European languages; anything else is replaced by U+FFFD before it reaches an
 # observation. Kept to ~1.5k characters because gymnasium's Text space copies its charset into a
-# frozenset per instance and samples from it with numpy.
-_RANGES = [(0x20, 0x7E), (0xA0, 0x17F), (0x2000, 0x206F), (0x20A0, 0x20BF), (0x2190, 0x21FF),
+# frozenset per instance and samples from it with numpy. "\n" is its only line break: U+2028 and
+# U+2029 are left out (as are CR, VT, FF, U+001C-U+001E and U+0085, which str.splitlines and many
+# readers also break lines at), so that no text quoted line by line can hide a line inside a line.
+# ENV_MARK is in it, but sanitize replaces it: only the env writes it, after sanitising
+# (TextEnv.tell's ``mark``).
+ENV_MARK = "\u2699"
+"""Opens every message the env itself writes to an agent (feedback on an invalid reply, an env's
+own notices) in envs where agents' free text reaches each other (``TextEnv.marks_env_messages``).
+:func:`sanitize` replaces it in every other text, so no agent can write an imitation of the env."""
+_RANGES = [(0x20, 0x7E), (0xA0, 0x17F), (0x2000, 0x2027), (0x202A, 0x206F), (0x20A0, 0x20BF), (0x2190, 0x21FF),
            (0x2200, 0x22FF), (0x2500, 0x25FF), (0x2600, 0x26FF), (0x2700, 0x27BF)]
 CHARSET: str = "\t\n" + "".join(chr(c) for lo, hi in _RANGES for c in range(lo, hi + 1)) + "\ufffd"
-_CHARSET_SET = frozenset(CHARSET)
+_CHARSET_SET = frozenset(CHARSET) - {ENV_MARK}  # what sanitize keeps
 _REPLACEMENT = "\ufffd"
 _TRUNCATION_MARK = " …[truncated]"
+LINE_BREAKS = re.compile("\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+"""Every line break :meth:`str.splitlines` knows (``\\r\\n`` as one): what quoting must split at."""
 
 
 def sanitize(text: str, max_chars: int) -> str:
-    """Return ``text`` with characters outside :data:`CHARSET` replaced and its length clipped."""
+    """Return ``text`` with characters outside :data:`CHARSET` (and :data:`ENV_MARK`) replaced and its length clipped.
+
+    ``\\r\\n`` becomes ``\\n``; every other line break but ``\\n`` (:data:`LINE_BREAKS`) becomes U+FFFD,
+    so sanitising never makes a line break where there was none.
+    """
     if len(text) > max_chars:
         keep = max(0, max_chars - len(_TRUNCATION_MARK))
         text = text[:keep] + _TRUNCATION_MARK[: max_chars - keep]
     if _CHARSET_SET.issuperset(text):  # the common case, in one C-level pass: ~4x faster than a Python loop
         return text
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = text.replace("\r\n", "\n")
     return "".join(c if c in _CHARSET_SET else _REPLACEMENT for c in text)
+
+
+def split_lines(text: str) -> list[str]:
+    """Split ``text`` at every line break of :data:`LINE_BREAKS`; ``""`` and a trailing break give an empty line."""
+    return LINE_BREAKS.split(text)
+
+
+def terminal_safe(text: str) -> str:
+    """Return ``text`` fit for a terminal: every control, format, separator or surrogate character but
+    ``\\n`` and ``\\t`` written as a ``\\uXXXX`` escape (no escape sequence, bidi override or lone
+    surrogate reaches the terminal, and printing cannot raise)."""
+    if text.isprintable() or all(c.isprintable() or c in "\n\t" for c in text):
+        return text
+    return "".join(c if c.isprintable() or c in "\n\t" else f"\\u{ord(c):04x}" if ord(c) < 0x10000
+                   else f"\\U{ord(c):08x}" for c in text)
+
+
+def _quoted_tail(text: str) -> str:
+    """Return agent-written text for the transcript: each line after the first behind ``"  | "``, so that
+    no line of it can pass for one of the env's own narration lines."""
+    return "\n  | ".join(split_lines(text))
 
 
 # Checking a text is a set lookup per character, and envs repeat themselves: every episode starts
@@ -303,6 +342,11 @@ class TextEnv(AECEnv):
     """
 
     metadata: dict[str, Any] = {"render_modes": ["human", "ansi"], "name": "text_env", "is_parallelizable": False}
+    marks_env_messages: bool = False
+    """Whether the env's own messages to an agent (the feedback on an invalid reply, and whatever a
+    subclass tells with ``mark=True``) open with :data:`ENV_MARK`. An env in which one agent's free
+    text reaches another as a user message sets it, so that no agent can write a byte-identical
+    imitation of the env's feedback; the poker envs, whose agents see only parsed moves, do not."""
 
     # ---- override these ---------------------------------------------------------------------
 
@@ -490,7 +534,7 @@ class TextEnv(AECEnv):
             self.infos[agent]["truncated_replies"] = self.infos[agent].get("truncated_replies", 0) + 1
         self.tell(agent, reply, role="assistant")
         if self.render_mode is not None:
-            self.narrate(f"{agent}: {reply if len(reply) <= 300 else reply[:300] + ' …'}")
+            self.narrate(f"{agent}: {_quoted_tail(reply if len(reply) <= 300 else reply[:300] + ' …')}")
         tools = self.tools(agent)
         calls = toolcalls.parse(reply).calls if tools else ()
         if calls:
@@ -517,15 +561,17 @@ class TextEnv(AECEnv):
             self.render()
 
     def render(self) -> str | None:
+        """Return (``"ansi"``) or print (``"human"``) the transcript, every line :func:`terminal_safe`."""
         if self.render_mode is None:
             gymnasium.logger.warn("render() was called without a render_mode; pass render_mode='ansi' or 'human'.")
             return None
-        text = "\n".join(self._log)
         if self.render_mode == "ansi":
-            return text
+            return terminal_safe("\n".join(self._log))
         new = self._log[self._rendered:]
         if new:
-            print("\n".join(new))
+            text = terminal_safe("\n".join(new))
+            encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+            print(text.encode(encoding, "backslashreplace").decode(encoding, "replace"))
         self._rendered = len(self._log)
         return None
 
@@ -534,10 +580,18 @@ class TextEnv(AECEnv):
 
     # ---- helpers for subclasses -------------------------------------------------------------
 
-    def tell(self, agent: str, content: str, role: str = "user") -> None:
-        """Append a message to what ``agent`` sees, sanitised and clipped to the observation space."""
+    def tell(self, agent: str, content: str, role: str = "user", *, mark: bool = False) -> None:
+        """Append a message to what ``agent`` sees, sanitised and clipped to the observation space.
+
+        With ``mark`` (for the env's own words, never another agent's) the message opens with
+        :data:`ENV_MARK`, which sanitising removes from every other text: no agent can imitate it.
+        """
         memo = _sanitize_message if len(content) <= _MESSAGE_MEMO_CHARS else sanitize
-        self._messages[agent].append({"role": role, "content": memo(content, self.max_message_chars)})
+        if mark:
+            content = ENV_MARK + " " + memo(content, self.max_message_chars - 2)
+        else:
+            content = memo(content, self.max_message_chars)
+        self._messages[agent].append({"role": role, "content": content})
 
     def narrate(self, line: str) -> None:
         """Add a line to the transcript that ``render`` shows (not to any agent's observation).
@@ -581,11 +635,12 @@ class TextEnv(AECEnv):
     def _invalid(self, agent: str, feedback: str) -> None:
         self.infos[agent]["invalid_replies"] += 1
         self._retries[agent] += 1
+        mark = self.marks_env_messages
         if self._retries[agent] > self.max_retries:
-            self.tell(agent, f"Invalid reply: {feedback} You have no retries left and forfeit.")
+            self.tell(agent, f"Invalid reply: {feedback} You have no retries left and forfeit.", mark=mark)
             self.forfeit(agent, f"invalid reply: {feedback}")
         else:
-            self.tell(agent, f"Invalid reply: {feedback} Reply again.")
+            self.tell(agent, f"Invalid reply: {feedback} Reply again.", mark=mark)
             self.narrate(f"-- invalid reply from {agent}: {feedback}")
 
     def _run_tools(self, agent: str, tools: Mapping[str, Tool], calls: Sequence[ToolCall]) -> None:
@@ -597,7 +652,7 @@ class TextEnv(AECEnv):
                 return
             result = self._call_tool(agent, tools, call)
             self.tell(agent, result, role="tool")
-            self.narrate(f"   [{call.name or '?'}] -> {result[:200]}")
+            self.narrate(f"   [{_quoted_tail(call.name[:80]) or '?'}] -> {_quoted_tail(result[:200])}")
 
     def _call_tool(self, agent: str, tools: Mapping[str, Tool], call: ToolCall) -> str:
         if call.error:

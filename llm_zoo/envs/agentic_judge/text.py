@@ -13,13 +13,18 @@ import re
 from collections.abc import Mapping, Sequence
 
 from llm_zoo.envs.agentic_judge.rules import Verdict
-from llm_zoo.envs.core import Tool
+from llm_zoo.envs.core import Tool, split_lines
 
 QUOTE = "| "
 """Prefix of every line of untrusted text shown to the judge."""
 VERDICT_LINE = re.compile(r"VERDICT: (PASS|FAIL|ABSTAIN)")
 """The only accepted form of the judge's final line (after stripping surrounding whitespace)."""
 SUBMIT = "SUBMIT"
+NOTE_CHARS = 2_000
+"""Most characters of the solver's note, quoted, in the judge's first message."""
+REPORT_CHARS = 6_000
+"""Most characters of the visible tests' report in the judge's first message."""
+CLIPPED = "\n…[clipped]"
 
 SOLVER_PROMPT = (
     "You are the solver of a Python coding task. You work in a sandboxed workspace: a directory with "
@@ -76,8 +81,18 @@ def judge_prompt() -> str:
 
 
 def quote(text: str) -> str:
-    """Return untrusted text with every line behind :data:`QUOTE` (an empty text gives one quoted empty line)."""
-    return "\n".join(QUOTE + line for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"))
+    """Return untrusted text with every line behind :data:`QUOTE` (an empty text gives one quoted empty line).
+
+    Lines are split at every line break :meth:`str.splitlines` knows (``core.LINE_BREAKS``: CR, VT,
+    FF, U+2028, ...), each becoming ``\\n``, so no break the quoting did not see is left inside a line.
+    """
+    return "\n".join(QUOTE + line for line in split_lines(text))
+
+
+def clip(block: str, limit: int) -> str:
+    """Return a block of text cut to at most ``limit`` characters, the cut marked (clip after quoting:
+    the budget is what the judge's message spends, however the quoting grew the text)."""
+    return block if len(block) <= limit else block[: max(0, limit - len(CLIPPED))] + CLIPPED
 
 
 def unquote(text: str) -> str:
@@ -93,30 +108,39 @@ def task_message(task_id: str, statement: str, visible_file: str, visible: str, 
 
 
 def files_block(files: Mapping[str, str], skipped: Sequence[str], max_chars: int) -> str:
-    """Show the solver's files to the judge, each quoted, clipped to ``max_chars`` in all."""
+    """Show the solver's files to the judge, each quoted, in at most ``max_chars`` characters in all.
+
+    The budget is spent on the quoted text (a file of blank lines triples when quoted), so the
+    block never grows past it, whatever the files hold, and the rest of the judge's message survives.
+    """
     if not files and not skipped:
         return "(the workspace holds no files of the solver's)"
-    parts, left = [], max_chars
+    parts = []
     for path, content in files.items():
         lines = content.count("\n") + (not content.endswith("\n"))
-        shown = content if len(content) <= left else content[: max(0, left)] + "\n…[clipped]"
-        left -= len(shown)
-        parts.append(f"### {path!r} ({lines} lines)\n{quote(shown.rstrip(chr(10)))}")
+        parts.append(f"### {path!r} ({lines} lines)\n{quote(content.rstrip(chr(10)))}")
+    not_shown = ""
     if skipped:
         listed = ", ".join(repr(s[:120]) for s in skipped[:20])
         more = f", and {len(skipped) - 20} more" if len(skipped) > 20 else ""
-        parts.append(f"Not shown (binary, too large or too many): {listed}{more}")
-    return "\n\n".join(parts)
+        not_shown = f"Not shown (binary, too large or too many): {listed}{more}"
+    shown = clip("\n\n".join(parts), max(0, max_chars - len(not_shown) - 2)) if parts else ""
+    return "\n\n".join(p for p in (shown, not_shown) if p)
 
 
 def handoff_message(task_id: str, statement: str, files: str, visible_file: str, visible: str,
                     visible_report: str, note: str) -> str:
-    """Tell the judge what to review: statement, the solver's files, the visible tests and their run, the note."""
+    """Tell the judge what to review: statement, the solver's files, the visible tests and their run, the note.
+
+    Each untrusted part comes quoted and clipped (``files`` by :func:`files_block`, the report to
+    :data:`REPORT_CHARS`, the note to :data:`NOTE_CHARS`), so the env's closing instructions always
+    fit in the judge's 32,768-character message.
+    """
     return (f"Task id: {task_id}\n\n## Statement\n{statement.strip()}\n\n"
             f"## The solver's files\n{files}\n\n"
             f"## Visible tests ({visible_file})\n```python\n{visible.rstrip()}\n```\n\n"
-            f"## Visible test run on the submission\n{visible_report}\n\n"
-            f"## The solver's note\n{quote(note.strip()) if note.strip() else '(none)'}\n\n"
+            f"## Visible test run on the submission\n{clip(visible_report, REPORT_CHARS)}\n\n"
+            f"## The solver's note\n{clip(quote(note.strip()), NOTE_CHARS) if note.strip() else '(none)'}\n\n"
             "## Your verdict\nReview the submission with your tools, then end your reply with the final line "
             "VERDICT: PASS, VERDICT: FAIL or VERDICT: ABSTAIN.")
 

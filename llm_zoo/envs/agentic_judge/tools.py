@@ -83,7 +83,8 @@ class Workbench:
         """Build the tools of ``role`` (``solver`` or ``judge``)."""
         quoted = role == "judge"
         functions = {"write_file": self.write_file, "read_file": lambda path: self.read_file(path, quoted),
-                     "list_files": self.list_files, "run_tests": lambda file=VISIBLE_FILE: self.run_tests(file),
+                     "list_files": lambda: self.list_files(quoted),
+                     "run_tests": lambda file=VISIBLE_FILE: self.run_tests(file),
                      "run_python": lambda code: self.run_python(code, quoted)}
         return tuple(Tool(name, _TOOLS[name][0], {"type": "object", "properties": _TOOLS[name][1],
                                                   "required": _TOOLS[name][2], "additionalProperties": False},
@@ -108,10 +109,17 @@ class Workbench:
         content = _clip(self._read(path))
         return text.quote(content) if quoted else content
 
-    def list_files(self) -> str:
-        """List the workspace's files, one per line."""
+    def list_files(self, quoted: bool = False) -> str:
+        """List the workspace's files, one per line (quoted for the judge: the solver chose the names).
+
+        A name that is not plain printable text (a line break, a control or format character) is
+        shown as a Python string literal, its characters escaped, so no name can add a line.
+        """
         files = self.workspace.list_files()
-        return "\n".join(files) if files else "(no files)"
+        if not files:
+            return "(no files)"
+        listing = _clip("\n".join(name if name.isprintable() else repr(name) for name in files))
+        return text.quote(listing) if quoted else listing
 
     def run_tests(self, file: str = VISIBLE_FILE) -> str:
         """Run a test module; the visible tests' name always runs the env's own copy of them, from here."""

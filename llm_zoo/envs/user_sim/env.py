@@ -25,8 +25,10 @@ its tools, which enforce the policies; it is rewarded by what actually changed i
 ## Observation
 `obs["messages"]` holds what the agent may see. The user's system prompt holds the persona, the
 goal and the facts it knows (identity, order ids, items, wanted options, addresses), then a
-`(The support chat is open ...)` message; after that, the assistant's replies arrive as `user`
-messages. The assistant's system prompt holds today's date, the shop's policies and the tools,
+`⚙ (The support chat is open ...)` message; after that, the assistant's replies arrive as `user`
+messages. Every message the env itself writes to an agent (that one, and the feedback on an
+invalid reply) opens with the env's mark `⚙` (`core.ENV_MARK`), which is removed from everything
+the agents write, so neither agent can pass its words off as the env's. The assistant's system prompt holds today's date, the shop's policies and the tools,
 declared in OpenAI function format; then the user's messages, and each tool result as a `tool`
 message. The assistant never sees the user's prompt; the user never sees tool calls or results.
 
@@ -77,7 +79,9 @@ templates of the shortest conversations, which the default training uses).
   is an `error: ...` result; the persona the customer speaks with is drawn from the seed (the
   template's persona told the goal: every impatient customer asking to cancel had a shipped order).
   Issue 16: the `prompt` and `scenarios` arguments (new options; the defaults keep the observations
-  of before byte for byte).
+  of before byte for byte). Issue 40: the env's own messages open with its mark `⚙`; tool calls are
+  read by `llm_zoo.toolcalls` (the Llama 3 JSON form as well; a call without `"arguments"`, or with
+  a key beside `name` and `arguments`, is an `error: ...` result).
 """
 
 from __future__ import annotations
@@ -127,6 +131,7 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
 
     metadata = {"render_modes": ["human", "ansi"], "name": ENV_ID, "is_parallelizable": False}
     possible_agents = list(AGENTS)
+    marks_env_messages = True  # each agent's free text reaches the other as a user message
 
     def __init__(self, *, max_turns: int = 40, turn_penalty: float = 0.0, user_reward: str = "success",
                  forfeit_penalty: float = 0.0, world_customers: int = 8, prompt: str = "full",
@@ -187,7 +192,7 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
         self._consent = False  # the customer's latest message, since the assistant last spoke, is an unspent yes
         for agent in AGENTS:
             self.infos[agent].update(scenario=name, group=name)
-        self.tell("user", text.KICKOFF)
+        self.tell("user", text.KICKOFF, mark=True)
         self.narrate(f"user_sim: scenario {name}, customer {self.scenario.customer_id}")
         return "user"
 

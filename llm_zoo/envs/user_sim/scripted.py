@@ -49,7 +49,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from llm_zoo.envs.core import parse_tool_calls
+from llm_zoo.envs.core import ENV_MARK, parse_tool_calls
 from llm_zoo.envs.user_sim import env as env_module
 from llm_zoo.envs.user_sim import text, world
 from llm_zoo.envs.user_sim.scenarios import PERSONAS, Task
@@ -511,7 +511,7 @@ def _events(messages: Sequence[dict[str, str]]) -> list[_Event]:
     for m in messages[1:]:
         role, content = m["role"], m["content"]
         if role == "assistant":
-            calls = parse_tool_calls(content) if "<tool_call>" in content else []
+            calls = parse_tool_calls(content)
             if calls:
                 pending = list(calls)
             else:
@@ -527,7 +527,7 @@ def _events(messages: Sequence[dict[str, str]]) -> list[_Event]:
                 except json.JSONDecodeError:
                     event.result = content
             out.append(event)
-        elif not content.startswith("Invalid reply:"):
+        elif not content.startswith(ENV_MARK):  # the env's own feedback, which no customer can imitate
             out.append(_Event("user", content))
     return out
 

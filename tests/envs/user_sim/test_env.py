@@ -64,7 +64,7 @@ def test_user_opens_and_they_alternate_tool_calls_keep_the_turn():
     env = fresh()
     assert env.agent_selection == "user"
     obs = env.observe("user")
-    assert obs["messages"][0]["role"] == "system" and obs["messages"][-1]["content"].startswith("(The support chat")
+    assert obs["messages"][0]["role"] == "system" and obs["messages"][-1]["content"].startswith("\u2699 (The support chat")
     env.step("Hi, I want to cancel an order.")
     assert env.agent_selection == "assistant"
     assert env.observe("assistant")["messages"][-1] == {"role": "user", "content": "Hi, I want to cancel an order."}
@@ -138,7 +138,7 @@ def test_empty_replies_get_feedback_then_forfeit():
     env = fresh("cancel_shipped_refused", max_retries=1, forfeit_penalty=0.5)
     env.step("   ")
     assert env.agent_selection == "user"
-    assert env.observe("user")["messages"][-1]["content"].startswith("Invalid reply:")
+    assert env.observe("user")["messages"][-1]["content"].startswith("\u2699 Invalid reply:")  # the env's mark
     env.step("I'd like to cancel.")
     env.step("")
     env.step("")
