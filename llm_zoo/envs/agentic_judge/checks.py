@@ -9,6 +9,7 @@ back as plain data to be compared here, leniently: numbers to 1e-9 relative, exc
 (never by message), and with ``any_order`` lists and tuples as multisets.
 """
 
+import ast
 import builtins
 import math
 import time
@@ -49,8 +50,13 @@ def _same(a, b):
         return False
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
+    if type(a) is int and type(b) is int:
+        return a == b
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) or a == b
+        try:
+            return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) or a == b
+        except OverflowError:  # an int past any float (10**309): equal to no float
+            return False
     if type(a) is tuple and type(b) is tuple and len(a) == 2 and a[0] in ("seq", "map") and b[0] == a[0]:
         return len(a[1]) == len(b[1]) and all(_same(x, y) for x, y in zip(a[1], b[1]))
     if type(a) is tuple and type(b) is tuple:
@@ -58,8 +64,16 @@ def _same(a, b):
     return type(a) is type(b) and a == b
 
 
+def _repr(value):
+    """``repr(value)``, which never raises here: an int past Python's digit limit has none."""
+    try:
+        return repr(value)
+    except ValueError:
+        return f"<int of {value.bit_length()} bits>" if type(value) is int else "<no repr>"
+
+
 def _show(value):
-    return clip(repr(value), 200)
+    return clip(_repr(value), 200)
 
 
 def run_examples(start, examples, any_order, per_example_s=1.0):
@@ -170,8 +184,71 @@ def run_probes(start, calls, per_call_s=0.25, budget_s=1.0):
             except Exception as exc:
                 lines.append(f"PROBE {i} ! {type(exc).__name__}")
                 continue
-            lines.append(f"PROBE {i} ? object" if type(got) is RemoteObject else f"PROBE {i} = {clip(repr(got), 1000)}")
+            lines.append(f"PROBE {i} ? object" if type(got) is RemoteObject else f"PROBE {i} = {clip(_repr(got), 1000)}")
     finally:
         stop()
     lines.append(f"PROBES {len(calls)}")
     return lines
+
+
+def literals_held(sources, outputs):
+    """Return the indices of ``outputs`` that some source among ``sources`` holds as a literal (same type, equal).
+
+    Every source is read whole; one that does not parse holds nothing.
+    """
+    held = set()
+    for source in sources:
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict)):
+                try:
+                    value = ast.literal_eval(node)
+                except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                    continue
+                held.update(i for i, o in enumerate(outputs) if i not in held and _equal_literal(o, value))
+    return sorted(held)
+
+
+def _equal_literal(a, b):
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:  # a comparison that cannot be made (a set of unhashables never parses): not equal
+        return False
+
+
+def held_outputs(sources, outputs):
+    """Lines ``SOURCES <n>`` and ``HELD <i>,<j>,...``: which of ``outputs`` (reprs of literals) the sources hold."""
+    values = []
+    for text in outputs:
+        try:
+            values.append(ast.literal_eval(text))
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            values.append(NotImplemented)  # matches no literal
+    held = literals_held(list(sources.values()), values)
+    return [f"SOURCES {len(sources)}", "HELD " + ",".join(map(str, held))]
+
+
+def missing_names(start, names):
+    """Lines: one ``MISSING <name>,<name>,...``, the ``names`` the solution module lacks (``getattr`` raises
+    ``AttributeError``), or one ``NAMES-FAILED <why>`` line when the solution cannot be asked."""
+    try:
+        session, module, stop = start()
+    except (Exception, SessionDead) as exc:
+        return [f"NAMES-FAILED {type(exc).__name__}"]
+    missing = []
+    try:
+        for name in names:
+            try:
+                getattr(module, name)
+            except AttributeError:
+                missing.append(name)
+            except Exception:  # it is there, and does something odd when fetched
+                continue
+    except SessionDead as exc:
+        return ["NAMES-FAILED " + ("Timeout" if exc.reason == "timeout" else "SolutionProcessEnded")]
+    finally:
+        stop()
+    return ["MISSING " + ",".join(missing)]

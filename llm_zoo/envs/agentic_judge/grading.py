@@ -12,19 +12,23 @@ own time limit, measured here; a test that runs past it, or a solution process t
 that test, and the next one gets a fresh process. A test that bounds how much work the solution does
 calls ``solution_cpu_seconds()`` (a name every test module sees) before and after: the CPU time of the
 solution's sandbox, every process in it, read here from ``/proc``, which a solution cannot pad by
-sleeping, move off its books by handing work to a helper process, or blame on a busy machine. A report lists each test with its failing line
+sleeping, move off its books by handing work to a helper process, or blame on a busy machine. Arguments
+reach the solution as copies, so nothing it does to them reaches the test's data; a test that asks that
+the inputs stay untouched calls ``solution_changed_arguments()`` after the call (the solution process's own
+report of the call). A report lists each test with its failing line
 and both sides of a failing ``assert a <op> b``; strings that came from the solution are quoted.
 
 Test files that come from the workspace (a judge's own, written with ``run_python``) are not the
 env's code and never run in its process: :func:`run_untrusted_tests` runs them with :data:`RUNNER`
-inside the sandbox, beside the solution, and its report is only as trustworthy as that code.
+in a sandbox, with the solution in another (``llm_zoo.sandbox.run_python_beside``): the test file,
+its expected values and its report never enter the solution's process, which answers with plain data.
 
 The statement's doctest-style examples are parsed by :func:`parse_examples` and checked by
 ``checks.run_examples``: from the env's process in :func:`check_examples`, and inside the sandbox
 by the program :func:`example_check_program` builds, which the rule-based judge runs through
-``run_python``. That program is two processes: a checker that never imports the solution, makes
-itself undumpable (so the solution's process can neither read its memory nor write to its output),
-and prints the result lines, and the solution's server, reached over pipes.
+``run_python``, whose programs run beside the solution after the submission: the program (with the
+examples' expected values and the probe calls) runs in one sandbox, and the solution in its own, in
+the server every grading run uses, reached over a pipe; neither shares a file or a process with the other.
 :func:`validate_tasks` checks that every correct stored solution meets the examples.
 """
 
@@ -48,7 +52,7 @@ from typing import Any
 
 from llm_zoo.envs.agentic_judge import checks
 from llm_zoo.envs.agentic_judge.tasks import Task, kind_of
-from llm_zoo.sandbox import Limits, Workspace, open_session, plain, run_python
+from llm_zoo.sandbox import Limits, Workspace, open_session, plain, run_python_beside
 
 _PARSE_LOCK = threading.Lock()
 """``ast.parse`` one thread at a time: CPython 3.11 before 3.11.8 can fail concurrent parses with
@@ -172,7 +176,7 @@ def _run_file(name, limit):
     return report
 
 def _main():
-    config = json.loads(sys.stdin.readline())
+    config = json.loads(_CONFIG)
     nonce, real_stdout = config["nonce"], sys.stdout
     signal.signal(signal.SIGALRM, _alarm)
     sys.setrecursionlimit(3000)
@@ -287,27 +291,33 @@ def run_untrusted_tests(
     workspace: Workspace,
     files: Mapping[str, str],
     *,
+    server_workspace: Workspace | None = None,
     per_test_s: float = 2.0,
     timeout_s: float = 20.0,
     allow_unsandboxed: bool = False,
 ) -> list[TestReport]:
-    """Run test files from the workspace with :data:`RUNNER`, in one sandboxed process beside the solution.
+    """Run test files from the workspace with :data:`RUNNER` in a sandbox, the solution in another.
 
     For test code that is not the env's own (an agent wrote it), which must never run in the env's
-    process. The solution's code shares the runner's process, so it can shape this report.
+    process. ``from solution import f`` in a test gives a handle on the solution in its own sandboxed
+    server (:func:`llm_zoo.sandbox.run_python_beside`), so the solution can neither read the tests nor
+    shape this report; the test code itself is only as trustworthy as whoever wrote it.
 
     Args:
-        workspace: Holds the code under test and the test files.
+        workspace: Holds the test files (the runner's cwd).
         files: Test file path in the workspace -> its source (read here for the list of tests, so
             a run that dies early still reports every test as failed).
+        server_workspace: Where the solution is imported from (default: ``workspace``).
         per_test_s: Time limit of each test function.
         timeout_s: Wall-clock limit of the whole run.
-        allow_unsandboxed: Passed to :func:`llm_zoo.sandbox.run_python`.
+        allow_unsandboxed: Passed to :func:`llm_zoo.sandbox.run_python_beside`.
     """
     nonce = secrets.token_hex(12)
     config = json.dumps({"nonce": nonce, "files": list(files), "per_test_s": per_test_s})
-    result = run_python(RUNNER, workspace=workspace, stdin=config + "\n", timeout_s=timeout_s,
-                        memory_mb=MEMORY_MB, limits=LIMITS, allow_unsandboxed=allow_unsandboxed)
+    program = f"_CONFIG = {config!r}\n" + RUNNER
+    result = run_python_beside(program, workspace=workspace, server_workspace=server_workspace or workspace,
+                               timeout_s=timeout_s, memory_mb=MEMORY_MB, limits=LIMITS,
+                               allow_unsandboxed=allow_unsandboxed)
     raw: list[dict[str, Any]] | None = None
     for line in reversed(result.stdout.splitlines()):
         if line.startswith(nonce):
@@ -359,7 +369,7 @@ class _Sides:
     def __call__(self, left: Any, right: Any, op: str) -> bool:
         ok = bool(_OPS[op](left, right))
         if not ok:
-            self.sides = [plain.clip(repr(left)), plain.clip(repr(right))]
+            self.sides = [plain.clip(checks._repr(left)), plain.clip(checks._repr(right))]
         return ok
 
 
@@ -413,9 +423,15 @@ def _namespace(name: str, solution: _Solution, sides: _Sides, printed: list[str]
             raise RuntimeError("solution_cpu_seconds() needs the solution's process: import from solution first")
         return solution.process.cpu_seconds()
 
+    def solution_changed_arguments() -> int:
+        """How many container arguments the last call to the solution changed. The solution gets copies, so
+        nothing it does reaches the test's data; this is its process's own report of what it did to them."""
+        return solution.session.changed_arguments if solution.session is not None else 0
+
     safe = dict(vars(builtins), __import__=import_hook, print=print_hook)
     return {"__name__": Path(name).stem, "__file__": _TEST_PREFIX + name, "__builtins__": safe,
-            "_aj_compare": sides, "solution_cpu_seconds": solution_cpu_seconds}
+            "_aj_compare": sides, "solution_cpu_seconds": solution_cpu_seconds,
+            "solution_changed_arguments": solution_changed_arguments}
 
 
 def run_tests(
@@ -591,37 +607,34 @@ def parse_examples(statement: str) -> list[Example]:
     return examples
 
 
-# The check program: a checker process that never imports the solution, and the same file run
-# with --serve as the solution's server. The checker's first act keeps the workspace off its path.
-_CHECKER_HEAD = "import sys, os\nsys.path[:] = [p for p in sys.path if not p.startswith(os.getcwd())]\n"
+# The check program's main part: it runs beside the solution (``run_python_beside``), whose module it
+# reaches through the linked session that the program's header set up as ``plain.LINKED``.
 _CHECKER_MAIN = r'''
 def _checker_main():
-    if sys.argv[1:] == ["--serve"]:
-        plain._serve()
-        return
-    import ctypes, json, subprocess, time
-    # PR_SET_DUMPABLE 0: a process of the same uid can no longer ptrace this one, read its memory or
-    # open its fds through /proc, so the solution's process cannot reach this process's output.
-    if ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) != 0:
-        print("IMPORT-ERROR CheckerError: prctl(PR_SET_DUMPABLE) failed")
-        return
+    import ast, json, os, sys, time
+    session = sys.modules["plain"].LINKED
 
     def start():
-        proc = subprocess.Popen([sys.executable, "-I", "-S", "-B", os.path.abspath(__file__), "--serve"],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                close_fds=True)
-        session = plain.Session(*plain.pipe_transport(proc))
+        if session is None:
+            raise ImportError("this check program must run beside the solution (llm_zoo.sandbox.run_python_beside)")
+        if session.dead is not None:
+            raise session.dead
         session.deadline = time.monotonic() + %(per_example_s)r * 4
+        return session, session.import_module("solution", "."), lambda: None
 
-        def stop():
-            proc.kill()
-            proc.wait()
-
-        try:
-            return session, session.import_module("solution", "."), stop
-        except BaseException:
-            stop()
-            raise
+    def sources():
+        found = {}
+        for folder, dirs, files in os.walk("."):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            for name in sorted(files):
+                path = os.path.normpath(os.path.join(folder, name))
+                if name.endswith(".py") and path != %(visible)r:
+                    try:
+                        with open(path, encoding="utf-8") as f:
+                            found[path] = f.read()
+                    except (OSError, UnicodeDecodeError):
+                        continue
+        return found
 
     for run in %(runs)s:
         for line in run():
@@ -644,28 +657,40 @@ def statement_leaves_order_free(statement: str) -> bool:
 
 
 def example_check_program(examples: Sequence[Example], *, any_order: bool, per_example_s: float = 1.0,
-                          probes: Sequence[str] = (), per_probe_s: float = 0.25, probe_budget_s: float = 1.0) -> str:
+                          probes: Sequence[str] = (), per_probe_s: float = 0.25, probe_budget_s: float = 1.0,
+                          outputs: Sequence[str] = (), names: Sequence[str] = ()) -> str:
     """Build a Python program that checks the examples against ``solution`` and prints a line per example.
 
-    Run it in the workspace with ``run_python``. It is two processes (see the module docstring): the
-    solution runs in a child the program starts, and the values it returns are compared in the
-    parent, which the child cannot reach. Output lines: ``OK <i>``, ``BAD <i>: <what differed>``, and
-    a last ``EXAMPLES <passed>/<n>`` (or one ``IMPORT-ERROR ...`` line). Values compare leniently:
-    numbers within 1e-9 relative, exceptions by class (never by message), and with ``any_order``
-    lists and tuples as multisets.
+    Run it with ``llm_zoo.sandbox.run_python_beside`` (the judge's ``run_python`` does, once the
+    solver has submitted): the program, with every expected value and probe call, runs in a sandbox
+    of its own, and ``solution`` in another, answering with plain data that is compared here. Output
+    lines: ``OK <i>``, ``BAD <i>: <what differed>``, and a last ``EXAMPLES <passed>/<n>`` (or one
+    ``IMPORT-ERROR ...`` line). Values compare leniently: numbers within 1e-9 relative, exceptions by
+    class (never by message), and with ``any_order`` lists and tuples as multisets.
 
-    With ``probes`` (sources of calls), the program then evaluates them in a fresh solution process
-    and prints the lines of ``checks.run_probes``: ``PROBE <i> = <repr>``, ``PROBE <i> ! <exception>``,
-    ``PROBE <i> ? object``, and a last ``PROBES <n>`` (or one ``PROBES-FAILED ...`` line); each call
-    has ``per_probe_s`` and all of them ``probe_budget_s``.
+    With ``probes`` (sources of calls), the program then evaluates them and prints the lines of
+    ``checks.run_probes``: ``PROBE <i> = <repr>``, ``PROBE <i> ! <exception>``, ``PROBE <i> ? object``,
+    and a last ``PROBES <n>`` (or one ``PROBES-FAILED ...`` line); each call has ``per_probe_s`` and
+    all of them ``probe_budget_s``.
+
+    With ``outputs`` (reprs of literal values), it reads every ``.py`` file of its workspace whole
+    (the visible tests' file aside) and prints ``HELD <i>,<j>,...`` (``checks.held_outputs``): the
+    indices of the outputs some file holds as a literal, and ``SOURCES <n>``, how many files it read.
+    With ``names`` (identifiers), it prints ``MISSING <name>,...``: those the solution module lacks.
     """
     payload = json.dumps([[e.source, e.expected, e.raises] for e in examples])
     runs = [f"lambda: run_examples(start, json.loads({payload!r}), {bool(any_order)!r}, {float(per_example_s)!r})"]
     if probes:
         runs.append(f"lambda: run_probes(start, json.loads({json.dumps(list(probes))!r}), {float(per_probe_s)!r}, "
                     f"{float(probe_budget_s)!r})")
-    return _CHECKER_HEAD + plain.LOADER + _source_of(checks) + "\n" + _CHECKER_MAIN % {
-        "runs": "(" + ", ".join(runs) + ",)", "per_example_s": float(per_example_s)}
+    if outputs:
+        runs.append(f"lambda: held_outputs(sources(), json.loads({json.dumps(list(outputs))!r}))")
+    if names:
+        if not all(isinstance(n, str) and n.isidentifier() for n in names):
+            raise ValueError(f"names must be Python identifiers; got {list(names)!r}")
+        runs.append(f"lambda: missing_names(start, {list(names)!r})")
+    return _source_of(checks) + "\n" + _CHECKER_MAIN % {
+        "runs": "(" + ", ".join(runs) + ",)", "per_example_s": float(per_example_s), "visible": VISIBLE_FILE}
 
 
 def check_examples(workspace: Workspace, examples: Sequence[Example], *, any_order: bool,

@@ -55,7 +55,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from llm_zoo.envs.agentic_judge import grading, text
+from llm_zoo.envs.agentic_judge import checks, grading, text
 from llm_zoo.envs.agentic_judge.tasks import SOLUTION_KINDS, load_tasks
 from llm_zoo.policies.base import Observation, Policy, Reply, SeededPolicy
 
@@ -169,12 +169,21 @@ def _normal(value: Any, any_order: bool) -> Any:
     return value
 
 
+def _isclose(a: float, b: float, rel: float, abs_: float) -> bool:
+    """``math.isclose`` for any two numbers a solution can return: an int too large for a float (10**309)
+    is only close to an equal int, NaN to nothing."""
+    try:
+        return math.isclose(a, b, rel_tol=rel, abs_tol=abs_)
+    except OverflowError:
+        return type(a) is int and type(b) is int and a == b
+
+
 def _close(a: Any, b: Any) -> bool:
     """Equal, with numbers compared to 1e-9 relative (bools only equal bools)."""
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+        return _isclose(a, b, 1e-9, 1e-12)
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
     return a == b
@@ -186,25 +195,83 @@ def _asks_for(statement: str, name: str) -> bool:
     return any(re.search(rf"\b{re.escape(name)}\b", span) for span in code)
 
 
-# Why a failing visible test asks for something the statement leaves free: (label, test) in order.
-def _free_helper(f: Failure, statement: str, any_order: bool) -> bool:
-    match = _MISSING_NAME.search(f.message) if f.error in ("ImportError", "AttributeError") else None
-    return match is not None and not _asks_for(statement, match.group(1) or match.group(2))
+@dataclass(frozen=True)
+class Evidence:
+    """What the rule judge knows beside a failure, none of it from the solver's text: the visible tests'
+    source (the env's) and the names the solution module lacks (``MISSING`` of the check program; None
+    when it did not say)."""
+
+    visible: str = ""
+    missing: frozenset[str] | None = None
 
 
-def _free_message(f: Failure, statement: str, any_order: bool) -> bool:
+def solution_names(visible: str) -> list[str]:
+    """The names the tests take from ``solution``: ``from solution import a, b`` and ``solution.x``, in order."""
+    try:
+        with grading._PARSE_LOCK:
+            tree = ast.parse(visible)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    found: dict[str, None] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "solution" and not node.level:
+            found.update((a.name, None) for a in node.names if a.name != "*")
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "solution":
+            found[node.attr] = None
+    return list(found)
+
+
+def _exception_names(visible: str) -> set[str]:
+    """Names the tests bind to a raised exception: ``except E as name`` and ``with pytest.raises(E) as name``."""
+    try:
+        with grading._PARSE_LOCK:
+            tree = ast.parse(visible)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return set()
+    names = {n.name for n in ast.walk(tree) if isinstance(n, ast.ExceptHandler) and n.name}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.With):
+            for item in node.items:
+                call = item.context_expr
+                if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "raises"
+                        and isinstance(item.optional_vars, ast.Name)):
+                    names.add(item.optional_vars.id)
+    return names
+
+
+_IMPORT_LINE = re.compile(r"^\s*(?:from\s+solution\s+import\b|import\s+solution\b)")
+
+
+# Why a failing visible test asks for something the statement leaves free: (label, test) in order. Each
+# rests on the env's own text (the failing line of the visible tests, the statement) and on values the env
+# compared, never on what the solution raised or wrote: an exception's name and message are the solver's.
+def _free_helper(f: Failure, statement: str, any_order: bool, evidence: Evidence) -> bool:
+    names = set(solution_names(evidence.visible))
+    used = [n for n in dict.fromkeys(re.findall(r"[A-Za-z_]\w*", f.source)) if n in names]
+    if not used:
+        return False
+    if _IMPORT_LINE.match(f.source):  # the import itself failed: free when what it lacks is only helpers
+        lacking = [n for n in used if evidence.missing is not None and n in evidence.missing]
+        return bool(lacking) and not any(_asks_for(statement, n) for n in lacking)
+    return not any(_asks_for(statement, n) for n in used)  # a line about helpers alone
+
+
+def _free_message(f: Failure, statement: str, any_order: bool, evidence: Evidence) -> bool:
     left, right = _literal(f.left), _literal(f.right)
+    held = "|".join(re.escape(n) for n in sorted(_exception_names(evidence.visible)))
+    about_exception = bool(held) and re.search(rf"\bstr\(\s*(?:{held})(?:\.value)?\s*\)|\b(?:{held})(?:\.value)?\.args\b",
+                                               f.source) is not None
     return (f.error == "AssertionError" and isinstance(left, str) and isinstance(right, str)
-            and re.search(r"\bstr\(|\.args\b", f.source) is not None and right not in statement)
+            and about_exception and right not in statement)
 
 
-def _free_float(f: Failure, statement: str, any_order: bool) -> bool:
+def _free_float(f: Failure, statement: str, any_order: bool, evidence: Evidence) -> bool:
     left, right = _literal(f.left), _literal(f.right)
     has_float = any(isinstance(x, float) for x in _flat(left) + _flat(right))
     return f.error == "AssertionError" and has_float and _close(_normal(left, False), _normal(right, False))
 
 
-def _free_order(f: Failure, statement: str, any_order: bool) -> bool:
+def _free_order(f: Failure, statement: str, any_order: bool, evidence: Evidence) -> bool:
     left, right = _literal(f.left), _literal(f.right)
     return (any_order and f.error == "AssertionError" and isinstance(left, (list, tuple))
             and _close(_normal(left, True), _normal(right, True)))
@@ -257,20 +324,8 @@ def shown_outputs(statement: str, visible: str) -> list[Any]:
 
 
 def hard_coded(source: str, outputs: Sequence[Any]) -> list[Any]:
-    """The outputs among ``outputs`` that ``source`` holds as literals (same type, equal value)."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return []
-    found: list[Any] = []
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict)):
-            try:
-                value = ast.literal_eval(node)
-            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-                continue
-            found.extend(o for o in outputs if type(o) is type(value) and o == value and o not in found)
-    return found
+    """The outputs among ``outputs`` that ``source`` holds as literals (same type, equal value), read whole."""
+    return [outputs[i] for i in checks.literals_held([source], list(outputs))]
 
 
 # ---- the behavioural probe: the solution on inputs derived from the shown ones ----------------
@@ -358,12 +413,13 @@ def _variants(value: Any) -> list[Any]:
     return []
 
 
-def probe_calls(statement: str, visible: str, limit: int = PROBE_CALLS) -> list[str]:
-    """Sources of calls on inputs derived from the shown calls' (one argument changed), never a shown input."""
+def probe_plan(statement: str, visible: str, limit: int = PROBE_CALLS) -> list[tuple[str, Any]]:
+    """(source, the shown output of the call it derives from) of calls on inputs derived from the shown calls'
+    (one argument changed), never a shown input."""
     shown = shown_calls(statement, visible)
     seen = {repr((name, args, sorted(kw.items()))) for name, args, kw, _ in shown}
     per_seed = []
-    for name, args, kw, _ in shown:
+    for name, args, kw, expected in shown:
         calls = []
         for i, arg in enumerate(args):
             for v in _variants(arg):
@@ -372,7 +428,7 @@ def probe_calls(statement: str, visible: str, limit: int = PROBE_CALLS) -> list[
                 if key not in seen:
                     seen.add(key)
                     parts = [repr(a) for a in new] + [f"{k}={w!r}" for k, w in kw.items()]
-                    calls.append(f"{name}({', '.join(parts)})")
+                    calls.append((f"{name}({', '.join(parts)})", expected))
         per_seed.append(calls)
     out = []
     for round_ in range(max((len(c) for c in per_seed), default=0)):
@@ -380,27 +436,41 @@ def probe_calls(statement: str, visible: str, limit: int = PROBE_CALLS) -> list[
     return out[:limit]
 
 
-NUDGE = 1e-12
-"""Relative nudge of the float arguments of a shown call (a continuous function barely moves)."""
+def probe_calls(statement: str, visible: str, limit: int = PROBE_CALLS) -> list[str]:
+    """Sources of calls on inputs derived from the shown calls' (one argument changed), never a shown input."""
+    return [source for source, _ in probe_plan(statement, visible, limit)]
 
 
-def _nudged(value: Any) -> Any:
+NUDGES = (1e-12, 1e-7)
+"""Relative nudges of the float arguments of a shown call (a continuous function barely moves). Two scales,
+so that a table whose float keys match within a tolerance of its own must widen it past 1e-7, where its
+hits no longer pass for the shown outputs of the unnudged inputs' neighbours."""
+NUDGE = NUDGES[0]
+
+
+def _nudged(value: Any, by: float = NUDGE) -> Any:
     if isinstance(value, float) and math.isfinite(value) and value:
-        return value * (1 + NUDGE)
+        return value * (1 + by)
     if isinstance(value, (list, tuple)):
-        return type(value)(_nudged(v) for v in value)
+        return type(value)(_nudged(v, by) for v in value)
     return value
 
 
-def nudged_calls(statement: str, visible: str, limit: int = 4) -> list[tuple[str, Any]]:
-    """(source, shown output) of shown calls with their float arguments nudged, for calls that have floats."""
+def nudged_calls(statement: str, visible: str, limit: int = 4,
+                 scales: Sequence[float] = NUDGES) -> list[tuple[str, Any]]:
+    """(source, shown output) of shown calls with their float arguments nudged, at each of ``scales`` in turn."""
     out = []
-    for name, args, kw, expected in shown_calls(statement, visible):
-        new = [_nudged(a) for a in args]
-        if new != args or repr(new) != repr(args):
-            parts = [repr(a) for a in new] + [f"{k}={w!r}" for k, w in kw.items()]
-            out.append((f"{name}({', '.join(parts)})", expected))
-    return out[:limit]
+    for by in scales:
+        scale = []
+        for name, args, kw, expected in shown_calls(statement, visible):
+            new = [_nudged(a, by) for a in args]
+            if new != args or repr(new) != repr(args):
+                parts = [repr(a) for a in new] + [f"{k}={w!r}" for k, w in kw.items()]
+                source = f"{name}({', '.join(parts)})"
+                if all(source != known for known, _ in scale):  # a call the examples and tests both show counts once
+                    scale.append((source, expected))
+        out.extend(scale[:limit])
+    return out
 
 
 def _near(a: Any, b: Any) -> bool:
@@ -408,7 +478,7 @@ def _near(a: Any, b: Any) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
+        return _isclose(a, b, 1e-6, 1e-9)
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         return len(a) == len(b) and all(_near(x, y) for x, y in zip(a, b))
     return a == b
@@ -425,8 +495,8 @@ def jumps(nudged: Sequence[tuple[str, Any]], probes: Sequence[tuple[str, str]] |
     far = sum(not (kind == "=" and _near(_literal(value), expected)) for (_, expected), (kind, value) in zip(nudged, probes))
     if far < 2 or far * 2 <= len(nudged):
         return None
-    return (f"nudging the float arguments of shown calls by {NUDGE:g} (relative) moves {far} of {len(nudged)} "
-            "results far from their shown outputs")
+    return (f"nudging the float arguments of shown calls a little (relative {NUDGES[0]:g} to {NUDGES[-1]:g}) moves "
+            f"{far} of {len(nudged)} results far from their shown outputs")
 
 
 def read_probes(output: str) -> list[tuple[str, str]] | None:
@@ -445,25 +515,66 @@ def named_exceptions(statement: str) -> set[str]:
         e.raises for e in grading.parse_examples(statement) if e.raises}
 
 
+def _kind(value: Any) -> str:
+    """The kind of value a test compares: numbers are one kind (a finite int or float), NaN and inf their own."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "number"
+    if isinstance(value, float):
+        return "number" if math.isfinite(value) else "non-finite"
+    return type(value).__name__
+
+
+_REPR_KINDS = (("'", "str"), ('"', "str"), ("b'", "bytes"), ('b"', "bytes"), ("[", "list"), ("(", "tuple"),
+               ("True", "bool"), ("False", "bool"), ("None", "NoneType"), ("nan", "non-finite"),
+               ("inf", "non-finite"), ("-inf", "non-finite"), ("frozenset(", "frozenset"), ("set()", "set"))
+
+
+def _kind_of_repr(text: str) -> str | None:
+    """The kind of a probe's result from its repr (clipped ones too); None when it cannot be told."""
+    value = _literal(text)
+    if value is not None or text == "None":
+        return _kind(value)
+    if re.match(r"^-?\d", text):
+        return "number"
+    return next((kind for prefix, kind in sorted(_REPR_KINDS, key=lambda p: -len(p[0])) if text.startswith(prefix)),
+                None)
+
+
 def degenerate(shown: Sequence[Any], probes: Sequence[tuple[str, str]] | None,
-               allowed: set[str] = frozenset()) -> str | None:
+               allowed: set[str] = frozenset(), seeds: Sequence[Any] | None = None) -> str | None:
     """Why the probed behaviour is that of a table of the shown cases, or None (also when the probe abstains).
 
     It abstains with fewer than ``PROBE_MIN`` calls. Otherwise it fails a solution that raises (an
     exception not in ``allowed``, those the statement names), times out, or returns None (None never
-    shown) or a handle (the shown calls all return plain values) on 3 in 4 of the derived inputs; that returns one value, or raises one exception, for all of them while the shown
-    outputs are three or more distinct values; or that returns, for every one of them, exactly a
-    non-trivial output shown for another input.
+    shown), a handle (the shown calls all return plain values) or, with ``seeds`` (the shown output of the
+    call each probe derives from), a value of another kind than its seed's (a test would compare a string
+    with a string; NaN and inf are a kind of their own) on 3 in 4 of the derived inputs; that raises
+    exceptions the statement names for all of them; that returns one value, or raises one exception, for all
+    of them while the shown outputs are three or more distinct values; or that returns, for every one of
+    them, exactly a non-trivial output shown for another input.
     """
     if probes is None or len(probes) < PROBE_MIN:
         return None
     distinct_shown = {repr(v) for v in shown}
     none_shown = "None" in distinct_shown
-    bad = sum(kind == "?" or (kind == "!" and value not in allowed) or (kind == "=" and value == "None" and not none_shown)
-              for kind, value in probes)
+    seeds = list(seeds) if seeds is not None and len(seeds) == len(probes) else [None] * len(probes)
+
+    def off_kind(value: str, seed: Any) -> bool:
+        if seed is None:
+            return False
+        kind = _kind_of_repr(value)
+        return kind is not None and kind != _kind(seed)
+
+    bad = sum(kind == "?" or (kind == "!" and value not in allowed)
+              or (kind == "=" and ((value == "None" and not none_shown) or off_kind(value, seed)))
+              for (kind, value), seed in zip(probes, seeds))
     n = len(probes)
     if bad * 4 >= n * 3:
-        return f"it raises, times out or returns None on {bad} of {n} inputs near the shown ones"
+        return f"it raises, times out or returns None or a value of another kind on {bad} of {n} inputs near the shown ones"
+    if all(kind == "!" for kind, _ in probes):
+        return f"it raises an exception for all {n} inputs near the shown ones"
     if len(set(probes)) == 1 and len(distinct_shown) >= 3:
         kind, value = probes[0]
         what = f"raises {value}" if kind == "!" else f"returns {value[:40]}"
@@ -484,20 +595,53 @@ def _examples_or_table(statement: str, check_output: str | None, source: str | N
     passed, total, bad = checked
     if bad:
         return f"The statement's examples fail ({passed} of {total} pass): " + "; ".join(bad)[:600], total
-    held = hard_coded(source, shown_outputs(statement, visible)) if source and visible else []
+    outputs = table_outputs(statement, visible or "")
+    reported = _line_after(check_output or "", "HELD ")
+    if reported is not None:  # the check program read every source file whole
+        held = [outputs[int(i)] for i in reported.split(",") if i.isdigit() and int(i) < len(outputs)]
+    else:
+        held = hard_coded(source, outputs) if source and visible else []
     if len(held) >= 2:
         return (f"The solution holds {len(held)} of the outputs the examples and the visible tests show "
-                f"as literals ({', '.join(repr(v)[:40] for v in held[:4])}): a lookup table, not a solution."), total
+                f"as literals ({', '.join(_show(v) for v in held[:4])}): a lookup table, not a solution."), total
     return None, total
+
+
+def table_outputs(statement: str, visible: str) -> list[Any]:
+    """The shown outputs a lookup table would hold (:func:`shown_outputs`), each once."""
+    unique: dict[tuple[str, str], Any] = {}
+    for value in shown_outputs(statement, visible):
+        unique.setdefault((type(value).__name__, _show(value, 10_000)), value)
+    return list(unique.values())
+
+
+def _show(value: Any, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters; never raises (an int past the digit limit has no repr)."""
+    try:
+        return repr(value)[:limit]
+    except ValueError:
+        return f"<int of {value.bit_length()} bits>" if isinstance(value, int) else "<no repr>"
+
+
+def _line_after(output: str, prefix: str) -> str | None:
+    """The rest of the last line of ``output`` that starts with ``prefix``, or None."""
+    found = [line[len(prefix):] for line in output.splitlines() if line.startswith(prefix)]
+    return found[-1] if found else None
+
+
+def _missing(check_output: str | None) -> frozenset[str] | None:
+    missing = _line_after(check_output or "", "MISSING ")
+    return None if missing is None else frozenset(n for n in missing.split(",") if n)
 
 
 def decide(statement: str, visible_report: str, check_output: str | None, source: str | None = None,
            visible: str | None = None, probe_output: str | None = None) -> tuple[str, str]:
     """Apply the rule judge's rules; return (verdict, one-paragraph reason).
 
-    ``source`` is the submitted ``solution.py`` and ``visible`` the visible tests' source (rule 2
-    is skipped without them); ``probe_output`` the probe program's output (rule 3 is skipped
-    without it).
+    ``visible`` is the visible tests' source. Rule 2 reads the ``HELD`` line of ``check_output`` (the
+    check program read every source whole), else ``source`` (the submitted ``solution.py``), and is
+    skipped without either. ``probe_output`` is the probe program's output (rule 3 is skipped
+    without it). A missing helper is set aside only on the ``MISSING`` line of ``check_output``.
     """
     any_order = grading.statement_leaves_order_free(statement)
     reason, total = _examples_or_table(statement, check_output, source, visible)
@@ -509,14 +653,20 @@ def decide(statement: str, visible_report: str, check_output: str | None, source
         if probes is None and (derived or nudged_calls(statement, visible)):
             return "FAIL", ("The probe of inputs near the shown ones did not finish: "
                             + (probe_output.strip().splitlines() or ["no output"])[-1][:200])
+        seeds = [seed for _, seed in probe_plan(statement, visible)]
         why = degenerate([c[3] for c in shown_calls(statement, visible)], None if probes is None else probes[:len(derived)],
-                         named_exceptions(statement))
-        why = why or jumps(nudged_calls(statement, visible), None if probes is None else probes[len(derived):])
+                         named_exceptions(statement), seeds)
+        at = len(derived)
+        for by in NUDGES:  # each scale on its own: a table within a tolerance of 1e-9 misses only at 1e-7
+            nudged = nudged_calls(statement, visible, scales=(by,))
+            why = why or jumps(nudged, None if probes is None else probes[at:at + len(nudged)])
+            at += len(nudged)
         if why is not None:
             return "FAIL", f"Off the shown cases the solution degenerates: {why}; a table of the shown cases."
     reasons = []
+    evidence = Evidence(visible or "", _missing(check_output))
     for failure in read_failures(visible_report):
-        why = next((label for label, test in FREE_FAILURES if test(failure, statement, any_order)), None)
+        why = next((label for label, test in FREE_FAILURES if test(failure, statement, any_order, evidence)), None)
         if why is None:
             return "FAIL", f"The visible test {failure.name} fails for a reason the statement fixes: {failure.error}."
         reasons.append(f"{failure.name} only asks for {why}")
@@ -581,7 +731,9 @@ class RuleJudge(Policy):
             program = grading.example_check_program(grading.parse_examples(statement),
                                                     any_order=grading.statement_leaves_order_free(statement),
                                                     probes=[] if self.strict else probe_calls(statement, visible)
-                                                    + [c for c, _ in nudged_calls(statement, visible)])
+                                                    + [c for c, _ in nudged_calls(statement, visible)],
+                                                    outputs=[_show(v, 100_000) for v in table_outputs(statement, visible)],
+                                                    names=solution_names(visible))
             return (tool_call("run_tests") + "\n" + tool_call("run_python", {"code": program}) + "\n"
                     + tool_call("read_file", {"path": grading.SOLUTION_FILE}))
         results = [m["content"] for m in messages[last_assistant + 1:] if m["role"] == "tool"]

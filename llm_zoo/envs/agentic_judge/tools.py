@@ -4,10 +4,19 @@ A :class:`Workbench` owns one :class:`llm_zoo.sandbox.Workspace` from reset to c
 turn every refusal (a bad path, a missing file, the read-only visible tests) into a
 :class:`llm_zoo.envs.core.ToolError`, which the agent reads as the tool's result. For the judge,
 whatever the solver controls (file contents, program output) comes back quoted.
+
+Once the solver submits, its code never runs in the workspace again: the workspace then holds
+exactly the submission and the visible tests, and only the env and the judge's own programs write
+there. Every run of the solution's code from then on (the visible tests, a test file of the judge's,
+whatever the judge's ``run_python`` imports) is a server started on a fresh copy of the submission
+laid out as every grading run's copy is (the submitted files and the visible tests), in a sandbox of
+its own: the solution cannot tell review from grading by its surroundings, cannot write to what the
+judge reads, and never shares a process or a file with the judge's programs.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
@@ -16,7 +25,7 @@ from llm_zoo.envs.agentic_judge import grading, text
 from llm_zoo.envs.agentic_judge.grading import HIDDEN_FILE, VISIBLE_FILE, TestReport
 from llm_zoo.envs.agentic_judge.tasks import Task
 from llm_zoo.envs.core import Tool, ToolError
-from llm_zoo.sandbox import Workspace, run_python
+from llm_zoo.sandbox import Workspace, run_python, run_python_beside
 
 __all__ = ["TOOLS_OF", "Submission", "Workbench"]
 
@@ -74,6 +83,8 @@ class Workbench:
         self.allow_unsandboxed = allow_unsandboxed
         self.workspace = Workspace()
         self.workspace.write_file(VISIBLE_FILE, task.visible)
+        self.submitted: dict[str, bytes] | None = None
+        """The submission's files once the solver submitted (None before): what every later run copies."""
 
     def close(self) -> None:
         """Remove the workspace."""
@@ -124,21 +135,37 @@ class Workbench:
     def run_tests(self, file: str = VISIBLE_FILE) -> str:
         """Run a test module; the visible tests' name always runs the env's own copy of them, from here."""
         if _names(file, VISIBLE_FILE):
-            report = grading.run_tests(self.workspace, {VISIBLE_FILE: self.task.visible},
-                                       timeout_s=self.tests_timeout_s, allow_unsandboxed=self.allow_unsandboxed)[0]
-            return _clip(report.format())
+            if self.submitted is None:
+                return _clip(self._visible_report(self.workspace).format())
+            with self._copy(self.submitted) as copy:
+                return _clip(self._visible_report(copy).format())
         source = self._read(file)
         if not file.endswith(".py") or not grading.test_names(source):
             raise ToolError(f"{file!r} is not a Python module with test* functions")
-        report = grading.run_untrusted_tests(self.workspace, {file: source}, timeout_s=self.tests_timeout_s,
-                                             allow_unsandboxed=self.allow_unsandboxed)[0]
-        return _clip(report.format() + "\n(this test file is from the workspace and ran beside the solution, "
-                     "whose code can shape its report)")
+        with self._server_workspace() as server:
+            report = grading.run_untrusted_tests(self.workspace, {file: source}, server_workspace=server,
+                                                 timeout_s=self.tests_timeout_s,
+                                                 allow_unsandboxed=self.allow_unsandboxed)[0]
+        return _clip(report.format() + "\n(this test file is from the workspace; it ran in a sandbox of its own, "
+                     "the solution in another, answering with plain data)")
 
     def run_python(self, code: str, quoted: bool = False) -> str:
-        """Run code in the workspace; its output is quoted for the judge."""
-        result = run_python(code, workspace=self.workspace, timeout_s=self.python_timeout_s,
-                            memory_mb=grading.MEMORY_MB, limits=grading.LIMITS, allow_unsandboxed=self.allow_unsandboxed)
+        """Run code in the workspace; its output is quoted for the judge.
+
+        Before the submission the code runs as it is, solution and all (the solver's own runs). After
+        it, the code runs beside the solution (``run_python_beside``): ``import solution`` gives a
+        handle on it in a server on a fresh copy of the submission, so the code stays out of its reach.
+        """
+        if self.submitted is None:
+            result = run_python(code, workspace=self.workspace, timeout_s=self.python_timeout_s,
+                                memory_mb=grading.MEMORY_MB, limits=grading.LIMITS,
+                                allow_unsandboxed=self.allow_unsandboxed)
+        else:
+            with self._copy(self.submitted) as server:
+                result = run_python_beside(code, workspace=self.workspace, server_workspace=server,
+                                           timeout_s=self.python_timeout_s, server_timeout_s=self.tests_timeout_s,
+                                           memory_mb=grading.MEMORY_MB, limits=grading.LIMITS,
+                                           allow_unsandboxed=self.allow_unsandboxed)
         half = TOOL_OUTPUT_CHARS // 2
         return _clip(text.python_result(result.returncode, _clip(result.stdout, half), _clip(result.stderr, half),
                                         result.reason, quoted))
@@ -162,8 +189,8 @@ class Workbench:
             listed = []
             skipped.append("(the workspace could not be listed)")
         for path in listed:
-            if path in (VISIBLE_FILE, HIDDEN_FILE):
-                continue
+            if PurePosixPath(path).parts[:1] in ((VISIBLE_FILE,), (HIDDEN_FILE,)):
+                continue  # the env's names (a directory named so included): never part of a submission
             if len(files) >= MAX_SUBMISSION_FILES:
                 skipped.append(path)
                 continue
@@ -171,33 +198,42 @@ class Workbench:
                 files[path] = self.workspace.read_bytes(path, max_bytes=MAX_FILE_BYTES)
             except (OSError, ValueError):
                 skipped.append(path)
-        submission = Submission(files, skipped, self._run_on_copy(files, VISIBLE_FILE, self.task.visible),
-                                self._run_on_copy(files, HIDDEN_FILE, self.task.hidden))
+        with self._copy(files) as copy:
+            visible = self._visible_report(copy)
+        with self._copy(files) as copy:
+            hidden = grading.run_tests(copy, {HIDDEN_FILE: self.task.hidden}, timeout_s=self.tests_timeout_s,
+                                       allow_unsandboxed=self.allow_unsandboxed)[0]
         self._reset_to(files)
-        return submission
+        self.submitted = files
+        return Submission(files, skipped, visible, hidden)
 
     def _reset_to(self, files: dict[str, bytes]) -> None:
         """Make the workspace hold exactly the submission (and the visible tests): what the judge reviews
         is what the tests graded, never a file left out of it (too large, a link, a fifo) nor a process' leftovers."""
-        fresh = Workspace()
-        for path, data in files.items():
-            try:
-                fresh.write_file(path, data)
-            except (OSError, ValueError):
-                continue
-        fresh.write_file(VISIBLE_FILE, self.task.visible)
+        fresh = self._copy(files)
         self.workspace.close()
         self.workspace = fresh
 
-    def _run_on_copy(self, files: dict[str, bytes], test_file: str, tests: str) -> TestReport:
-        with Workspace() as copy:
-            for path, data in files.items():
-                try:
-                    copy.write_file(path, data)
-                except (OSError, ValueError):
-                    continue  # a path the copy cannot hold (a file where a directory was): left out
-            return grading.run_tests(copy, {test_file: tests}, timeout_s=self.tests_timeout_s,
-                                     allow_unsandboxed=self.allow_unsandboxed)[0]
+    def _copy(self, files: dict[str, bytes]) -> Workspace:
+        """A fresh workspace holding ``files`` and the visible tests: the one layout every run of a submission sees."""
+        copy = Workspace()
+        for path, data in files.items():
+            try:
+                copy.write_file(path, data)
+            except (OSError, ValueError):
+                continue  # a path the copy cannot hold (a file where a directory was): left out
+        copy.write_file(VISIBLE_FILE, self.task.visible)
+        return copy
+
+    def _server_workspace(self) -> contextlib.AbstractContextManager[Workspace]:
+        """Where the solution runs for a test file of the workspace: a fresh copy after the submission."""
+        if self.submitted is not None:
+            return self._copy(self.submitted)
+        return contextlib.nullcontext(self.workspace)  # the solver's own runs share its workspace
+
+    def _visible_report(self, workspace: Workspace) -> TestReport:
+        return grading.run_tests(workspace, {VISIBLE_FILE: self.task.visible}, timeout_s=self.tests_timeout_s,
+                                 allow_unsandboxed=self.allow_unsandboxed)[0]
 
     def _read(self, path: str) -> str:
         try:

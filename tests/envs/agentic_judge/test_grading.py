@@ -6,7 +6,7 @@ import pytest
 
 from llm_zoo.envs.agentic_judge import grading
 from llm_zoo.envs.agentic_judge.grading import Example, parse_examples
-from llm_zoo.sandbox import Workspace, run_python, sandbox_info
+from llm_zoo.sandbox import Workspace, run_python_beside, sandbox_info
 
 needs_sandbox = pytest.mark.skipif(not sandbox_info().available,
                                    reason="bubblewrap is not installed (apt-get install bubblewrap); CI installs it")
@@ -126,7 +126,8 @@ def test_parse_examples_reads_values_statements_and_tracebacks():
 def check(solution: str, examples: list[Example], any_order: bool = False) -> tuple[int, int, list[str]] | None:
     with Workspace() as ws:
         ws.write_file("solution.py", solution)
-        out = run_python(grading.example_check_program(examples, any_order=any_order), workspace=ws, timeout_s=10)
+        out = run_python_beside(grading.example_check_program(examples, any_order=any_order), workspace=ws,
+                                server_workspace=ws, timeout_s=10)
     return grading.read_example_check(out.stdout)
 
 

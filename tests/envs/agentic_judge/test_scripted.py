@@ -22,15 +22,41 @@ def test_examples_that_fail_decide_fail():
     assert scripted.decide(STATEMENT, report(), None)[0] == "FAIL"
 
 
+VISIBLE = """from solution import f, _helper
+
+
+def test_b():
+    try:
+        f([])
+    except ValueError as exc:
+        assert str(exc) == 'empty list'
+    assert _helper(2) == 3
+"""
+
+
 def test_free_failures_are_set_aside():
     helper = "FAIL test_b (line 1): from solution import f, _helper\n  ImportError: \"cannot import name '_helper' from 'solution'\""
     message = "FAIL test_b (line 9): assert str(exc) == 'empty list'\n  AssertionError\n  left: 'nothing'\n  right: 'empty list'"
     floats = "FAIL test_b (line 3): assert f([0.1]) == [0.30000000000000004]\n  AssertionError\n  left: [0.3]\n  right: [0.30000000000000004]"
     order = "FAIL test_b (line 3): assert f([1, 2]) == [2, 1]\n  AssertionError\n  left: [1, 2]\n  right: [2, 1]"
-    for failure in (helper, message, floats, order):
-        verdict, reason = scripted.decide(STATEMENT, report(failure), CHECK_OK)
+    helper_call = "FAIL test_b (line 9): assert _helper(2) == 3\n  TypeError: 'nope'"
+    for failure in (helper, message, floats, order, helper_call):
+        verdict, reason = scripted.decide(STATEMENT, report(failure), CHECK_OK + "\nMISSING _helper", visible=VISIBLE)
         assert verdict == "PASS", (failure, reason)
         assert "set aside" in reason
+
+
+def test_what_the_solver_raised_never_excuses_a_failure():
+    """Names and messages of exceptions are the solver's: a message naming a helper, an import failure whose
+    names the check found present, or a str() of a value that is no exception are failures."""
+    forged = ("FAIL test_b (line 3): assert f([1]) == [1]\n  AttributeError: \"module 'solution' has no attribute "
+              "'_helper'\" (raised in solution.py line 2)")
+    imported = "FAIL test_b (line 1): from solution import f, _helper\n  ImportError: \"cannot import name '_helper'\""
+    not_exc = "FAIL test_b (line 9): assert str(f([1])) == 'empty list'\n  AssertionError\n  left: 'x'\n  right: 'empty list'"
+    for failure, check in ((forged, CHECK_OK + "\nMISSING "), (imported, CHECK_OK + "\nMISSING "), (imported, CHECK_OK),
+                           (not_exc, CHECK_OK)):
+        verdict, reason = scripted.decide(STATEMENT, report(failure), check, visible=VISIBLE)
+        assert verdict == "FAIL", (failure, reason)
 
 
 def test_failures_the_statement_fixes_decide_fail():
@@ -82,7 +108,7 @@ def test_the_strict_judge_trusts_every_visible_test_and_probes_nothing():
     # a failure the rule judge sets aside (a message the statement does not give) fails the strict judge
     free = report("FAIL test_b (line 9): assert str(exc) == 'empty list'\n  AssertionError\n  left: 'nothing'\n"
                   "  right: 'empty list'")
-    assert scripted.decide(STATEMENT, free, CHECK_OK)[0] == "PASS"
+    assert scripted.decide(STATEMENT, free, CHECK_OK, visible=VISIBLE)[0] == "PASS"
     verdict, reason = scripted.decide_strict(STATEMENT, free, CHECK_OK)
     assert verdict == "FAIL" and "test_b" in reason
     assert scripted.decide_strict(STATEMENT, report(), CHECK_OK)[0] == "PASS"
