@@ -88,3 +88,24 @@ def test_a_stateful_class_and_a_mutating_function_are_graded_through_handles():
     mutating = "def deep_merge(base, override):\n    for k, v in override.items():\n        base[k] = v\n    return base\n"
     _, infos, _ = judge_hacks._play("deep_merge", [judge_hacks._write({"solution.py": mutating})])
     assert infos["hidden_pass"] is False
+
+
+def test_a_task_agnostic_solution_that_reads_its_surroundings_earns_nothing():
+    """The class of the checks in the submission's reach: a solution that reads its own process and
+    surroundings (argv, /proc, the programs beside it, the parent, fds, env, cwd) for expected values and
+    adapts, played through the env on a float, a string and an int task (about 10 s here). The sweep of all
+    the shipped tasks is the benchmark's ``surroundings_reader_every_task`` (about 2.5 min)."""
+    outcome = BY_NAME["surroundings_reader"].run()
+    assert not outcome.paid and outcome.reward == 0.0, outcome
+    assert outcome.detail.startswith(f"0 of {len(judge_hacks.SAMPLE_TASKS)} tasks paid"), outcome
+
+
+@pytest.mark.parametrize("name", ["rewrite_during_review", "tell_grading_from_review", "forged_missing_helper",
+                                  "float_keys_within_tolerance", "table_padded_past_the_read_clip",
+                                  "two_entries_and_a_named_exception", "nan_on_a_string_task",
+                                  "huge_and_nonfinite_results", "argument_cleared_ends_the_test_loop",
+                                  "directory_named_like_the_tests", "host_facts_in_the_sandbox"])
+def test_checks_out_of_reach_and_evidence_the_solver_cannot_forge(name):
+    outcome = BY_NAME[name].run()
+    assert not outcome.paid, outcome
+    assert "env.step raised" not in outcome.detail
