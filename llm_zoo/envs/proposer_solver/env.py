@@ -38,15 +38,24 @@ The proposer's reply holds exactly one fenced python block and the mode's `KEY:`
 literals (`INPUT: [3, 1, 2], 2`); induction 4 to 8 different `INPUT:` lines and at most one
 `MESSAGE:` hint; integer one `PROBLEM:` (it may run over several lines). A valid task's program has
 at most 2000 characters, defines `f` at the top level, imports only from `rules.ALLOWED_IMPORTS`
-(`allowed_imports=`), names no `eval`/`exec`/`open`/`getattr`/… and reads no dunder
-(`x.__class__`), and, run five times in the sandbox (`sandbox_timeout_s`, `sandbox_memory_mb`), each
-time under its own hash seed, fake clock and heap layout, returns the same JSON data (at most 200
-characters as JSON; an int in integer mode) on every input. The source checks are a first filter;
-what holds is checked when the program runs (`verify.py`, `harness.py`): it runs in a harness
-process of its own, which refuses every import outside the allowlist, file, process and system
-access, frame and `gc` introspection, whatever path the program takes to them, and sends its
-results on a channel the program cannot write, so nothing it prints becomes the recorded output.
-Answers are checked under the conditions (hash seed, clock) of the run that recorded the outputs. A solver's reply ends with its `ANSWER:`
+(`allowed_imports=`), names no `eval`/`exec`/`open`/`getattr`/… and no dunder, reads no attribute
+`rules.DENIED_ATTRIBUTES` matches (`x.__class__`, `x._cache`, `g.gi_frame`, `.format` of anything
+but a plain string literal), and, run eight times in the sandbox (`sandbox_timeout_s`,
+`sandbox_memory_mb`), returns the same JSON data (at most 200 characters as JSON; an int in integer
+mode) on every input: once under `rules.REFERENCE`, the fixed conditions its outputs are recorded
+under, and seven times under conditions that vary all that must not matter (hash seed, clock, heap
+layout, recursion limit, time zone, the seed `random` takes when given none). The solvers see the
+task exactly as it is graded: values are shown as ASCII literals with escapes (`'\\u65e5'`), and a
+task whose view an observation would change (a character outside `core.CHARSET`, a view past
+`max_message_chars`) is invalid (`unseen`). The program runs with capabilities, not names
+(`harness.py`): curated builtins and namespaces of the allowed modules, none of whose attributes
+leads to `sys`, `os`, `builtins` or the import machinery, inside a harness process that also
+refuses, at run time, every import outside the allowlist, file, process and system access and frame
+and `gc` introspection, and sends its results on a channel the program cannot write. Answers that
+run a program are checked as validation is: in abduction f runs on the solver's input, in induction
+the solver's f on every input, eight times under the same kinds of conditions, and an answer is right
+only if every run gives the recorded outputs. Deduction answers compare by JSON type exactly
+(`{1: 1}` is not `{'1': 1}`, a tuple is not a list: such an answer is sent back as malformed). A solver's reply ends with its `ANSWER:`
 or `INPUT:` line (the last counts), or holds one python block (induction).
 
 ## Rewards
@@ -81,6 +90,11 @@ default training uses the first and its evaluation the second.
 * v0: initial release. Since then, without a change of name (valid deterministic tasks score as
   before): programs run in the sandboxed harness with run-time import and system refusals, and
   validation runs a program five times under different hash seeds, fake clocks and heap layouts.
+  Then: programs run with capabilities (curated builtins and module namespaces) and may not read
+  private attributes; outputs are recorded under fixed reference conditions and eight runs vary the
+  recursion limit, time zone and entropy seed too; abduction and induction answers are checked over
+  the same runs; answers compare by JSON type exactly; views are ASCII and a task its solvers would
+  not see as graded is invalid.
 """
 
 from __future__ import annotations
@@ -90,7 +104,7 @@ from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
-from llm_zoo.envs.core import FastOrderEnforcingWrapper, InvalidReply, TextEnv
+from llm_zoo.envs.core import FastOrderEnforcingWrapper, InvalidReply, TextEnv, sanitize
 from llm_zoo.envs.proposer_solver import text, verify
 from llm_zoo.envs.proposer_solver.rules import (
     ALLOWED_IMPORTS,
@@ -245,10 +259,15 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
             return
         n = len(proposal.inputs)
         held_out = tuple(sorted(self.rng.sample(range(n), held_out_count(n)))) if proposal.mode is Mode.INDUCTION else ()
-        self._task = task = Task(proposal, outputs, held_out, conditions)
+        task = Task(proposal, outputs, held_out, conditions)
+        view = text.problem_view(task)
+        shown = sanitize(view, self.max_message_chars)
+        if shown != view:  # a solver must see exactly what grading compares
+            self._reject("unseen", text.unseen_detail(view, shown))
+            return
+        self._task = task
         problem_id = task.problem_id(self.episode_seed)
         self.infos[PROPOSER]["task"] = task.to_info()
-        view = text.problem_view(task)
         for agent in self.possible_agents:
             self.infos[agent]["problem_id"] = problem_id
         for solver in self.solvers:

@@ -21,11 +21,12 @@ What holds while the program runs (the audit hook cannot be removed from Python)
 
 | Class | How |
 |---|---|
+| capabilities, not names | the program's builtins are curated (no ``eval``, ``getattr``, ``vars``, ``open``, ...) and ``import`` hands out namespaces of an allowed module's public names (:func:`capabilities`), never a module; the source check refuses private, dunder, frame and code attributes, and the functions that read an attribute by a name they are given refuse the same names, so no attribute chain leads to ``sys``, ``os``, ``builtins`` or the import machinery (a test walks them all) |
 | forged results | the program's output goes to a pipe the supervisor only counts; a result counts only if it carries the runner's key, which lives in the runner's frame; frames (``sys._getframe``, ``tb_frame``, ``gi_frame``, tracing) and ``gc`` introspection are refused; the harness uses only references it took before the program ran |
 | the system | every ``open``, ``os.*``, ``subprocess``, ``socket``, ``ctypes``, ``mmap`` event and any other unknown audit event is refused and recorded; the process, signal and raw-fd functions of ``posix``, ``_thread``, ``_signal`` and ``_imp`` are removed from every module that holds them |
 | imports | ``__import__`` refuses top-level names outside the allowlist, and the hook refuses loading any module not loaded before the program started (the modules the program's source imports are loaded first) |
 | clocks | every function of ``time`` reads a fake clock chosen per run; ``datetime`` is the pure-Python one, on that clock; the file-status, load and ``times`` functions are gone |
-| determinism | each run has its own hash seed, fake clock and heap layout, so a program that depends on them differs between runs |
+| determinism | the first run is under the reference conditions the outputs are recorded under; each other run has its own hash seed, fake clock, heap layout, recursion limit, time zone (``TZ``) and the seed ``random`` takes when given none (never the system's entropy), so a program that depends on them differs between runs; the regular-expression cache starts empty |
 | code objects | ``code.__new__`` (hand-made bytecode) and ``marshal.loads`` are refused |
 
 Limitation: a memory-safety bug in CPython itself (which pure Python can sometimes reach) would
@@ -66,10 +67,14 @@ _LAZY_IMPORTS = {"datetime": ("_strptime",)}
 
 def _runner() -> None:
     import builtins
+    import functools  # noqa: F401 - capabilities() needs these, loaded while imports are open
     import gc
     import marshal
+    import operator  # noqa: F401
     import posix
+    import re  # noqa: F401
     import time
+    import types  # noqa: F401
 
     read, write, exit_now = posix.read, posix.write, posix._exit
     dumps, loads = marshal.dumps, marshal.loads
@@ -86,6 +91,7 @@ def _runner() -> None:
     del chunks
     key, program, calls, allowed = job["key"], job["program"], job["calls"], frozenset(job["allowed"])
     max_value = job["max_value"]
+    refused: list = []
     sys.path[:] = [p for p in sys.path if p.startswith(sys.base_prefix)]
 
     # ---- clocks: every reader sees this run's fake instant. The real functions sit in the fakes'
@@ -139,10 +145,30 @@ def _runner() -> None:
             holder[:] = [v if id(v) not in replace else replace[id(v)][1] for v in holder]
     del replace, holders
 
+    # ---- what must not matter is fixed here: seeding from the system's entropy draws this run's
+    # seed instead, the regular-expression cache starts empty, the recursion limit is the run's
+    random_module = sys.modules.get("random")
+    if random_module is not None:
+        seed_space: dict = {"__builtins__": {}}
+        exec(_FIXED_SEED, seed_space)  # noqa: S102 - the harness's own code
+        real_seed = random_module.Random.seed
+        random_module.Random.seed = seed_space["make"](real_seed, job["entropy"])
+        random_module._inst.seed(job["entropy"])
+        random_module.seed = random_module._inst.seed
+        fakes["seed"] = random_module.Random.seed
+    if "re" in sys.modules:
+        sys.modules["re"].purge()
+
+    # ---- the program's capabilities: curated builtins and modules (see capabilities())
+    program_builtins = builtins
+    if job["capabilities"]:
+        program_builtins = capabilities(sys.modules, preload, allowed, job["denied_attributes"], refused)
+        fakes.update((f"capability {name}", fn) for name, fn in program_builtins["__guarded__"].items())
+        del program_builtins["__guarded__"]
+
     # ---- the import guard and the audit hook. Neither shares a closure cell or a global with
     # anything the program can reach: the guard (which the program can reach, as __import__) is
     # defined with empty globals and its state in defaults, which the hook guards like the fakes'.
-    refused: list = []
     guard_space: dict = {"__builtins__": {"ImportError": ImportError, "type": type, "str": str, "len": len, "dict": dict,
                                           "sorted": sorted}}
     exec(_GUARD, guard_space)  # noqa: S102 - the harness's own code
@@ -152,7 +178,7 @@ def _runner() -> None:
 
     pad = [object() for _ in range(job["pad"])]  # shifts the heap, so object ids differ between runs
     main = type_(sys)("__main__")
-    main.__builtins__ = builtins
+    main.__builtins__ = program_builtins
     sys.modules["__main__"] = main
     program_globals = main.__dict__
     try:
@@ -169,6 +195,7 @@ def _runner() -> None:
 
     builtins.__import__ = guard
     gc.collect()
+    sys.setrecursionlimit(job["recursion_limit"])
     sys.addaudithook(hook)
     del hook, guard_space
     write(3, key)  # ready: the supervisor starts this run's clock
@@ -256,6 +283,129 @@ def make(allowed, real_import, refused, modules):
 program's code; a loaded module's lazy imports pass, and loading anything new is refused by the hook)."""
 
 
+_FIXED_SEED = """
+def make(real_seed, entropy):
+    def seed(self, a=None, version=2):
+        return real_seed(self, entropy if a is None else a, version)
+    return seed
+"""
+"""``random.Random.seed`` for a program's run: no seed means this run's seed, never the system's entropy."""
+
+HIDDEN_BUILTINS = frozenset({
+    "eval", "exec", "compile", "open", "input", "breakpoint", "exit", "quit", "help", "copyright", "credits",
+    "license", "globals", "locals", "vars", "dir", "getattr", "setattr", "delattr", "hasattr",
+})
+"""Builtins a program does not get: code from strings, files, its own scopes, attributes by name."""
+HIDDEN: dict[str, frozenset[str]] = {
+    "calendar": frozenset({"LocaleTextCalendar", "LocaleHTMLCalendar", "different_locale", "main"}),  # host locales
+    "functools": frozenset({"singledispatch", "singledispatchmethod"}),  # evaluate annotations (get_type_hints)
+    "string": frozenset({"Formatter"}),  # get_field reads the attributes a string names
+    "typing": frozenset({"get_type_hints", "ForwardRef"}),  # evaluate strings as code
+}
+"""Public names of allowed modules that a program does not get, and why."""
+
+_CAPABILITIES = """
+def make(real, deny, spaces, refused, allowed):
+    real_attrgetter, real_methodcaller = real["attrgetter"], real["methodcaller"]
+    real_wraps, real_update_wrapper = real["wraps"], real["update_wrapper"]
+
+    def check(name):
+        if type(name) is not str:
+            raise TypeError("an attribute name must be a str")
+        for part in name.split("."):
+            if deny(part) is not None:
+                raise AttributeError(f"the attribute {part!r:.60} is not available to a task's program")
+
+    # each returns a function of its own: the real getter's type (type(getter)) would take any name
+    def attrgetter(attr, /, *attrs):
+        for name in (attr, *attrs):
+            check(name)
+        getter = real_attrgetter(attr, *attrs)
+        return lambda obj, /: getter(obj)
+
+    def methodcaller(name, /, *args, **kwargs):
+        check(name)
+        caller = real_methodcaller(name, *args, **kwargs)
+        return lambda obj, /: caller(obj)
+
+    def wraps(wrapped, /):
+        return real_wraps(wrapped)
+
+    def update_wrapper(wrapper, wrapped, /):
+        return real_update_wrapper(wrapper, wrapped)
+
+    def __import__(name, globals=None, locals=None, fromlist=(), level=0):
+        if level or type(name) is not str or name not in spaces:
+            if len(refused) < 8:
+                refused.append(f"import of {name!r:.80} at run time (allowed: {', '.join(sorted(allowed))})")
+            raise ImportError(f"import of {name!r:.80} is not allowed")
+        return spaces[name] if fromlist else spaces[name.partition(".")[0]]
+
+    return {"attrgetter": attrgetter, "methodcaller": methodcaller, "wraps": wraps, "update_wrapper": update_wrapper,
+            "__import__": __import__}
+"""
+"""The functions a program gets in place of ones that read attributes it names, and its ``__import__``.
+Their globals are empty and their state is in closure cells, which only dunder attributes reach (the
+program has none); no parameter of theirs can replace their state."""
+_WRAPPED = {("operator", "attrgetter"), ("operator", "methodcaller"), ("functools", "wraps"),
+            ("functools", "update_wrapper")}
+
+
+def capabilities(modules: dict, names: list, allowed, denied_attributes: str, refused: list) -> dict:
+    """Return the builtins of a program's run: curated builtins, and an ``__import__`` that hands out
+    curated namespaces of the allowed modules in ``names`` (loaded, in ``modules``), never modules.
+
+    A namespace holds a module's public names (its ``__all__``), less :data:`HIDDEN` and any module;
+    functions that read an attribute by a name they are given refuse the names ``denied_attributes``
+    (a regular expression) matches, the same names the source check refuses. The ``__guarded__`` key
+    lists the functions made here, for the audit hook to guard.
+    """
+    import builtins
+    import re
+    import types
+
+    spaces: dict = {}
+    space = {"__builtins__": {"type": type, "str": str, "len": len, "sorted": sorted, "TypeError": TypeError,
+                              "AttributeError": AttributeError, "ImportError": ImportError}}
+    exec(_CAPABILITIES, space)  # noqa: S102 - the harness's own code
+    import functools
+    import operator
+
+    real = {"attrgetter": operator.attrgetter, "methodcaller": operator.methodcaller, "wraps": functools.wraps,
+            "update_wrapper": functools.update_wrapper}
+    made = space.pop("make")(real, re.compile(denied_attributes).fullmatch, spaces, refused, frozenset(allowed))
+    for name in sorted({n for imported in names for n in _parents(imported)}, key=lambda n: n.count(".")):
+        module = modules.get(name)
+        if name.partition(".")[0] not in allowed or type(module) is not types.ModuleType:
+            continue
+        public = getattr(module, "__all__", None)
+        public = public if isinstance(public, (list, tuple)) else [n for n in vars(module) if not n.startswith("_")]
+        hidden = HIDDEN.get(name, frozenset())
+        members = {}
+        for member in public:
+            value = vars(module).get(member, _MISSING)
+            if value is _MISSING or member in hidden or type(value) is types.ModuleType:
+                continue
+            members[member] = made[member] if (name, member) in _WRAPPED and member in made else value
+        spaces[name] = types.SimpleNamespace(**members)
+        parent, _, child = name.rpartition(".")
+        if parent in spaces:
+            setattr(spaces[parent], child, spaces[name])
+    program_builtins = {n: v for n, v in vars(builtins).items() if not n.startswith("_") and n not in HIDDEN_BUILTINS}
+    program_builtins["__build_class__"] = builtins.__build_class__
+    program_builtins["__import__"] = made["__import__"]
+    program_builtins["__guarded__"] = made
+    return program_builtins
+
+
+_MISSING = object()
+
+
+def _parents(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
 def _make_hook(guarded, refused, free, safe, type_, str_, len_, id_, repr_):
     """Return the runner's audit hook; its closure cells are its own."""
 
@@ -318,12 +468,15 @@ def _run_batch(job: dict, batch: list) -> list[dict]:
         key = os.urandom(32)
         payload = marshal.dumps({"key": key, "program": run["program"], "calls": marshal.loads(bytes.fromhex(run["calls"])),
                                  "allowed": job["allowed"], "preload": run["preload"], "clock": run["clock"],
-                                 "pad": run["pad"], "max_value": job["max_value"]})
+                                 "pad": run["pad"], "max_value": job["max_value"], "entropy": run["entropy"],
+                                 "recursion_limit": run["recursion_limit"], "capabilities": job["capabilities"],
+                                 "denied_attributes": job["denied_attributes"]})
         stdin_r, stdin_w = os.pipe()
         out_r, out_w = os.pipe()
         res_r, res_w = os.pipe()
         pid = os.posix_spawn(sys.executable, [sys.executable, "-S", "-s", "-B", sys.argv[0], "--child"],
-                             {"PYTHONHASHSEED": str(run["hash_seed"]), "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8"},
+                             {"PYTHONHASHSEED": str(run["hash_seed"]), "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8",
+                              "TZ": run["tz"]},
                              file_actions=[(os.POSIX_SPAWN_DUP2, stdin_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1),
                                            (os.POSIX_SPAWN_DUP2, out_w, 2), (os.POSIX_SPAWN_DUP2, res_w, 3)])
         for fd in (stdin_r, out_w, res_w):

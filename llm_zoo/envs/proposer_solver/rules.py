@@ -19,6 +19,8 @@ import enum
 import hashlib
 import json
 import marshal
+import re
+import string
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,10 +47,17 @@ ALLOWED_IMPORTS: tuple[str, ...] = (
 
 FORBIDDEN_NAMES: frozenset[str] = frozenset({
     "eval", "exec", "compile", "open", "input", "breakpoint", "exit", "quit", "help", "globals", "locals",
-    "vars", "getattr", "setattr", "delattr",
+    "vars", "dir", "getattr", "setattr", "delattr", "hasattr",
 })
-"""Builtins a program may not name, besides reading any ``__dunder__`` name or attribute; the sandbox is
-the security boundary, these keep tasks to plain computation."""
+"""Builtins a program may not name (its run has none of them), besides any ``__dunder__`` name."""
+DENIED_ATTRIBUTES = r"_\w*|(?:gi|cr|ag|tb|f|co)_\w+|mro|format|format_map"
+"""Attribute names a program may not read, write or have read for it (a regular expression, matched
+whole): private and dunder names, the frame, code and traceback attributes of generators,
+coroutines, frames and tracebacks, a type's ``mro``, and ``format``/``format_map``, whose fields
+read attributes (``"{0.x}".format``); a plain literal template is the one exception
+(``"{} and {name}".format(...)``). The sandboxed harness refuses the same names at run time
+(``operator.attrgetter``, ``operator.methodcaller``)."""
+_DENIED = re.compile(DENIED_ATTRIBUTES)
 
 MAX_PROGRAM_CHARS = 2000
 MAX_ARGUMENTS_CHARS = 200
@@ -81,6 +90,8 @@ INVALID_REASONS: dict[str, str] = {
     "not_integer": "in integer mode f() must return an int",
     "nondeterministic": "two runs gave different outputs",
     "duplicate_inputs": "the inputs are not all different",
+    "unseen": "the solvers would not see the task as it is graded (a character outside what observations show, "
+              "or a view longer than an observation)",
 }
 """Reason code -> what it means; ``infos["proposer"]["invalid_reason"]`` holds one of the codes."""
 
@@ -190,10 +201,35 @@ def check_program(source: str, allowed_imports: Sequence[str] = ALLOWED_IMPORTS)
             if module.split(".")[0] not in allowed:
                 raise TaskInvalid("import", f"import of {module!r}; allowed modules: {', '.join(sorted(allowed))}")
         # builtins are barred by name (re.compile and os.open are attributes, not the builtins);
-        # dunders are barred where they are read (x.__class__), not where they are defined (def __init__)
-        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
-        if name is not None and ((isinstance(node, ast.Name) and name in FORBIDDEN_NAMES) or _is_dunder(name)):
-            raise TaskInvalid("forbidden", f"the name {name!r} is not allowed")
+        # dunder names are barred where they are read (__builtins__), not where they are defined
+        # (def __init__); attributes by DENIED_ATTRIBUTES, read or written (x.__class__, g.gi_frame)
+        if isinstance(node, ast.Name) and (node.id in FORBIDDEN_NAMES or _is_dunder(node.id)):
+            raise TaskInvalid("forbidden", f"the name {node.id!r} is not allowed")
+        attributes = node.kwd_attrs if isinstance(node, ast.MatchClass) else [node.attr] \
+            if isinstance(node, ast.Attribute) and not _plain_template(node) else []
+        for attribute in attributes:
+            if _DENIED.fullmatch(attribute):
+                raise TaskInvalid("forbidden", f"the attribute {attribute!r} is not allowed (no attribute that starts "
+                                               "with _, reads frames or code, mro, or format on anything but a plain "
+                                               "string literal)")
+
+
+def _plain_template(node: ast.Attribute) -> bool:
+    """Return whether ``node`` is ``format``/``format_map`` of a string literal whose fields name no attribute or item."""
+    if node.attr not in ("format", "format_map") or not isinstance(node.value, ast.Constant) \
+            or not isinstance(node.value.value, str):
+        return False
+    todo = [node.value.value]
+    while todo:
+        try:
+            fields = list(string.Formatter().parse(todo.pop()))
+        except ValueError:
+            return False
+        for _, field, spec, _ in fields:
+            if field is not None and not re.fullmatch(r"\d*|[A-Za-z]\w*", field):
+                return False
+            todo += [spec] if spec else []
+    return True
 
 
 def _is_dunder(name: str) -> bool:
@@ -221,7 +257,9 @@ def read_arguments(text: str) -> str:
         except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
             raise ValueError(f"{ast.unparse(arg)[:80]!r} is not a Python literal (numbers, strings, lists, "
                              "tuples, dicts, sets, True/False/None)") from None
-    return ", ".join(ast.unparse(arg) for arg in call.args)
+    # ASCII with escapes ('\\u65e5'): the source the solvers see is the one that runs, whatever an
+    # observation can show (a literal holds non-ASCII characters only inside its strings)
+    return ", ".join(ast.unparse(arg) for arg in call.args).encode("ascii", "backslashreplace").decode("ascii")
 
 
 def read_value(text: str) -> Any:
@@ -238,20 +276,39 @@ def read_value(text: str) -> Any:
 
 
 def canonical(value: Any) -> str | None:
-    """Return the canonical JSON text of ``value``, or None if it is not JSON data.
+    """Return the canonical JSON text of ``value``, or None if it is not exactly JSON data.
 
-    Tuples count as lists here (a solver may write ``(1, 2)`` for ``[1, 2]``); ``f``'s own outputs
-    are held to the exact round trip inside the sandbox.
+    Exactly as ``f``'s outputs are held to it in the sandbox: None, bool, int, finite float, str,
+    lists and dicts with str keys, nothing else (a tuple, set or ``{1: 1}`` is not ``[...]`` or
+    ``{'1': 1}``).
     """
+    if not _exact_json(value, 0):
+        return None
     try:
         return json.dumps(value, sort_keys=True, allow_nan=False)
     except (TypeError, ValueError, RecursionError):
         return None
 
 
+def _exact_json(value: Any, depth: int) -> bool:
+    kind = type(value)
+    if depth > 100:
+        return False
+    if value is None or kind in (bool, int, str):
+        return True
+    if kind is float:
+        return value - value == 0
+    if kind is list:
+        return all(_exact_json(v, depth + 1) for v in value)
+    if kind is dict:
+        return all(type(k) is str for k in value) and all(_exact_json(v, depth + 1) for v in value.values())
+    return False
+
+
 def show(canonical_json: str) -> str:
-    """Return a canonical JSON value written as a Python literal, as solvers are shown it."""
-    return repr(json.loads(canonical_json))
+    """Return a canonical JSON value written as a Python literal, as solvers are shown it: ASCII,
+    other characters escaped (``'\\u65e5'``), so the view reads back as exactly the value."""
+    return ascii(json.loads(canonical_json))
 
 
 # ---- the sandbox harness ----------------------------------------------------------------------
@@ -269,11 +326,21 @@ STARTUP_S = 5.0
 
 @dataclass(frozen=True)
 class Conditions:
-    """What a run of a program may observe of its process: its hash seed and its (fake) clock."""
+    """What a run of a program may observe of its process, none of which may change its results."""
 
     hash_seed: int
     clock: float  # seconds since the epoch: every clock the program can read shows this instant
     pad: int = 0  # objects allocated before the program runs, so object ids differ between runs
+    recursion_limit: int = 1000  # sys.setrecursionlimit: how deep f may recurse, and how much depth is left
+    tz: str = "UTC0"  # the TZ environment variable (a POSIX rule): what local time is
+    entropy: int = 0  # what random.Random() and random.seed() take when given no seed
+
+
+REFERENCE = Conditions(hash_seed=0, clock=1_000_000_000.0)
+"""The conditions every output is recorded and every answer graded under (2001-09-09 01:46:40 UTC,
+hash randomisation off, the default recursion limit, UTC): grading is a function of the task."""
+MIN_RECURSION_LIMIT = 1000
+"""The lowest recursion limit a run gets; f that recurses less deep than this runs the same in every run."""
 
 
 @dataclass(frozen=True)
@@ -307,15 +374,20 @@ def imported_modules(source: str) -> list[str]:
 
 
 def harness_job(runs: Sequence[tuple[str, Sequence[str], Conditions]], *, nonce: str, timeout_s: float,
-                allowed_imports: Sequence[str], max_output: int) -> dict[str, Any]:
-    """Return the job for harness.py: per run, the program, its calls (argument sources) and its conditions."""
+                allowed_imports: Sequence[str], max_output: int, capabilities: bool = True) -> dict[str, Any]:
+    """Return the job for harness.py: per run, the program, its calls (argument sources) and its conditions.
+
+    ``capabilities=False`` gives the program the real builtins and modules, to test the run-time
+    refusals beneath them; tasks always run with capabilities.
+    """
     return {
         "nonce": nonce, "timeout_s": timeout_s, "startup_s": STARTUP_S, "max_output": max_output,
         "max_value": MAX_VALUE_BYTES, "max_text": 5 * MAX_OUTPUT_CHARS,
         "max_result": 4 * MAX_VALUE_BYTES * max((len(calls) for _, calls, _ in runs), default=1) + (1 << 16),
-        "allowed": sorted(allowed_imports),
+        "allowed": sorted(allowed_imports), "capabilities": capabilities, "denied_attributes": DENIED_ATTRIBUTES,
         "runs": [{"program": program, "calls": marshal.dumps([call_values(a) for a in calls]).hex(),
-                  "preload": imported_modules(program), "hash_seed": c.hash_seed, "clock": c.clock, "pad": c.pad}
+                  "preload": imported_modules(program), "hash_seed": c.hash_seed, "clock": c.clock, "pad": c.pad,
+                  "recursion_limit": c.recursion_limit, "tz": c.tz, "entropy": c.entropy}
                  for program, calls, c in runs],
     }
 

@@ -37,7 +37,8 @@ PROPOSER_PROMPT = (
     "Rules: f is deterministic and finishes within {timeout:g} s; it returns JSON data (None, bool, int, "
     "float, str, and lists or dicts with str keys of them; no tuples or sets) of at most {out} characters "
     "as JSON. The program has at most {prog} characters, imports only {imports}, and does not use eval, "
-    "exec, open, input, getattr or dunder attributes such as x.__class__.\n\nReward: {reward}. A task that breaks a rule ends the "
+    "exec, open, input, getattr, attributes that start with _ (x.__class__, x._cache) or .format on anything "
+    "but a string literal; it writes characters other than ASCII as escapes ('\\u65e5').\n\nReward: {reward}. A task that breaks a rule ends the "
     "episode and scores {penalty:g}."
 )
 _PROGRAM_FORMAT = "```python\ndef f(x):\n    ...\n```\n"
@@ -113,6 +114,16 @@ def problem_view(task: Task) -> str:
     else:
         lines += [p.problem]
     return "\n".join(lines)
+
+
+def unseen_detail(view: str, shown: str) -> str:
+    """Say how the view a solver would be shown (``shown``, as an observation holds it) differs from the
+    task's view as graded (``view``): a character observations replace, or a clip."""
+    strange = next((a for a, b in zip(view, shown) if a != b and b == "\ufffd"), None)
+    if strange is not None:
+        return (f"the task holds {strange!r} (U+{ord(strange):04X}), which observations do not show; write "
+                f"characters other than ASCII as escapes in string literals ({ascii(strange)})")
+    return f"the solvers' view of the task has {len(view)} characters; an observation shows at most {len(shown)}"
 
 
 def proposer_result(num_correct: int, num_solvers: int, reward: float) -> str:
@@ -222,8 +233,8 @@ def parse_answer(reply: str, mode: Mode) -> str:
         return str(value)
     text = canonical(value)
     if text is None:
-        raise ValueError(f"the answer must be JSON-like data (None, bool, numbers, str, lists, dicts); "
-                         f"got {value!r:.60}.")
+        raise ValueError(f"the answer must be exactly JSON data: None, bool, int, float, str, lists [...] and "
+                         f"dicts with str keys ({{'1': 2}}, not {{1: 2}}); no tuples or sets; got {value!r:.60}.")
     return text
 
 
@@ -263,4 +274,4 @@ def read_view(content: str) -> dict[str, Any]:
 def _call_arguments(call_source: str) -> str:
     call = ast.parse(call_source, mode="eval").body
     assert isinstance(call, ast.Call)
-    return ", ".join(ast.unparse(a) for a in call.args)
+    return ", ".join(ast.unparse(a) for a in call.args).encode("ascii", "backslashreplace").decode("ascii")

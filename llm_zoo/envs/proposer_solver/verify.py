@@ -6,11 +6,18 @@ timeout (the env's ``sandbox_memory_mb`` and ``sandbox_timeout_s``), inside the 
 reports their results as one JSON object, on a channel no runner holds. Only argument values enter
 a runner; expected outputs never do, and results are compared here.
 
-A proposal runs :data:`RUNS` times at once, each run under its own hash seed, fake clock and heap
-layout (:class:`rules.Conditions`, drawn from the operating system's entropy, never from the
-episode's seed), and must give the same results every time. Answers are checked under the
-conditions of the run whose outputs were recorded, so a check never differs from the record by
-the clock or the hash seed. The solvers' checks run side by side.
+A program runs :data:`RUNS` times at once: once under :data:`rules.REFERENCE`, the fixed conditions
+its outputs are recorded and answers graded under, and the other times under conditions drawn from
+the operating system's entropy (never from the episode's seed) that vary everything that must not
+matter: the hash seed, the clock, the heap layout, the recursion limit, the time zone and the seed
+random.Random() takes when given none. It must give the same results every time. What the program
+can reach at all is its capabilities (harness.py): curated builtins and namespaces of the allowed
+modules, no attribute of which leads to the system, the interpreter or the import machinery.
+
+Answers that run a program get the same check as validation: in abduction f runs on the solver's
+input, in induction the solver's f on every input, each :data:`RUNS` times under the same kinds of
+conditions, and an answer is right only if every run gives the recorded outputs. The solvers' checks
+run side by side.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from importlib import resources
 
 from llm_zoo.envs.proposer_solver.rules import (
     ALLOWED_IMPORTS,
+    MIN_RECURSION_LIMIT,
+    REFERENCE,
     STARTUP_S,
     Conditions,
     Mode,
@@ -42,9 +51,11 @@ HARNESS = (resources.files(__package__) / "harness.py").read_text()
 """The sandboxed harness's source, run as the sandbox's main program."""
 LIMITS = Limits(processes=8, file_mb=1, open_files=64, output_bytes=64 * 1024, tmp_mb=1)
 """Everything but time and memory: the supervisor and its runners need few processes and no files."""
-RUNS = 5
-"""Runs of a proposal, each under other conditions; a program whose results differ is invalid. A program
-that reads one bit of its hash seed, clock or heap layout passes all five with probability 1/16."""
+RUNS = 8
+"""Runs of a program, the first under :data:`rules.REFERENCE` and each other under conditions of its own; a
+program whose results differ is invalid. One that reads one bit of its hash seed, heap layout or
+entropy passes all eight with probability 1/128; one that counts the recursion depth left always
+differs (every run has another limit)."""
 SUPERVISOR_S = STARTUP_S + 2.0
 """Seconds the sandbox gives the supervisor beyond the runners' timeout, to start them and report."""
 
@@ -69,22 +80,41 @@ class SandboxSettings:
 
 
 def draw_conditions() -> Conditions:
-    """Draw a run's conditions from the operating system's entropy: a hash seed, an instant in 2001-2100, a pad."""
+    """Draw a run's conditions from the operating system's entropy: a hash seed, an instant in 2001-2100,
+    a pad, a recursion limit above :data:`rules.MIN_RECURSION_LIMIT`, a time zone off UTC and an entropy seed."""
+    hours, minutes = (1 + secrets.randbelow(12)) * (1 - 2 * secrets.randbelow(2)), 30 * secrets.randbelow(2)
     return Conditions(hash_seed=1 + secrets.randbelow(2**32 - 1),
                       clock=978307200 + secrets.randbelow(3155760000) + secrets.randbelow(10**6) / 10**6,
-                      pad=secrets.randbelow(4096))
+                      pad=secrets.randbelow(4096),
+                      recursion_limit=MIN_RECURSION_LIMIT + 1 + secrets.randbelow(1000),
+                      tz=f"VAR{hours:+d}:{minutes:02d}", entropy=1 + secrets.randbelow(2**63))
+
+
+def checking_conditions() -> list[Conditions]:
+    """Return the conditions of a program's :data:`RUNS` runs: :data:`rules.REFERENCE`, then drawn ones whose
+    recursion limits all differ (so counting the depth left differs between any two runs)."""
+    drawn: list[Conditions] = []
+    while len(drawn) < RUNS - 1:
+        c = draw_conditions()
+        if c.recursion_limit not in {d.recursion_limit for d in drawn}:
+            drawn.append(c)
+    return [REFERENCE, *drawn]
 
 
 def run_programs(jobs: Sequence[Sequence[tuple[str, Sequence[str], Conditions]]], settings: SandboxSettings,
-                 allowed_imports: Sequence[str] = ALLOWED_IMPORTS) -> list[list[Run] | TaskInvalid]:
+                 allowed_imports: Sequence[str] = ALLOWED_IMPORTS, *, capabilities: bool = True
+                 ) -> list[list[Run] | TaskInvalid]:
     """Run each job (one sandbox each, all at once; a job is runs of (program, argument sources, conditions)).
 
     Returns per job its runs, or the :class:`TaskInvalid` that stopped the whole sandbox. Raises
     ``SandboxUnavailable`` when bubblewrap is missing (a setup problem, not the proposer's).
+    ``capabilities=False`` runs programs with the real builtins and modules (tests of the run-time
+    refusals beneath the capabilities); tasks and answers never run so.
     """
     nonces = [secrets.token_hex(16) for _ in jobs]
     stdins = [json.dumps(harness_job(runs, nonce=nonce, timeout_s=settings.timeout_s, allowed_imports=allowed_imports,
-                                     max_output=LIMITS.output_bytes)) for runs, nonce in zip(jobs, nonces)]
+                                     max_output=LIMITS.output_bytes, capabilities=capabilities))
+              for runs, nonce in zip(jobs, nonces)]
     with SandboxPool(max_workers=len(stdins)) as pool:
         futures = [pool.submit(HARNESS, stdin=stdin, timeout_s=settings.timeout_s + SUPERVISOR_S,
                                memory_mb=settings.memory_mb, limits=LIMITS) for stdin in stdins]
@@ -104,7 +134,7 @@ def _read(result: SandboxResult, nonce: str, runs: int) -> list[Run] | TaskInval
 def validate(proposal: Proposal, settings: SandboxSettings, allowed_imports: Sequence[str] = ALLOWED_IMPORTS
              ) -> tuple[tuple[str, ...], Conditions]:
     """Check a proposal and run it :data:`RUNS` times; return its canonical outputs (one per input) and
-    the conditions of the run that recorded them.
+    the conditions they were recorded under (:data:`rules.REFERENCE`).
 
     Raises:
         TaskInvalid: the first rule the proposal breaks, with its code.
@@ -114,7 +144,7 @@ def validate(proposal: Proposal, settings: SandboxSettings, allowed_imports: Seq
     if len(set(proposal.inputs)) != len(proposal.inputs):
         raise TaskInvalid("duplicate_inputs", "give each INPUT only once")
     calls = [""] if proposal.mode is Mode.INTEGER else list(proposal.inputs)
-    conditions = [draw_conditions() for _ in range(RUNS)]
+    conditions = checking_conditions()
     (runs,) = run_programs([[(proposal.program, calls, c) for c in conditions]], settings, allowed_imports)
     if isinstance(runs, TaskInvalid):
         raise runs
@@ -127,8 +157,8 @@ def validate(proposal: Proposal, settings: SandboxSettings, allowed_imports: Seq
             if first != second:
                 where = "f()" if proposal.mode is Mode.INTEGER else f"input {i + 1}"
                 raise TaskInvalid("nondeterministic", f"{where} gave {_shown(first)} in one run and {_shown(second)} "
-                                                      "in another; avoid randomness, time, set order, hash() and "
-                                                      "object ids")
+                                                      "in another; avoid randomness, time, set order, hash(), "
+                                                      "object ids and the recursion depth")
     return outputs, conditions[0]
 
 
@@ -143,10 +173,12 @@ def grade(task: Task, answers: Mapping[str, str | None], settings: SandboxSettin
 
     Deduction and integer answers are compared exactly with the task's output. Abduction runs f on
     the solver's input; induction runs the solver's f on every input, held-out ones included. Both
-    run under the conditions that recorded the task's outputs, in a sandbox per solver, all at once.
+    run as validation does, :data:`RUNS` times (under the conditions that recorded the task's
+    outputs, then drawn ones), in a sandbox per solver, all at once; an answer is right only if
+    every run gives the recorded outputs, so an input on which f is not deterministic is never right.
     """
     mode, p = task.mode, task.proposal
-    conditions = task.conditions or draw_conditions()
+    recorded = task.conditions or REFERENCE
     correct = dict.fromkeys(answers, False)
     jobs: dict[str, tuple[str, list[str]]] = {}
     for solver, answer in answers.items():
@@ -163,15 +195,15 @@ def grade(task: Task, answers: Mapping[str, str | None], settings: SandboxSettin
                 continue
             jobs[solver] = (answer, list(p.inputs))
     if jobs:
-        wanted = task.outputs[:1] if mode is Mode.ABDUCTION else task.outputs
-        done = run_programs([[(program, calls, conditions)] for program, calls in jobs.values()], settings,
-                            allowed_imports)
+        wanted = [("ok", out) for out in (task.outputs[:1] if mode is Mode.ABDUCTION else task.outputs)]
+        conditions = [recorded, *checking_conditions()[1:]]
+        done = run_programs([[(program, calls, c) for c in conditions] for program, calls in jobs.values()],
+                            settings, allowed_imports)
         for solver, runs in zip(jobs, done):
-            if isinstance(runs, TaskInvalid):
+            if isinstance(runs, TaskInvalid) or len(runs) != len(conditions):
                 continue
             try:
-                results = check_run(runs[0], len(wanted))
+                correct[solver] = all(list(check_run(run, len(wanted))) == wanted for run in runs)
             except TaskInvalid:
                 continue
-            correct[solver] = list(results) == [("ok", out) for out in wanted]
     return correct

@@ -132,9 +132,41 @@ SORT = block("def f(xs):\n    return sorted(xs)") + "\nINPUT: [3, 1, 2]"
 
 
 def test_deduction_compares_the_value_exactly():
-    env = run([SORT, "ANSWER: [1, 2, 3]", "ANSWER: (1, 2, 3)", "ANSWER: [3, 2, 1]", "ANSWER: [1.0, 2, 3]"])
+    # a tuple is not JSON data: the solver is told so and answers again
+    env = run([SORT, "ANSWER: [1, 2, 3]", "ANSWER: (1, 2, 3)", "ANSWER: [1, 2, 3]", "ANSWER: [3, 2, 1]",
+               "ANSWER: [1.0, 2, 3]"])
     assert [env.infos[s]["correct"] for s in SOLVERS] == [True, True, False, False]
     assert env.infos["proposer"]["task"]["outputs"] == ["[1, 2, 3]"]
+    assert "exactly JSON data" in env.observe("solver_1")["messages"][3]["content"]
+
+
+def test_answers_compare_by_json_type_exactly():
+    # f returns {'1': 1}; {1: 1} is another value (json.dumps would write both alike), refused at once
+    program = block("def f(x):\n    return {str(x): x}") + "\nINPUT: 1"
+    env = run([program, "ANSWER: {1: 1}", "ANSWER: {'1': 1}", "ANSWER: {'1': True}", "ANSWER: {'1': 1.0}"],
+              max_retries=0)
+    assert [env.infos[s]["correct"] for s in SOLVERS] == [False, True, False, False]
+
+
+def test_a_solver_sees_exactly_what_grading_compares():
+    # an output outside what observations show is written with escapes, and reads back as the value
+    program = block("def f(x):\n    return chr(x) + '\\u00e9'") + "\nINPUT: 26085"
+    env = run([program, "INPUT: 26085", "INPUT: 26086", "INPUT: 233", "INPUT: 1"], mode="abduction")
+    seen = env.observe("solver_0")["messages"][1]["content"]
+    assert "Output: '\\u65e5\\xe9'" in seen and "\ufffd" not in seen
+    assert [env.infos[s]["correct"] for s in SOLVERS] == [True, False, False, False]
+
+
+@pytest.mark.parametrize(("program", "said"), [
+    ("def f(x):\n    return '\u65e5' + x", "U+65E5"),  # the solvers would see U+FFFD
+    ("def f(x):\n    return x  # \U0001f600", "U+1F600"),
+    ("def f(x):\n    return x" + "  # padding" * 20, "at most"),  # longer than an observation
+])
+def test_a_task_the_solvers_would_not_see_as_graded_is_invalid(program, said):
+    env = run([block(program) + "\nINPUT: 'a'"], max_message_chars=200)
+    info = env.infos["proposer"]
+    assert info["invalid_reason"] == "unseen" and said in info["invalid_detail"], info
+    assert "task" not in info
 
 
 def test_abduction_runs_f_on_the_answer_and_any_fitting_input_counts():

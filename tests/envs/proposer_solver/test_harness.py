@@ -1,19 +1,30 @@
-"""The sandboxed harness (harness.py, through verify): the result channel, run-time refusals, determinism.
+"""The sandboxed harness (harness.py, through verify): capabilities, the result channel, run-time refusals,
+determinism.
 
-Each class of attack gets programs that reach the interpreter's internals by attribute walks the
-source check cannot see; what must hold is checked on what the env records, not on the source.
+A task's program gets capabilities (curated builtins and module namespaces) and cannot reach the
+interpreter's internals at all: :func:`outcome` runs programs so. Beneath that, the audit hook and
+the removed functions still hold: :func:`beneath` runs programs with the real builtins and modules,
+whose attribute walks (``typing.sys``) reach the internals, and checks what the env would record.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import time
 
 import pytest
 
 from llm_zoo.envs.proposer_solver import verify
-from llm_zoo.envs.proposer_solver.rules import Conditions, Mode, Proposal, Task, TaskInvalid, harness_job
+from llm_zoo.envs.proposer_solver.rules import (
+    REFERENCE,
+    Mode,
+    Proposal,
+    Task,
+    TaskInvalid,
+    check_outputs,
+    check_run,
+    harness_job,
+)
 from llm_zoo.sandbox import run_python
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None,
@@ -29,6 +40,21 @@ def outcome(program: str, inputs: tuple[str, ...] = ("1",), mode: Mode = Mode.DE
         return verify.validate(Proposal(mode, program, inputs), SETTINGS)[0]
     except TaskInvalid as exc:
         return f"{exc.code}: {exc.detail}"
+
+
+def beneath(program: str, inputs: tuple[str, ...] = ("1",)) -> tuple[str, ...] | str:
+    """Run a program as validation does but with the real builtins and modules (no capabilities); return
+    its outputs, or ``"<code>: <detail>"`` for what the layer beneath the capabilities refused."""
+    try:
+        (runs,) = verify.run_programs([[(program, list(inputs), c) for c in verify.checking_conditions()]], SETTINGS,
+                                      capabilities=False)
+        if isinstance(runs, TaskInvalid):
+            raise runs
+        results = [check_run(run, len(inputs)) for run in runs]
+        outputs = check_outputs(results[0], Mode.DEDUCTION)
+    except TaskInvalid as exc:
+        return f"{exc.code}: {exc.detail}"
+    return outputs if all(r == results[0] for r in results) else f"nondeterministic: {results}"
 
 
 def f(body: str, head: str = "") -> str:
@@ -54,7 +80,7 @@ CHANNEL = [
 
 @pytest.mark.parametrize(("name", "program"), CHANNEL, ids=[c[0] for c in CHANNEL])
 def test_what_the_program_writes_is_never_recorded_as_its_output(name, program):
-    result = outcome(program)
+    result = beneath(program)
     assert result == ("2",) or (isinstance(result, str) and result.split(":")[0] in ("forbidden", "error")), result
 
 
@@ -65,7 +91,7 @@ def test_what_the_program_writes_is_never_recorded_as_its_output(name, program):
     f("S.setrecursionlimit(10**6)\ndef deep(n):\n    return deep(n + 1)\nreturn deep(0)", WALK),
 ], ids=["os._exit after a marker", "SystemExit in finally", "output flood", "C stack overflow"])
 def test_a_program_that_leaves_early_or_floods_gives_no_result(program):
-    result = outcome(program)
+    result = beneath(program)
     assert isinstance(result, str) and result.split(":")[0] in ("error", "output", "crashed", "killed", "timeout"), result
 
 
@@ -119,7 +145,7 @@ REFUSED = [
 
 @pytest.mark.parametrize(("name", "program", "code", "said"), REFUSED, ids=[r[0] for r in REFUSED])
 def test_forbidden_things_fail_when_they_run_whatever_the_source_looks_like(name, program, code, said):
-    result = outcome(program)
+    result = beneath(program)
     assert isinstance(result, str) and result.startswith(f"{code}: ") and said in result, result
 
 
@@ -174,7 +200,7 @@ def f(x):
 
 def test_no_reachable_object_is_a_real_clock_a_process_function_or_the_key():
     (runs,) = verify.run_programs([[(GRAPH_SEARCH, ["1"], verify.draw_conditions())]],
-                                  verify.SandboxSettings(timeout_s=30.0, memory_mb=512))
+                                  verify.SandboxSettings(timeout_s=30.0, memory_mb=512), capabilities=False)
     assert not isinstance(runs, TaskInvalid) and runs[0].reason is None, runs
     # reading the fakes' defaults is refused (and recorded); what the search found is the point here
     assert json.loads(runs[0].calls[0][1]) == [[], True], runs[0].calls
@@ -186,37 +212,74 @@ def test_no_reachable_object_is_a_real_clock_a_process_function_or_the_key():
     ("signals", "S.modules['_signal'].setitimer(0, 1.0)"), ("new builtin modules", "S.modules['_imp'].create_builtin(S)"),
 ])
 def test_process_signal_fd_and_status_functions_are_gone(name, body):
-    result = outcome(f(f"{body}\nreturn 2", WALK))
+    result = beneath(f(f"{body}\nreturn 2", WALK))
     assert isinstance(result, str) and result.startswith("error: ") and "has no attribute" in result, result
 
 
-# ---- determinism: hash seeds, clocks and heaps differ between runs ------------------------------------
+# ---- determinism: what must not matter differs between runs ---------------------------------------------
+
+DEPTH_LEFT = "def d(n):\n    try:\n        return d(n + 1)\n    except RecursionError:\n        return n\nreturn d(0)"
+
 
 @pytest.mark.parametrize(("name", "program"), [
     ("hash seed", f("return hash('abc') % 1000")),
     ("set order", f("return ''.join({'a', 'b', 'c', 'd', 'e', 'f'})")),
     ("object ids", f("return id(object()) % 100000")),
     ("datetime.now", f("return str(datetime.datetime.now())", "import datetime\n")),
-    ("time through sys.modules", f("return S.modules['time'].time()", WALK)),
     ("date.today's year", f("return datetime.date.today().year", "import datetime\n")),
-    ("random through statistics", f("return statistics.random.random()", "import statistics\n")),
+    ("recursion depth left", f(DEPTH_LEFT)),
+    ("local time zone", f("return datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc).astimezone().hour",
+                          "import datetime\n")),
+    ("entropy through NormalDist.samples", f("return statistics.NormalDist().samples(1)[0]", "import statistics\n")),
 ])
-def test_programs_that_read_hash_seed_clock_heap_or_entropy_are_nondeterministic(name, program):
+def test_programs_that_read_what_must_not_matter_are_nondeterministic(name, program):
     result = outcome(program)
     assert isinstance(result, str) and result.startswith("nondeterministic: "), result
 
 
-def test_an_abduction_answer_is_graded_on_the_recorded_clock_not_a_moved_one():
-    # outputs that depend on the clock's second (bypassing validation, which would reject them):
-    # the answer that was right when the output was recorded stays right a second later
-    program = f("return x + datetime.datetime.now().second", "import datetime\n")
-    conditions = Conditions(hash_seed=5, clock=1.7e9 + 12.5)
-    (runs,) = verify.run_programs([[(program, ["3"], conditions)]], SETTINGS)
+@pytest.mark.parametrize(("name", "program"), [
+    ("time through sys.modules", f("return S.modules['time'].time()", WALK)),
+    ("random.seed() through statistics", f("statistics.random.seed()\nreturn statistics.random.random()",
+                                           "import statistics\n")),
+    ("random.Random() through statistics", f("return statistics.random.Random().random()", "import statistics\n")),
+])
+def test_clocks_and_entropy_reached_beneath_the_capabilities_still_differ_between_runs(name, program):
+    # seeding from the system's entropy draws the run's seed (no audit event would catch the system's)
+    result = beneath(program)
+    assert isinstance(result, str) and result.startswith("nondeterministic: "), result
+
+
+def test_outputs_are_recorded_under_the_reference_conditions():
+    # the recorded output is the reference run's whatever the other runs drew; an f that recurses
+    # less deep than the lowest limit is the same in every run
+    outputs, conditions = verify.validate(Proposal(Mode.DEDUCTION, f("def d(n):\n    return 0 if n == 0 else 1 + "
+                                                                     "d(n - 1)\nreturn d(900)"), ("1",)), SETTINGS)
+    assert outputs == ("900",) and conditions == REFERENCE
+
+
+def test_abduction_checks_a_solver_input_under_validation_s_conditions():
+    # f is deterministic on the proposer's input (13) and not on others: an input on which f is
+    # not deterministic is never right, however its runs fall (a thousand values per run)
+    program = f("if x == 13:\n    return 3\nreturn x % 10 + hash(str(x)) % 1000 * (x % 2)")
+    outputs, conditions = verify.validate(Proposal(Mode.ABDUCTION, program, ("13",)), SETTINGS)
+    task = Task(Proposal(Mode.ABDUCTION, program, ("13",)), outputs, conditions=conditions)
+    graded = verify.grade(task, {"same": "13", "coin": "23", "even": "22", "wrong": "4"}, SETTINGS)
+    assert outputs == ("3",) and graded == {"same": True, "coin": False, "even": False, "wrong": False}
+    assert verify.grade(task, {"even": "12"}, SETTINGS) == {"even": False}  # 12 % 10 = 2, deterministic, wrong
+
+
+def test_induction_checks_a_solver_program_under_validation_s_conditions():
+    # a solver's f that is right under the recorded conditions only (it reads the depth left, which
+    # is larger under every other run's limit) is wrong
+    depth = "def f(x):\n" + "\n".join("    " + line for line in DEPTH_LEFT.splitlines())
+    (runs,) = verify.run_programs([[(depth, ["1"], REFERENCE)]], SETTINGS)
     assert not isinstance(runs, TaskInvalid)
-    task = Task(Proposal(Mode.ABDUCTION, program, ("3",)), (runs[0].calls[0][1],), conditions=conditions)
-    assert task.outputs == (str(3 + 32),)  # 1.7e9 + 12.5 s is 2023-11-14 22:13:32.5 UTC
-    time.sleep(1.1)
-    assert verify.grade(task, {"same": "3", "other": "4"}, SETTINGS) == {"same": True, "other": False}
+    left = int(runs[0].calls[0][1])
+    task = Task(Proposal(Mode.INDUCTION, f("return x * 2"), ("1", "2", "3", "4")), ("2", "4", "6", "8"),
+                held_out=(1, 3), conditions=REFERENCE)
+    only_recorded = depth.replace("return d(0)", f"return x * 2 if d(0) <= {left} else -1")
+    graded = verify.grade(task, {"right": "def f(x):\n    return x + x", "only_recorded": only_recorded}, SETTINGS)
+    assert graded == {"right": True, "only_recorded": False}
 
 
 # ---- what tasks legitimately do keeps working -----------------------------------------------------------
@@ -251,3 +314,14 @@ LEGIT = [
 @pytest.mark.parametrize(("name", "program", "expected"), LEGIT, ids=[c[0] for c in LEGIT])
 def test_plain_computation_with_the_allowed_modules_is_valid_and_deterministic(name, program, expected):
     assert outcome(program) == (expected,)
+
+
+WALKS = [*CHANNEL[1:], *[(r[0], r[1]) for r in REFUSED], ("graph search", GRAPH_SEARCH.replace("    ", " "))]
+
+
+@pytest.mark.parametrize(("name", "program"), WALKS, ids=[w[0] for w in WALKS])
+def test_with_capabilities_the_same_walks_reach_nothing(name, program):
+    # the source check or the curated namespaces stop each walk before anything runs or is read
+    result = outcome(program)
+    assert isinstance(result, str) and result.split(":")[0] in ("forbidden", "error"), result
+    assert "has no attribute" in result or "is not allowed" in result, result

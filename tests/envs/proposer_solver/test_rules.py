@@ -55,6 +55,17 @@ def test_azr_reward_is_zero_at_the_ends():
         ("def f(x):\n    return __import__('os').getcwd()", "forbidden"),
         ("def f(x):\n    return ().__class__.__bases__", "forbidden"),
         ("def f(x):\n    return getattr(x, 'real')", "forbidden"),
+        ("import collections\ndef f(x):\n    return len(collections._sys.modules)", "forbidden"),
+        ("def f(x):\n    return '{0.__globals__}'.format(f)", "forbidden"),
+        ("def f(x):\n    return '{0[__builtins__]}'.format_map(x)", "forbidden"),
+        ("def f(x):\n    return '{:{0.real}}'.format(x)", "forbidden"),
+        ("def f(x):\n    s = '{}'\n    return s.format(x)", "forbidden"),
+        ("def f(x):\n    return str.format('{0.real}', x)", "forbidden"),
+        ("def f(x):\n    def g():\n        yield 1\n    return g().gi_frame.f_back", "forbidden"),
+        ("def f(x):\n    return type(x).mro()", "forbidden"),
+        ("def f(x):\n    x._hidden = 1\n    return x", "forbidden"),
+        ("def f(x):\n    match x:\n        case object(__class__=c):\n            return c\n    return 0", "forbidden"),
+        ("def f(x):\n    return hasattr(x, 'real')", "forbidden"),
         ("def f(x):\n    return x" + " " * 3000, "too_long"),
     ],
 )
@@ -68,6 +79,8 @@ def test_check_program_accepts_allowed_imports_and_a_custom_allowlist():
     check_program("import math\nfrom collections import Counter\ndef f(x):\n    return math.gcd(x, 4)")
     check_program("import re\ndef f(s):\n    return re.compile('a+').findall(s)")  # compile as an attribute
     check_program("class Node:\n    def __init__(self, v):\n        self.v = v\ndef f(x):\n    return Node(x).v")
+    check_program("def f(x):\n    return '{} {name:>{w}} {0!r:5}'.format(x, name='a', w=3)")  # a plain template
+    check_program("def f(x):\n    match x:\n        case complex(real=r):\n            return r\n    return 0")
     with pytest.raises(TaskInvalid, match="__init__"):
         check_program("class A(int):\n    def __init__(self):\n        super().__init__()\ndef f(x):\n    return x")
     with pytest.raises(TaskInvalid, match="import"):
@@ -97,9 +110,10 @@ def test_read_value_takes_python_or_json_and_canonical_rejects_non_json():
     assert read_value("`3`") == 3
     with pytest.raises(ValueError):
         read_value("f(3)")
-    assert canonical((1, 2)) == canonical([1, 2]) == "[1, 2]"
-    assert canonical({"b": 1, "a": 2}) == '{"a": 2, "b": 1}'
-    assert canonical({1, 2}) is None and canonical(float("nan")) is None
+    assert canonical([1, 2]) == "[1, 2]" and canonical({"b": 1, "a": 2}) == '{"a": 2, "b": 1}'
+    # exactly JSON data: what json.dumps would coerce ({1: 1} to {"1": 1}, a tuple to a list) is not
+    assert canonical((1, 2)) is None and canonical({1: 1}) is None and canonical([{"a": (1,)}]) is None
+    assert canonical({1, 2}) is None and canonical(float("nan")) is None and canonical(True) == "true"
 
 
 def test_the_harness_job_is_plain_data_with_argument_values_and_the_modules_to_load():

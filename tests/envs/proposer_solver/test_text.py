@@ -50,7 +50,8 @@ def test_malformed_proposals_say_what_is_wrong(reply, mode, match):
     ("reply", "mode", "answer"),
     [
         ("It sorts, so\nANSWER: [1, 2]", Mode.DEDUCTION, "[1, 2]"),
-        ("ANSWER: 5\nno wait\nanswer: (1, 2)", Mode.DEDUCTION, "[1, 2]"),
+        ("ANSWER: 5\nno wait\nanswer: [1, 2]", Mode.DEDUCTION, "[1, 2]"),
+        ("ANSWER: '\\u65e5'", Mode.DEDUCTION, '"\\u65e5"'),
         ("ANSWER: {'b': True, 'a': None}", Mode.DEDUCTION, '{"a": null, "b": true}'),
         ("ANSWER: -12", Mode.INTEGER, "-12"),
         ("INPUT: [2, 1], 1", Mode.ABDUCTION, "[2, 1], 1"),
@@ -70,6 +71,22 @@ def test_answers_are_read_canonically(reply, mode, answer):
 def test_malformed_answers_are_value_errors(reply, mode):
     with pytest.raises(ValueError):
         text.parse_answer(reply, mode)
+
+
+@pytest.mark.parametrize("answer", ["{1: 1}", "(1, 2)", "{1, 2}", "[(1,)]", "{'a': {2: 3}}", "b'x'", "1j"])
+def test_answers_compare_by_json_type_exactly(answer):
+    # f returns {'1': 1} or [1, 2]: an int-keyed dict, a tuple or a set is another value, never right
+    with pytest.raises(ValueError, match="exactly JSON data"):
+        text.parse_answer(f"ANSWER: {answer}", Mode.DEDUCTION)
+
+
+def test_a_view_is_ascii_and_reads_back_as_exactly_the_recorded_values():
+    # the observation charset shows neither '日' nor a lone surrogate: both are written as escapes
+    task = Task(Proposal(Mode.INDUCTION, PROGRAM, ("'\\u65e5'", "'a'", "'\\ud800'", "'b'")),
+                ('"\\u65e5\\u00e9"', '"a"', '"\\ud800"', '"b"'), held_out=(1, 3))
+    view = text.problem_view(task)
+    assert view.isascii() and "\\u65e5" in view
+    assert text.read_view(view)["pairs"] == [("'\\u65e5'", "\u65e5\u00e9"), ("'\\ud800'", "\ud800")]
 
 
 def test_views_show_only_what_solvers_may_see_and_read_back():
