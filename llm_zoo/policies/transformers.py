@@ -36,7 +36,6 @@ import functools
 import math
 import os
 from collections.abc import Hashable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, NoReturn
 
 import numpy as np
@@ -163,18 +162,19 @@ class TransformersPolicy(Policy):
         dtype: torch.dtype | None = None,
         **kwargs: Any,
     ) -> TransformersPolicy:
-        """Load model and tokenizer from a local folder written by ``save_pretrained``.
+        """Load model and tokenizer from a folder written by ``save_pretrained``, a catalogue name (``smollm2-135m``,
+        converted once and cached) or a hub name (:func:`llm_zoo.catalogue.model_source`).
 
         ``dtype`` defaults to bfloat16 on a CUDA device that supports it, else float32. Other
         keyword arguments go to the constructor.
+
+        Raises:
+            FileNotFoundError: ``path`` names no model (the message lists what it may be), or a catalogue model
+                whose package is not installed (the message names the install command).
         """
-        path = Path(path)
-        if not path.is_dir():
-            raise FileNotFoundError(
-                f"TransformersPolicy.from_pretrained expects a local folder written by save_pretrained, "
-                f"got {str(path)!r}, which is not a directory; download hub models first "
-                "(huggingface_hub.snapshot_download) or make one with llm_zoo.models.make_tiny_model."
-            )
+        from llm_zoo.catalogue import model_source
+
+        path = model_source(path)
         device = torch.device(device if device is not None else _default_device())
         if dtype is None:
             cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()

@@ -78,16 +78,25 @@ def play_against(env: str, policies: Mapping[str, Policy], opponent: Policy, *, 
             "invalid_reply_rate": invalid / max(1, replies), "episodes": episodes, "failed": failed}
 
 
-def load_run_policies(checkpoint: str | Path, *, seed: int = 0) -> tuple[dict[str, Any], dict[str, Policy]]:
-    """Load a checkpoint's policies with the sampling settings of its run; return (run config, name -> policy)."""
+SAMPLING = ("temperature", "top_p", "max_new_tokens", "constrain_to_legal")
+"""The config fields a policy samples with, which ``llm-zoo eval`` and ``play`` may set (``--temperature``, ...)."""
+
+
+def load_run_policies(checkpoint: str | Path, *, seed: int = 0,
+                      sampling: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Policy]]:
+    """Load a checkpoint's policies with the sampling settings of its run; return (run config, name -> policy).
+
+    ``sampling`` overrides the run's values of :data:`SAMPLING` (a None value keeps the run's).
+    """
     from llm_zoo.policies.transformers import TransformersPolicy
 
     checkpoint = Path(checkpoint)
     if not (checkpoint / "policies").is_dir():
         raise FileNotFoundError(f"{checkpoint} is not a checkpoint directory (no policies/ inside); expected "
-                                "runs/<run>/checkpoints/step_N")
+                                "runs/<run>/checkpoints/step_N, or name a model with --model")
     config_path = checkpoint.parent.parent / "config.json"
     config = json.loads(config_path.read_text()) if config_path.exists() else {}
+    config.update(_sampling(sampling))
     policies = {}
     for i, path in enumerate(sorted(p for p in (checkpoint / "policies").iterdir() if p.is_dir())):
         policies[path.name] = TransformersPolicy.from_pretrained(
@@ -155,8 +164,58 @@ def scored_weights(config: Mapping[str, Any]) -> str:
     return which + (f", then fitted without the decoding mask (unmask_steps={unmask})" if unmask else "")
 
 
+def _sampling(sampling: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Return the set values of ``sampling``; ``ValueError`` for a key outside :data:`SAMPLING`."""
+    values = {k: v for k, v in (sampling or {}).items() if v is not None}
+    unknown = sorted(set(values) - set(SAMPLING))
+    if unknown:
+        raise ValueError(f"sampling takes {SAMPLING}; got {unknown}")
+    return values
+
+
+def evaluate_model(env: str, model: str, *, episodes: int = 500, method: str = "exact", seed: int = 0,
+                   headline_episodes: int | None = None, sampling: Mapping[str, Any] | None = None,
+                   env_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Evaluate a model as it is, untrained: a catalogue name, a model directory or a hub name
+    (:func:`llm_zoo.catalogue.model_source`), as :func:`evaluate_checkpoint` evaluates a checkpoint.
+
+    The env's training preset for the model's kind (:mod:`~llm_zoo.trainers.presets`) gives the sampling settings,
+    ``env_kwargs`` and the frozen seats (user_sim's scripted user, agentic_judge's rule judge) that training would
+    use; ``sampling`` and ``env_kwargs`` override them. The model plays every other seat.
+
+    Raises:
+        ValueError: ``max_new_tokens`` of 1 on a pretrained model (its tokenizer spells a move in several tokens,
+            so an evaluation would read the truncated replies, not the model).
+    """
+    from llm_zoo.catalogue import is_pretrained
+    from llm_zoo.policies.transformers import TransformersPolicy
+    from llm_zoo.trainers import presets
+
+    defaults = presets.preset(env, model=model)
+    config: dict[str, Any] = {"env": env, "env_kwargs": dict(env_kwargs if env_kwargs is not None
+                                                            else defaults.get("env_kwargs", {})),
+                              "policies": {k: v for k, v in defaults.get("policies", {}).items()
+                                           if str(v).startswith("scripted:")},
+                              "temperature": 1.0, "top_p": 1.0, "max_new_tokens": 64, "constrain_to_legal": False}
+    config.update({k: defaults[k] for k in SAMPLING if k in defaults})
+    config.update(_sampling(sampling))
+    if is_pretrained(model) and int(config["max_new_tokens"]) <= 1:
+        raise ValueError(f"--max-new-tokens {config['max_new_tokens']} is a setting for the tiny model (one token a "
+                         f"move); {model!r} spells a move in several tokens, so the evaluation would score truncated "
+                         "replies; raise --max-new-tokens (the env's pretrained preset: "
+                         f"{defaults.get('max_new_tokens', 64)})")
+    policy = TransformersPolicy.from_pretrained(
+        model, name="main", temperature=config["temperature"], top_p=config["top_p"],
+        max_new_tokens=config["max_new_tokens"], seed=seed, constrain=config["constrain_to_legal"])
+    result: dict[str, Any] = {"env": env, "model": str(model), "weights": "the model as loaded (untrained)",
+                              "sampling": {k: config[k] for k in SAMPLING}}
+    return _evaluate(env, config, {"main": policy}, result, episodes=episodes, method=method, seed=seed,
+                     headline_episodes=headline_episodes)
+
+
 def evaluate_checkpoint(env: str, checkpoint: str | Path, *, episodes: int = 500, method: str = "exact",
-                        seed: int = 0, headline_episodes: int | None = None) -> dict[str, Any]:
+                        seed: int = 0, headline_episodes: int | None = None,
+                        sampling: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Evaluate a checkpoint: the env's headline metric on held-out seeds, with its 95% interval, as a dict.
 
     The result names the metric (``metric``, ``value``, ``interval``, ``interval_method``), the
@@ -165,10 +224,21 @@ def evaluate_checkpoint(env: str, checkpoint: str | Path, *, episodes: int = 500
     own figures follow under their names. ``headline_episodes`` sets the env evaluation's episode
     count (its default when None). In a symmetric game (one role for every seat) each seat also plays
     ``episodes`` games against each scripted player (``versus``, seeds ``EVAL_SEED_BASE + seed`` on).
+    ``sampling`` overrides the run's sampling settings (:data:`SAMPLING`; None values keep the run's).
     """
-    config, by_name = load_run_policies(checkpoint, seed=seed)
+    config, by_name = load_run_policies(checkpoint, seed=seed, sampling=sampling)
     if config.get("env", env) != env:
         raise ValueError(f"the checkpoint was trained on {config['env']!r}, not {env!r}")
+    result: dict[str, Any] = {"env": env, "checkpoint": str(checkpoint), "weights": scored_weights(config)}
+    if _sampling(sampling):
+        result["sampling"] = {k: config[k] for k in SAMPLING if k in config}
+    return _evaluate(env, config, by_name, result, episodes=episodes, method=method, seed=seed,
+                     headline_episodes=headline_episodes)
+
+
+def _evaluate(env: str, config: Mapping[str, Any], by_name: Mapping[str, Any], result: dict[str, Any], *,
+              episodes: int, method: str, seed: int, headline_episodes: int | None) -> dict[str, Any]:
+    """Seat ``by_name``'s policies as ``config["policies"]`` says, score them, and add the figures to ``result``."""
     env_kwargs = config.get("env_kwargs", {})
     probe = llm_zoo.make_env(env, **env_kwargs).unwrapped
     mapping = config.get("policies", {})
@@ -181,7 +251,6 @@ def evaluate_checkpoint(env: str, checkpoint: str | Path, *, episodes: int = 500
             seat_policy[agent] = players[name.removeprefix("scripted:")](seed=seed)
         else:
             seat_policy[agent] = by_name.get(name) or next(iter(by_name.values()))
-    result: dict[str, Any] = {"env": env, "checkpoint": str(checkpoint), "weights": scored_weights(config)}
     evaluate = headline_evaluator(env)
     if evaluate is not None:
         options: dict[str, Any] = {"method": method, "env_kwargs": env_kwargs}

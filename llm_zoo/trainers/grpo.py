@@ -103,7 +103,9 @@ class TrainConfig:
     compares completions of one prompt; for Kuhn poker, per seat, card and what was seen before)."""
 
     model: str = "tiny"
-    """tiny (built from a config for the env, offline) or a local model directory."""
+    """tiny (built from a config for the env, offline), a local model directory, a hub name (owner/name) or a
+    catalogue name such as smollm2-135m (converted once and cached; `llm-zoo models` lists them). A pretrained
+    model starts from the env's preset for pretrained models (trainers/presets.py)."""
     model_hidden_size: int = 64
     """Width of the tiny model."""
     model_layers: int = 2
@@ -330,6 +332,7 @@ class TrainConfig:
         if self.env not in llm_zoo.registered():
             raise ValueError(f"config.env must be a registered env, one of {llm_zoo.registered()}; got {self.env!r}")
         sft_stage.check_stage_fields(self.sft)
+        presets.check_model_settings(self)  # nothing tuned for the tiny model on a pretrained one
 
 
 def make_config(env: str = "kuhn_poker_v0", overrides: Mapping[str, Any] | None = None) -> TrainConfig:
@@ -339,7 +342,7 @@ def make_config(env: str = "kuhn_poker_v0", overrides: Mapping[str, Any] | None 
     """
     from llm_zoo.configdoc import coerce
 
-    values = presets.preset(env)
+    values = presets.preset(env, model=str((overrides or {}).get("model", "tiny")))  # the preset for the model's kind
     values.update(overrides or {})
     values["env"] = env
     known = {f.name for f in dataclasses.fields(TrainConfig)}

@@ -5,17 +5,27 @@ env's versioned name. :func:`~llm_zoo.trainers.grpo.make_config` applies, in ord
 dataclass defaults, the env's preset here, a config file, then ``--set`` overrides. An env
 registered from outside the package (:func:`llm_zoo.register`) gets no preset unless it adds one
 with :func:`add`; it trains with the dataclass defaults and whatever the command line sets.
+
+Each preset is for one kind of model. :data:`PRESETS` are for the tiny model built from nothing
+(``model=tiny``, the default): a word or BPE tokenizer drawn from the env's text, one-token moves,
+a zero output layer, copy heads. :data:`PRETRAINED_PRESETS` are for a model with weights of its own
+(a catalogue name such as ``smollm2-135m``, a model directory or a hub name): its own tokenizer and
+chat template, replies of several tokens. ``make_config`` picks the table by ``model``, and
+:func:`check_model_settings` refuses, naming the field, a setting of :data:`TINY_ONLY` on a
+pretrained model, wherever it came from (a copied preset, a config file, ``--set``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from llm_zoo.catalogue import is_pretrained
 from llm_zoo.envs.agentic_judge.env import LEARNING_TASKS
 from llm_zoo.envs.user_sim.env import LEARNING_SCENARIOS, WARM_START_SCENARIOS
 
-__all__ = ["PRESETS", "add", "preset"]
+__all__ = ["PRESETS", "PRETRAINED_PRESETS", "TINY_ONLY", "add", "check_model_settings", "preset"]
 
 KUHN_POKER_V0: dict[str, Any] = {
     # The main job (`llm-zoo train kuhn_poker_v0`): self-play of the tiny model with RAE, one model
@@ -290,14 +300,165 @@ PRESETS: dict[str, dict[str, Any]] = {
     "proposer_solver_v0": PROPOSER_SOLVER_V0,
     "user_sim_v0": USER_SIM_V0,
 }
-"""Env name -> the config fields its training runs start from (over the dataclass defaults)."""
+"""Env name -> the config fields its training runs of the tiny model start from (over the dataclass defaults)."""
+
+# ---- presets for a pretrained model ---------------------------------------------------------
+# What changes for a model with weights of its own: the env's full prompt (the rules, the tools as
+# the env declares them), the model's own tokenizer (a move such as [check] is 3-4 tokens of
+# SmolLM2's, so replies get room for a few words), small learning rates (1e-5 for full fine-tuning:
+# the pretrained weights are the asset; the tiny model's 1e-3 to 0.1 would erase them), small batches
+# (a 135M model's forward and backward over a 1,200-token prompt take about 3 and 13 s on 2 cores), and
+# nothing of TINY_ONLY. Only the fields below differ from the tiny presets' choices; which values learn
+# in what time is benchmarks/learning.py's to measure: these are starting points, safe rather than tuned.
+
+_PRETRAINED_COMMON: dict[str, Any] = {
+    "lr": 1e-5,
+    "optimizer": "adamw",
+    "lr_schedule": "constant",
+    "warmup_steps": 0,
+    "temperature": 1.0,
+    "eval_every": 0,
+    "checkpoint_every": 0,
+    "sample_every": 0,
+    "threads": 0,  # torch's default: a 135M model's kernels gain from every core, unlike the tiny model's
+}
+
+KUHN_POKER_V0_PRETRAINED: dict[str, Any] = {
+    **_PRETRAINED_COMMON,
+    # the rules in the prompt (the env's default): the model reads the game, it does not learn it from play
+    "env_kwargs": {"max_retries": 0},
+    # a move and end of turn (SmolLM2: [check] is 3 tokens), with room for a word around it when unmasked
+    "max_new_tokens": 8,
+    # the legal replies only, each a path of several tokens (llm_zoo.policies.constraints): zero-shot a pretrained
+    # model writes no move in 90-96% of its replies (issue 39), and RL needs moves to compare
+    "constrain_to_legal": True,
+    # one model for both seats, so one copy of the weights in memory
+    "baseline_key": "agent",
+    "steps": 20,
+    "episodes_per_step": 32,
+    "rollout_batch_size": 32,
+    "micro_batch_size": 32,
+}
+"""``llm-zoo train kuhn_poker_v0 --set model=NAME``: self-play of one pretrained model, masked to legal moves."""
+
+LEDUC_POKER_V0_PRETRAINED: dict[str, Any] = {
+    **KUHN_POKER_V0_PRETRAINED,
+    "steps": 10,
+}
+"""``llm-zoo train leduc_poker_v0 --set model=NAME``: Kuhn's pretrained preset on Leduc hold'em."""
+
+AGENTIC_JUDGE_V0_PRETRAINED: dict[str, Any] = {
+    **_PRETRAINED_COMMON,
+    # the env's full prompt: the tools declared as JSON schemas, as a chat model expects them
+    "env_kwargs": {"tasks": list(LEARNING_TASKS), "solver_reward": "judge", "max_tool_calls": 4, "max_retries": 0},
+    "policies": {"judge": "scripted:rule_judge"},
+    # a solution written through write_file, then run_tests
+    "max_new_tokens": 384,
+    "steps": 8,
+    "episodes_per_step": 8,
+    "group_size": 4,
+    "rollout_batch_size": 8,
+    "micro_batch_size": 4,
+    "algorithm": "grpo",
+}
+"""``llm-zoo train agentic_judge_v0 --set model=NAME``: RL of a pretrained solver on the frozen rule judge's score."""
+
+PROPOSER_SOLVER_V0_PRETRAINED: dict[str, Any] = {
+    **_PRETRAINED_COMMON,
+    "learn": ["proposer"],
+    "policies": dict(PROPOSER_SOLVER_V0["policies"]),
+    "env_kwargs": {"modes": ["deduction", "abduction"], "topics": "training", "max_retries": 0,
+                   "invalid_penalty": 0.5},
+    # the longest scripted task of these modes is 185 tokens of the env's BPE tokenizer; a pretrained tokenizer
+    # writes Python in about as many
+    "max_new_tokens": 256,
+    "algorithm": "hgrpo",
+    "steps": 8,
+    "episodes_per_step": 8,
+    "group_size": 4,
+    "rollout_batch_size": 8,
+    "micro_batch_size": 4,
+}
+"""``llm-zoo train proposer_solver_v0 --set model=NAME``: RL of a pretrained proposer against the scripted solvers."""
+
+USER_SIM_V0_PRETRAINED: dict[str, Any] = {
+    **_PRETRAINED_COMMON,
+    "policies": {"user": "scripted:scripted"},
+    # the tools as JSON schemas (the env's default prompt), not the compact listing the tiny model was given
+    "env_kwargs": {"scenarios": list(LEARNING_SCENARIOS), "max_turns": 12, "max_tool_calls": 8},
+    # the scripted assistant's longest reply on these templates, in SmolLM2's tokens, with room
+    "max_new_tokens": 128,
+    "steps": 4,
+    "episodes_per_step": 8,
+    "group_size": 4,
+    "rollout_batch_size": 8,
+    "micro_batch_size": 4,
+}
+"""``llm-zoo train user_sim_v0 --set model=NAME``: RL of a pretrained assistant against the frozen scripted user."""
+
+PRETRAINED_PRESETS: dict[str, dict[str, Any]] = {
+    "kuhn_poker_v0": KUHN_POKER_V0_PRETRAINED,
+    "leduc_poker_v0": LEDUC_POKER_V0_PRETRAINED,
+    "agentic_judge_v0": AGENTIC_JUDGE_V0_PRETRAINED,
+    "proposer_solver_v0": PROPOSER_SOLVER_V0_PRETRAINED,
+    "user_sim_v0": USER_SIM_V0_PRETRAINED,
+}
+"""Env name -> the config fields its training runs of a pretrained model start from."""
 
 
-def preset(env: str) -> dict[str, Any]:
-    """Return a copy of the training defaults of ``env`` ({} for an env without a preset)."""
-    return {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in PRESETS.get(env, {}).items()}
+def _changed(value: Any, default: Any) -> bool:
+    return value != default
 
 
-def add(env: str, values: Mapping[str, Any]) -> None:
-    """Set the training defaults of ``env`` (e.g. for an env registered from outside the package)."""
-    PRESETS[env] = dict(values)
+TINY_ONLY: dict[str, tuple[Callable[[Any, Any], bool], str]] = {
+    # field: (refused when (value, dataclass default) says so, why it belongs to the tiny model)
+    "model_hidden_size": (_changed, "the width of the tiny model built from nothing; a pretrained model has its own"),
+    "model_layers": (_changed, "the depth of the tiny model built from nothing; a pretrained model has its own"),
+    "model_init_std": (_changed, "the tiny model's random initialisation; a pretrained model's weights are loaded"),
+    "model_zero_head": (lambda v, _: bool(v), "the uniform start (a zero output layer), which would erase what the "
+                        "pretrained model's output layer knows"),
+    "model_copy_heads": (lambda v, _: bool(v), "the copy heads written over the tiny model's first two layers"),
+    "max_new_tokens": (lambda v, _: int(v) <= 1, "one-token replies, for the tiny model's tokenizer that has each "
+                       "move as one token; a pretrained tokenizer spells a move in several, so no legal reply fits "
+                       "and an evaluation would read nothing of the model"),
+    "unmask_steps": (lambda v, _: int(v) > 0, "the fit without the decoding mask after the last step, measured on "
+                     "the tiny model's one-token moves only"),
+}
+"""Settings tuned for the tiny model built from nothing, which :func:`check_model_settings` refuses on a pretrained one."""
+
+
+def preset(env: str, model: str = "tiny") -> dict[str, Any]:
+    """Return a copy of the training defaults of ``env`` for ``model``'s kind ({} for an env without a preset).
+
+    ``tiny`` gets :data:`PRESETS`; any other model (a catalogue name, a directory, a hub name)
+    :data:`PRETRAINED_PRESETS`.
+    """
+    table = PRETRAINED_PRESETS if is_pretrained(model) else PRESETS
+    return {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in table.get(env, {}).items()}
+
+
+def check_model_settings(config: Any) -> None:
+    """Refuse a setting of :data:`TINY_ONLY` on a pretrained model, naming the field and its default.
+
+    ``config`` is a dataclass with the model fields (``TrainConfig``); nothing is checked for ``model=tiny``.
+
+    Raises:
+        ValueError: a field of :data:`TINY_ONLY` holds a tiny-model value while ``config.model`` is pretrained.
+    """
+    if not is_pretrained(config.model):
+        return
+    defaults = {f.name: f.default for f in dataclasses.fields(config)}
+    for name, (refused, why) in TINY_ONLY.items():
+        if name not in defaults or not refused(getattr(config, name), defaults[name]):
+            continue
+        fix = f"leave it at its default ({defaults[name]!r})" if not refused(defaults[name], defaults[name]) else \
+            "raise it"
+        raise ValueError(f"config.{name}={getattr(config, name)!r} is a setting for the tiny model: {why}. With a "
+                         f"pretrained model (config.model={config.model!r}) {fix}; `llm-zoo train {config.env} --set "
+                         f"model={config.model}` starts from the env's preset for pretrained models")
+
+
+def add(env: str, values: Mapping[str, Any], *, pretrained: bool = False) -> None:
+    """Set the training defaults of ``env`` (e.g. for an env registered from outside the package), for the tiny
+    model or, with ``pretrained``, for a pretrained one."""
+    (PRETRAINED_PRESETS if pretrained else PRESETS)[env] = dict(values)

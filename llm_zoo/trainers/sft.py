@@ -188,7 +188,7 @@ def make_sft_config(env: str = "kuhn_poker_v0", overrides: Mapping[str, Any] | N
     """Build an SFT config: dataclass defaults, the env's training preset's shared fields, :data:`SFT_PRESETS`, ``overrides``."""
     from llm_zoo.configdoc import check_overrides
 
-    train_preset = presets.preset(env)
+    train_preset = presets.preset(env, model=str((overrides or {}).get("model", "tiny")))  # for the model's kind
     values: dict[str, Any] = {k: train_preset[k] for k in SHARED_WITH_TRAIN if k in train_preset}
     values.update(_copy(SFT_PRESETS.get(env, {})))
     values.update(check_overrides(SFTConfig, dict(overrides or {}), source="the sft config"))
@@ -295,13 +295,13 @@ def env_tokenizer(spec: EnvSpec) -> Any:
 
 
 def _model_dir(config: Any) -> Path | None:
-    """Return ``config.model``'s directory, or None for the tiny model; ``FileNotFoundError`` for anything else."""
-    if config.model == "tiny":
+    """Return what ``config.model`` loads (a directory: a catalogue name's converted on first use; or a hub name),
+    or None for the tiny model; ``FileNotFoundError`` for anything else (:func:`llm_zoo.catalogue.model_source`)."""
+    from llm_zoo import catalogue
+
+    if not catalogue.is_pretrained(config.model):
         return None
-    path = Path(config.model)
-    if not path.is_dir():
-        raise FileNotFoundError(f"config.model must be 'tiny' or a local model directory; {path} is not one")
-    return path
+    return Path(catalogue.model_source(config.model, field="config.model"))
 
 
 def model_config(config: Any, spec: EnvSpec | None = None) -> Any:
@@ -656,7 +656,7 @@ def _clipped_transcripts(episodes: Sequence[Episode], agents: Sequence[str]) -> 
 
 def _write_config(run_dir: Path, config: SFTConfig) -> None:
     # the sampling fields llm-zoo eval reads off a run's config.json (its defaults unless the env's preset sets them)
-    sampling = {k: v for k, v in presets.preset(config.env).items()
+    sampling = {k: v for k, v in presets.preset(config.env, model=config.model).items()
                 if k in ("temperature", "top_p", "max_new_tokens", "constrain_to_legal")}
     data = {**dataclasses.asdict(config), **sampling, "stage": "sft"}
     (run_dir / "config.json").write_text(json.dumps(data, indent=2))

@@ -1,0 +1,59 @@
+"""Tests for llm_zoo.trainers.presets: one preset per kind of model, and no tiny-model setting on a pretrained one."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+pytest.importorskip("torch")
+
+from llm_zoo.trainers import presets  # noqa: E402
+from llm_zoo.trainers.grpo import TrainConfig, make_config  # noqa: E402
+
+PRETRAINED = "smollm2-135m"  # a name only: nothing here loads it
+
+
+def test_every_env_has_a_preset_for_each_kind_of_model():
+    assert set(presets.PRETRAINED_PRESETS) == set(presets.PRESETS)
+
+
+@pytest.mark.parametrize("env", sorted(presets.PRESETS))
+def test_a_pretrained_model_starts_from_its_own_preset_with_nothing_of_the_tiny_one(env):
+    config = make_config(env, {"model": PRETRAINED})
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    for name, (refused, _) in presets.TINY_ONLY.items():
+        assert not refused(getattr(config, name), defaults[name]), name
+    for name, value in presets.PRETRAINED_PRESETS[env].items():
+        assert getattr(config, name) == value, name
+    assert config.lr <= 1e-4  # small steps: the pretrained weights are the asset
+    assert config.max_new_tokens > 1
+
+
+@pytest.mark.parametrize("field, value", [
+    ("model_hidden_size", 128), ("model_layers", 4), ("model_init_std", 0.125), ("model_zero_head", True),
+    ("model_copy_heads", True), ("max_new_tokens", 1), ("unmask_steps", 200),
+])
+def test_a_tiny_model_setting_on_a_pretrained_model_is_refused_by_name(field, value):
+    with pytest.raises(ValueError, match=rf"config\.{field}={value!r} is a setting for the tiny model.*"
+                                         rf"config\.model='{PRETRAINED}'"):
+        make_config("kuhn_poker_v0", {"model": PRETRAINED, field: value})
+    with pytest.raises(ValueError, match=rf"config\.{field}="):  # built directly too, not only through make_config
+        TrainConfig(model="some/model", **{field: value})
+    assert getattr(make_config("kuhn_poker_v0", {field: value}), field) == value  # the tiny model takes it
+
+
+def test_kuhns_tiny_preset_copied_onto_a_pretrained_model_is_refused():
+    """The whole tiny preset as a config file would give it: refused, not evaluated to the uniform fallback."""
+    copied = {**presets.preset("kuhn_poker_v0"), "model": PRETRAINED}
+    with pytest.raises(ValueError, match="is a setting for the tiny model"):
+        make_config("kuhn_poker_v0", copied)
+
+
+def test_an_env_from_outside_adds_a_preset_per_kind(monkeypatch):
+    monkeypatch.setattr(presets, "PRESETS", dict(presets.PRESETS))
+    monkeypatch.setattr(presets, "PRETRAINED_PRESETS", dict(presets.PRETRAINED_PRESETS))
+    presets.add("outside_v0", {"steps": 3})
+    presets.add("outside_v0", {"steps": 7}, pretrained=True)
+    assert presets.preset("outside_v0") == {"steps": 3}
+    assert presets.preset("outside_v0", model="/some/dir") == {"steps": 7}
