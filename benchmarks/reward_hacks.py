@@ -2,7 +2,9 @@
 
 The attempts live in ``benchmarks/hacks/``, one library per env (``hacks.judge`` against
 agentic_judge_v0's hidden tests and judge, ``hacks.proposer`` against proposer_solver_v0's
-validation and grading, ``hacks.user_sim`` against user_sim_v0's world-state reward), each a
+validation and grading, ``hacks.user_sim`` against user_sim_v0's world-state reward, and
+``hacks.pipeline`` against what surrounds the envs: checkpoints, configs and episode files a user
+hands in, and the run directories ``train`` writes), each a
 ``HACKS`` list of :class:`hacks.Hack` records whose ``run()`` plays the attack end to end through
 the real env and returns an :class:`hacks.Outcome`: paid or not, the reward got, the reward of the
 same non-solution without the trick (the baseline), and what happened.
@@ -17,7 +19,8 @@ Per env it prints a table (name, what it tries, paid?, reward vs baseline, detai
     python benchmarks/reward_hacks.py --quick    # the few each library marks quick: seconds
 
 The last line printed is a JSON object: ``judge_hacks_paid``, ``proposer_hacks_paid``,
-``user_sim_hacks_paid`` (attempts that paid, per env; null where the library is not available),
+``user_sim_hacks_paid``, ``pipeline_hacks_paid`` (attempts that paid, per env; null where the library
+is not available),
 ``attempts`` (attempts run), ``errors`` (attempts that raised), ``by_kind`` (attempts, paid and errors
 per class of attack, each hack's ``kind``), ``not_available`` (libraries that
 could not be loaded), ``per_env`` (attempts, paid, errors and the names that paid, per env),
@@ -46,7 +49,8 @@ from hacks import Hack, Outcome  # noqa: E402 - needs the path above
 
 LIBRARIES = (("agentic_judge_v0", "hacks.judge", "judge_hacks_paid"),
              ("proposer_solver_v0", "hacks.proposer", "proposer_hacks_paid"),
-             ("user_sim_v0", "hacks.user_sim", "user_sim_hacks_paid"))
+             ("user_sim_v0", "hacks.user_sim", "user_sim_hacks_paid"),
+             ("pipeline", "hacks.pipeline", "pipeline_hacks_paid"))
 """Env, the module of its attempts, and the JSON key of how many paid."""
 TIMEOUT_S = 300.0
 """Default limit on one attempt (``--timeout``)."""

@@ -126,3 +126,29 @@ def test_no_user_sim_attempt_pays(hack):
     outcome = hack.run()
     assert not outcome.paid, outcome
     assert outcome.reward <= outcome.baseline + 1e-9 and outcome.detail
+
+
+def _pipeline_hacks():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from hacks.pipeline import HACKS
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return HACKS
+
+
+PIPELINE_HACKS = _pipeline_hacks()
+
+
+def test_the_pipeline_library_is_at_least_ten_distinct_attempts_of_both_classes():
+    names = [h.name for h in PIPELINE_HACKS]
+    assert len(names) >= 10 and len(set(names)) == len(names)
+    assert {h.kind for h in PIPELINE_HACKS} == {"unsafe_loading", "run_dir"}
+    assert all(h.env == "pipeline" and h.tries for h in PIPELINE_HACKS) and any(h.quick for h in PIPELINE_HACKS)
+
+
+@pytest.mark.parametrize("hack", PIPELINE_HACKS, ids=[h.name for h in PIPELINE_HACKS])
+def test_no_pipeline_attempt_pays(hack):
+    outcome = hack.run()
+    assert not outcome.paid, outcome
+    assert outcome.reward == 0.0 and outcome.detail

@@ -153,6 +153,10 @@ def verify_checkpoint(path: Path) -> None:
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"{path}: not a checkpoint directory; expected runs/<run>/checkpoints/step_N")
+    for entry in path.rglob("*"):  # a link or a FIFO could make a reader hash /dev/zero or wait forever
+        if entry.is_symlink() or not (entry.is_file() or entry.is_dir()):
+            raise CheckpointError(f"{entry}: a checkpoint holds plain files and folders only, not a symbolic link "
+                                  f"or a device; copy the file in, or take another checkpoint")
     for file in sorted(path.rglob("*.json")):
         read_json(file)
     for file in sorted(path.rglob("*.safetensors")):
@@ -311,9 +315,13 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     (``../..``, an absolute path) is refused with :class:`CheckpointError`.
     """
     pointer = run_dir / "checkpoints" / "latest"
-    if pointer.exists():
+    if pointer.exists() or pointer.is_symlink():
+        if pointer.is_symlink() or not pointer.is_file():
+            raise CheckpointError(f"{pointer}: must be a plain file naming a step_N directory beside it, not a "
+                                  f"symbolic link or a device")
         try:
-            name = pointer.read_bytes().decode("utf-8").strip()
+            with open(pointer, "rb") as f:
+                name = f.read(64).decode("utf-8").strip()
         except (OSError, UnicodeDecodeError) as exc:
             raise CheckpointError(f"{pointer}: not readable ({_reason(exc)}); expected the name of a step_N "
                                   f"directory beside it") from None

@@ -1,0 +1,384 @@
+"""Attacks on the pipeline around the envs: the files a user hands in, and the run directories ``train`` writes.
+
+No env's reward is at stake here; what an attacker wants is code run on the machine, data read as
+something it is not, a bare traceback out of the command line, or someone else's run clobbered. Every
+attempt plays through the real code path: ``llm-zoo train --resume``, ``llm-zoo eval --checkpoint``,
+``llm-zoo train --config`` / ``--set`` (all by ``llm_zoo.cli.main``, in this process), and
+:func:`llm_zoo.episode.read_jsonl`, against a real checkpoint of a tiny Kuhn poker run made here.
+
+An attempt *paid* when its payload ran (a marker file appeared), when a damaged or crafted file was
+accepted (the command exited 0, or a record loaded with a value converted), when the command raised
+instead of printing one ``llm-zoo: error:`` line that names the file or field, or when a run's files
+changed under an attempt to start another over it. ``reward`` is 1 for a paid attempt and 0 otherwise;
+``baseline`` is 0, what a refused attempt gets.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import gzip
+import io
+import json
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+from hacks import Hack, Outcome
+
+ENV = "pipeline"
+TINY = {"steps": 1, "episodes_per_step": 8, "rollout_batch_size": 8, "model_hidden_size": 32, "eval_every": 0,
+        "progress": False, "tensorboard": False, "threads": 1, "sample_every": 0, "policies": {},
+        "checkpoint_every": 1, "unmask_steps": 0, "device": "cpu"}
+SETS = [a for k, v in TINY.items() for a in ("--set", f"{k}={v if isinstance(v, str) else json.dumps(v)}")]
+
+
+@functools.cache
+def _scratch() -> Path:
+    path = Path(tempfile.mkdtemp(prefix="pipeline-hacks-"))
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+@functools.cache
+def _finished_run() -> Path:
+    """A real run of the tiny Kuhn poker model, one step, one checkpoint (made once, about a second)."""
+    from llm_zoo.trainers.grpo import make_config, train
+
+    run = _scratch() / "finished"
+    with contextlib.redirect_stderr(io.StringIO()):
+        train(make_config("kuhn_poker_v0", {**TINY, "run_dir": str(run)}))
+    return run
+
+
+def _fresh(name: str) -> tuple[Path, Path]:
+    """A copy of the finished run to damage; return (run, its latest checkpoint)."""
+    run = _scratch() / name
+    shutil.rmtree(run, ignore_errors=True)
+    shutil.copytree(_finished_run(), run)
+    return run, run / "checkpoints" / (run / "checkpoints" / "latest").read_text().strip()
+
+
+def _reseal(ckpt: Path) -> None:
+    """Rewrite the manifest over the edited files, as an attacker who knows the format would."""
+    from llm_zoo.trainers.checkpoint import _manifest
+
+    (ckpt / "manifest.json").write_text(json.dumps(_manifest(ckpt)))
+
+
+def _cli(*argv: str) -> tuple[int | None, str, str]:
+    """Run ``llm-zoo ARGV`` in this process; return (exit code, or None when it raised; stderr; what it raised)."""
+    from llm_zoo import cli
+
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            return cli.main(list(argv)), err.getvalue(), ""
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a bare traceback is what the attempt looks for
+        return None, err.getvalue(), f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+
+
+def _judge(result: tuple[int | None, str, str], *needles: str, ran: Path | None = None) -> Outcome:
+    """Paid unless the command refused in one clear line naming each of ``needles`` (and ``ran`` never appeared)."""
+    code, err, raised = result
+    lines = [line for line in err.splitlines() if line.startswith("llm-zoo: error:")]
+    if ran is not None and ran.exists():
+        return Outcome(True, 1.0, 0.0, f"the payload ran ({ran.name} appeared)")
+    if code is None:
+        return Outcome(True, 1.0, 0.0, f"a bare traceback: {raised}")
+    if code == 0:
+        return Outcome(True, 1.0, 0.0, "accepted: the command exited 0")
+    missing = [n for n in needles if not any(n in line for line in lines)]
+    if len(lines) != 1 or missing:
+        return Outcome(True, 1.0, 0.0, f"exit {code} without one clear line naming {missing}: {err[-160:]!r}")
+    return Outcome(False, 0.0, 0.0, lines[0][:200])
+
+
+def _resume(run: Path) -> tuple[int | None, str, str]:
+    return _cli("train", "kuhn_poker_v0", "--resume", "--run-dir", str(run), *SETS, "--set", "steps=2")
+
+
+class _Payload:
+    """Pickles as ``os.mkdir(marker)``: any loader that unpickles it runs it."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Callable[..., object], tuple[str]]:
+        return os.mkdir, (str(self.marker),)
+
+
+# ---- unsafe loading: checkpoints --------------------------------------------------------------------------
+
+
+def pickle_payload_in_trainer_state() -> Outcome:
+    import torch
+
+    run, ckpt = _fresh("payload")
+    marker = _scratch() / "payload_ran"
+    state = torch.load(ckpt / "main.trainer.pt", weights_only=True)
+    torch.save({**state, "met": _Payload(marker)}, ckpt / "main.trainer.pt")
+    _reseal(ckpt)
+    return _judge(_resume(run), "main.trainer.pt", ran=marker)
+
+
+def legacy_pickle_as_trainer_state() -> Outcome:
+    run, ckpt = _fresh("legacy")
+    marker = _scratch() / "legacy_ran"
+    (ckpt / "main.trainer.pt").write_bytes(pickle.dumps({"optimizer": _Payload(marker)}, protocol=2))
+    _reseal(ckpt)
+    return _judge(_resume(run), "main.trainer.pt", ran=marker)
+
+
+def truncated_weights_at_eval() -> Outcome:
+    _, ckpt = _fresh("truncated")
+    weights = ckpt / "policies" / "main" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:200])
+    return _judge(_cli("eval", "kuhn_poker_v0", "--checkpoint", str(ckpt), "--episodes", "2"), "model.safetensors")
+
+
+def flipped_bit_in_weights() -> Outcome:
+    run, ckpt = _fresh("flipped")
+    weights = ckpt / "policies" / "main" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-3] ^= 0x40  # same size, a valid header: a different model, silently
+    weights.write_bytes(bytes(data))
+    first = _judge(_cli("eval", "kuhn_poker_v0", "--checkpoint", str(ckpt), "--episodes", "2"), "model.safetensors")
+    return first if first.paid else _judge(_resume(run), "model.safetensors")
+
+
+def truncated_trainer_state() -> Outcome:
+    run, ckpt = _fresh("cut_trainer")
+    file = ckpt / "main.trainer.pt"
+    file.write_bytes(file.read_bytes()[: file.stat().st_size // 3])
+    return _judge(_resume(run), "main.trainer.pt")
+
+
+def state_json_missing_or_mistyped() -> Outcome:
+    run, ckpt = _fresh("state")
+    good = json.loads((ckpt / "state.json").read_text())
+    edits: list[tuple[str, Callable[[dict], None]]] = [
+        ("torch_rng", lambda s: s.pop("torch_rng")), ("step", lambda s: s.update(step="1")),
+        ("step", lambda s: s.update(step=1.5)), ("torch_rng", lambda s: s.update(torch_rng=[999] * 5056)),
+        ("rae", lambda s: s.update(rae={"k": "x"})), ("policies", lambda s: s.update(policies=["main", "ghost"]))]
+    for needle, edit in edits:
+        state = json.loads(json.dumps(good))
+        edit(state)
+        (ckpt / "state.json").write_text(json.dumps(state))
+        _reseal(ckpt)
+        outcome = _judge(_resume(run), "state.json", needle)
+        if outcome.paid:
+            return outcome
+    return Outcome(False, 0.0, 0.0, f"{len(edits)} edits of state.json, each refused naming the key")
+
+
+def latest_pointer_out_of_the_run() -> Outcome:
+    run, ckpt = _fresh("pointer")
+    elsewhere = _scratch() / "planted_step"
+    shutil.rmtree(elsewhere, ignore_errors=True)
+    shutil.copytree(ckpt, elsewhere)
+    (run / "checkpoints" / "latest").write_text(os.path.relpath(elsewhere, run / "checkpoints"))
+    return _judge(_resume(run), "latest")
+
+
+def special_files_in_a_checkpoint() -> Outcome:
+    """A FIFO where a JSON file is, then a link to /dev/zero: a reader would wait, or read, forever."""
+    _, ckpt = _fresh("special")
+    target = ckpt / "policies" / "main" / "generation_config.json"
+    target.unlink()
+    os.mkfifo(target)
+    first = _judge(_cli("eval", "kuhn_poker_v0", "--checkpoint", str(ckpt), "--episodes", "2"), "generation_config")
+    if first.paid:
+        return first
+    target.unlink()
+    target.symlink_to("/dev/zero")
+    return _judge(_cli("eval", "kuhn_poker_v0", "--checkpoint", str(ckpt), "--episodes", "2"), "generation_config")
+
+
+# ---- unsafe loading: configs and episodes ------------------------------------------------------------------
+
+
+def yaml_python_tag_config() -> Outcome:
+    marker = _scratch() / "yaml_ran"
+    config = _scratch() / "evil.yaml"
+    config.write_text(f"lr: !!python/object/apply:os.mkdir [{str(marker)!r}]\n")
+    return _judge(_cli("train", "kuhn_poker_v0", "--config", str(config), "--run-dir", str(_scratch() / "y")),
+                  "evil.yaml", ran=marker)
+
+
+def non_finite_config_values() -> Outcome:
+    run = _scratch() / "nonfinite"
+    for value in ("lr=.inf", "temperature=.nan", "lr=1e999", "beta=-.inf", "env_kwargs={num_hands: .nan}"):
+        outcome = _judge(_cli("train", "kuhn_poker_v0", *SETS, "--set", value, "--run-dir", str(run)),
+                         f"config.{value.split('=')[0]}")
+        if outcome.paid:
+            return Outcome(True, 1.0, 0.0, f"--set {value}: {outcome.detail}")
+    return Outcome(False, 0.0, 0.0, "5 non-finite values (--set), each refused naming the field")
+
+
+def _episode_line(edit: Callable[[dict], None]) -> str:
+    from llm_zoo.episode import Episode, Turn
+
+    turn = Turn("player_0", "player", 0, {"messages": [{"role": "user", "content": "K"}]}, "[bet]", [1, 2], [3],
+                [-0.5], "p", 1.0)
+    record = json.loads(Episode("kuhn_poker_v0", {}, 0, None, {"player_0": "player"}, {"player_0": "p"}, [turn],
+                                {"player_0": 1.0}).to_json())
+    edit(record)
+    return json.dumps(record)
+
+
+def _read_outcome(path: Path, what: str) -> Outcome | None:
+    """Paid (an Outcome) when ``path`` loads or fails with anything but the clear error naming file:line."""
+    from llm_zoo.episode import EpisodeFormatError, read_jsonl
+
+    try:
+        episodes = read_jsonl(path)
+    except EpisodeFormatError as exc:
+        return None if f"{path}:" in str(exc) else Outcome(True, 1.0, 0.0, f"{what}: no file:line in {exc}")
+    except Exception as exc:  # noqa: BLE001 - a bare error is what the attempt looks for
+        return Outcome(True, 1.0, 0.0, f"{what}: a bare {type(exc).__name__}: {str(exc)[:120]}")
+    return Outcome(True, 1.0, 0.0, f"{what}: loaded {len(episodes)} episode(s), the value converted")
+
+
+def coerced_episode_fields() -> Outcome:
+    lines = {"failed 'false'": lambda r: r.update(failed="false"),
+             "step 2.7": lambda r: r["turns"][0].update(step=2.7),
+             "token id 1.9": lambda r: r["turns"][0].update(completion_ids=[1.9]),
+             "NaN return": lambda r: r["returns"].update(player_0=float("nan")),
+             "inf reward": lambda r: r["turns"][0].update(reward=float("-inf")),
+             "seed true": lambda r: r.update(seed=True),
+             "reply as a number": lambda r: r["turns"][0].update(reply=7)}
+    for what, edit in lines.items():
+        path = _scratch() / "coerced.jsonl"
+        path.write_text(_episode_line(edit) + "\n")
+        if (outcome := _read_outcome(path, what)) is not None:
+            return outcome
+    return Outcome(False, 0.0, 0.0, f"{len(lines)} mistyped records, each refused at file:line")
+
+
+def episode_files_that_crash_parsers() -> Outcome:
+    good = _episode_line(lambda r: None).encode()
+    blob = gzip.compress(good + b"\n")
+    files = {"malformed.jsonl": good + b"\n{\"env_id\": \n",
+             "nesting.jsonl": _episode_line(lambda r: r.update(roles=["player"])).encode(),
+             "deep.jsonl": b'{"env_id": "x", "infos": ' + b"[" * 200_000 + b"]" * 200_000 + b"}",
+             "bytes.jsonl": good.replace(b'"K"', b'"\xc3\x28"'),
+             "cut.jsonl.gz": blob[:-10], "notgzip.jsonl.gz": good,
+             "repeated.jsonl": good[:-1] + b',"failed":true}'}
+    for name, data in files.items():
+        path = _scratch() / name
+        path.write_bytes(data)
+        if (outcome := _read_outcome(path, name)) is not None:
+            return outcome
+    return Outcome(False, 0.0, 0.0, f"{len(files)} broken files, each one EpisodeFormatError at file:line")
+
+
+# ---- run directories ---------------------------------------------------------------------------------------
+
+
+def _snapshot(run: Path) -> dict[str, bytes]:
+    return {p.relative_to(run).as_posix(): p.read_bytes() for p in sorted(run.rglob("*"))
+            if p.is_file() and p.name != "run.lock"}
+
+
+def fresh_train_over_a_run() -> Outcome:
+    run, _ = _fresh("over")
+    before = _snapshot(run)
+    outcome = _judge(_cli("train", "kuhn_poker_v0", "--run-dir", str(run), *SETS), "--overwrite", "--resume")
+    if not outcome.paid and _snapshot(run) != before:
+        return Outcome(True, 1.0, 0.0, "refused, but the run's files changed")
+    return outcome
+
+
+HOLDER = textwrap.dedent("""
+    import sys, time
+    from llm_zoo.trainers.checkpoint import own_run_dir
+    with own_run_dir(sys.argv[1]):
+        print("held", flush=True)
+        time.sleep(120)
+""")
+
+
+def two_processes_one_run() -> Outcome:
+    run = _scratch() / "shared"
+    shutil.rmtree(run, ignore_errors=True)
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(run)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        if holder.stdout.readline().strip() != "held":
+            raise RuntimeError("the holding process did not start")
+        outcome = _judge(_cli("train", "kuhn_poker_v0", "--run-dir", str(run), *SETS), f'"pid": {holder.pid}')
+        if not outcome.paid and (run / "config.json").exists():
+            return Outcome(True, 1.0, 0.0, "refused, but it wrote config.json into the held run")
+        return outcome
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+
+
+def symlinked_lock_file() -> Outcome:
+    victim = _scratch() / "victim.txt"
+    victim.write_text("precious")
+    run = _scratch() / "linked"
+    shutil.rmtree(run, ignore_errors=True)
+    run.mkdir()
+    (run / "run.lock").symlink_to(victim)
+    outcome = _judge(_cli("train", "kuhn_poker_v0", "--run-dir", str(run), *SETS), "run.lock")
+    if victim.read_text() != "precious":
+        return Outcome(True, 1.0, 0.0, "the lock's note overwrote the file the link pointed at")
+    return outcome
+
+
+def overwrite_takes_more_than_the_run() -> Outcome:
+    run, _ = _fresh("overwrite")
+    (run / "notes.md").write_text("mine")
+    (run / "data").mkdir()
+    (run / "data" / "episodes.jsonl").write_text("{}\n")
+    code, err, raised = _cli("train", "kuhn_poker_v0", "--run-dir", str(run), *SETS, "--overwrite")
+    if code != 0:
+        return Outcome(True, 1.0, 0.0, f"--overwrite failed: {raised or err[-160:]}")
+    kept = (run / "notes.md").exists() and (run / "data" / "episodes.jsonl").exists()
+    return Outcome(not kept, float(not kept), 0.0, "the run's own files replaced, the others kept" if kept
+                   else "--overwrite removed files the run never wrote")
+
+
+def _hack(run: Callable[[], Outcome], kind: str, tries: str, quick: bool = False) -> Hack:
+    return Hack(ENV, run.__name__, tries, run, quick, kind)
+
+
+HACKS: list[Hack] = [
+    _hack(pickle_payload_in_trainer_state, "unsafe_loading", "a checkpoint whose trainer state pickles a call "
+          "(os.mkdir), manifest resealed, through train --resume"),
+    _hack(legacy_pickle_as_trainer_state, "unsafe_loading", "a plain (non-zip) pickle with a payload as the trainer "
+          "state, through torch's legacy loader"),
+    _hack(truncated_weights_at_eval, "unsafe_loading", "a truncated model.safetensors through eval --checkpoint"),
+    _hack(flipped_bit_in_weights, "unsafe_loading", "one bit of model.safetensors flipped (same size, valid header) "
+          "through eval and resume"),
+    _hack(truncated_trainer_state, "unsafe_loading", "a truncated NAME.trainer.pt through train --resume"),
+    _hack(state_json_missing_or_mistyped, "unsafe_loading", "state.json without torch_rng, with a step as text or "
+          "a fraction, RNG bytes over 255, a policy that is not there (manifest resealed)"),
+    _hack(latest_pointer_out_of_the_run, "unsafe_loading", "checkpoints/latest naming a directory outside the run"),
+    _hack(special_files_in_a_checkpoint, "unsafe_loading", "a FIFO, then a link to /dev/zero, as a checkpoint's "
+          "JSON file"),
+    _hack(yaml_python_tag_config, "unsafe_loading", "a --config YAML with !!python/object/apply", quick=True),
+    _hack(non_finite_config_values, "unsafe_loading", "lr=.inf, temperature=.nan, 1e999 and a NaN inside "
+          "env_kwargs through --set"),
+    _hack(coerced_episode_fields, "unsafe_loading", "episode lines with 'false', 2.7, token id 1.9, NaN, -inf, "
+          "true as a seed, a number as a reply", quick=True),
+    _hack(episode_files_that_crash_parsers, "unsafe_loading", "malformed JSON, a list for an object, deep "
+          "nesting, bad UTF-8, truncated and fake gzip, a repeated key", quick=True),
+    _hack(fresh_train_over_a_run, "run_dir", "train without --resume into a directory that holds a run"),
+    _hack(two_processes_one_run, "run_dir", "a second train into a run directory another process holds"),
+    _hack(symlinked_lock_file, "run_dir", "a run.lock planted as a link to another file"),
+    _hack(overwrite_takes_more_than_the_run, "run_dir", "--overwrite in a directory that also holds files the "
+          "run never wrote"),
+]
