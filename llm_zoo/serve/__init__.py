@@ -24,9 +24,11 @@ Routes
   events), ``logprobs`` with ``top_logprobs`` (up to 20; the tempered distribution before top-p,
   as :class:`~llm_zoo.policies.transformers.TransformersPolicy` reports), ``tools`` and
   ``tool_choice`` (``auto`` or ``none``). The tools go to the chat template (or, when the template
-  takes none, into the system prompt as the envs show them), and each
-  ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` block of the reply comes back in
-  ``message.tool_calls`` with ``finish_reason`` ``"tool_calls"``. ``stop`` (up to 4
+  takes none, into the system prompt as the envs show them), and the reply's tool calls, read by
+  the envs' own grammar (:mod:`llm_zoo.toolcalls`: ``<tool_call>`` blocks, or a Llama 3 JSON
+  reply), come back in ``message.tool_calls``, in the order written, with ``finish_reason``
+  ``"tool_calls"``; a reply with a malformed call comes back whole as content, as written, so an
+  env behind a client reads exactly what the model wrote. ``stop`` (up to 4
   strings; the reply ends before the first, which is not returned). Penalties, ``logit_bias`` and
   ``response_format`` are refused unless left at their no-op values, and a field OpenAI's API does
   not have is refused by name, as OpenAI does.
