@@ -95,10 +95,25 @@ def _parse_sets(pairs: Sequence[str], cls: type | None = None) -> dict[str, obje
             out[key] = value
             continue
         try:
-            out[key] = yaml.safe_load(value) if value.strip() else ""
-        except yaml.YAMLError as exc:
+            out[key] = _plain_yaml(value) if value.strip() else ""
+        except (yaml.YAMLError, RecursionError) as exc:
             raise ValueError(f"--set {key}=... must be a YAML value; got {value!r:.120} ({' '.join(str(exc).split())})") from None
     return out
+
+
+def _plain_yaml(text: str) -> Any:
+    """Read YAML as plain data: ``safe_load`` (no tags that construct objects) and no aliases (``*name``), whose
+    references can make a few lines stand for an exponentially large value."""
+    import yaml
+
+    class PlainLoader(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                raise yaml.composer.ComposerError(None, None, "aliases (*name) are not read in a config; write the "
+                                                  "value out", self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+
+    return yaml.load(text, Loader=PlainLoader)  # noqa: S506 - a SafeLoader subclass
 
 
 def _overrides(args: argparse.Namespace, cls: type, what: str) -> dict[str, object]:
@@ -114,7 +129,7 @@ def _overrides(args: argparse.Namespace, cls: type, what: str) -> dict[str, obje
     if args.config:
         try:  # safe_load: a tag such as !!python/object/apply is an error, never a constructor call
             with open(args.config, "rb") as f:
-                loaded = yaml.safe_load(f.read().decode("utf-8")) or {}
+                loaded = _plain_yaml(f.read().decode("utf-8")) or {}
         except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
             raise ValueError(f"--config {args.config}: not a YAML file of plain KEY: VALUE lines "
                              f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); tags such as "

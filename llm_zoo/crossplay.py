@@ -254,8 +254,10 @@ _PREFIXED: dict[str, Callable[[str, int], Player]] = {
 
 
 def _checkpoint_player(path: Path, env: str, seed: int) -> Player:
+    from llm_zoo.trainers.checkpoint import verify_checkpoint
     from llm_zoo.trainers.evaluation import load_run_policies
 
+    verify_checkpoint(path)  # a damaged file is refused by name (CheckpointError) before anything loads it
     config, by_name = load_run_policies(path, seed=seed)
     if config.get("env", env) != env:
         raise ValueError(f"{str(path)!r} was trained on {config['env']!r}, not {env!r}")

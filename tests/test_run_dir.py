@@ -127,3 +127,11 @@ def test_a_planted_symlink_lock_is_refused_and_its_target_untouched(tmp_path):
     with pytest.raises(CheckpointError, match="symbolic link"), own_run_dir(run):
         pass
     assert victim.read_text() == "precious"
+
+
+def test_a_directory_left_by_a_refused_start_is_not_a_run(finished_run, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(finished_run / "config.json", run)  # what a run refused before its first step leaves
+    with own_run_dir(run):
+        pass

@@ -250,3 +250,29 @@ def test_well_formed_files_still_round_trip(tmp_path):
         assert read_jsonl(tmp_path / name) == episodes
     (tmp_path / "empty.jsonl").write_text("")
     assert read_jsonl(tmp_path / "empty.jsonl") == []
+
+
+def test_yaml_aliases_and_deep_nesting_are_refused_in_one_line(tmp_path, capsys):
+    lines = ["env_kwargs:", "  a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    lines += [f"  {b}: &{b} [{', '.join(['*' + a] * 10)}]" for a, b in zip("abcdefg", "bcdefgh")]  # 10**8 numbers
+    (tmp_path / "bomb.yaml").write_text("\n".join(lines) + "\n")
+    code, err = _cli(capsys, "train", "kuhn_poker_v0", "--config", str(tmp_path / "bomb.yaml"))
+    _one_line_refusal(code, err, "bomb.yaml", "aliases")
+    code, err = _cli(capsys, "train", "kuhn_poker_v0", "--set", "env_kwargs={a: &x [1], b: *x}")
+    _one_line_refusal(code, err, "--set env_kwargs", "aliases")
+    code, err = _cli(capsys, "train", "kuhn_poker_v0", "--set", "env_kwargs=" + "[" * 5000 + "]" * 5000)
+    _one_line_refusal(code, err, "--set env_kwargs", "recursion")
+
+
+def test_a_damaged_run_config_beside_the_checkpoint_is_refused_by_eval(run, capsys):
+    (run / "config.json").write_text('{"temperature": NaN}')
+    code, err = _cli(capsys, "eval", "kuhn_poker_v0", "--checkpoint", str(_latest(run)), "--episodes", "2")
+    _one_line_refusal(code, err, "config.json", "NaN")
+
+
+def test_a_damaged_checkpoint_given_as_init_is_refused_naming_the_file(run, tmp_path, capsys):
+    ckpt = _latest(run)
+    (ckpt / "main.trainer.pt").unlink()  # not read by init, but listed in the manifest
+    code, err = _cli(capsys, "train", "kuhn_poker_v0", *SETS, "--set", f"init={ckpt}", "--run-dir",
+                     str(tmp_path / "next"))
+    _one_line_refusal(code, err, "main.trainer.pt", "missing")

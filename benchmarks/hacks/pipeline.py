@@ -203,6 +203,19 @@ def special_files_in_a_checkpoint() -> Outcome:
     return _judge(_cli("eval", "kuhn_poker_v0", "--checkpoint", str(ckpt), "--episodes", "2"), "generation_config")
 
 
+def damaged_checkpoint_as_init_or_crossplay_player() -> Outcome:
+    """The same damage through the two other readers of a checkpoint: train's init and crossplay's players."""
+    _, ckpt = _fresh("init")
+    weights = ckpt / "policies" / "main" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-40])
+    first = _judge(_cli("train", "kuhn_poker_v0", *SETS, "--set", f"init={ckpt}", "--run-dir",
+                        str(_scratch() / "from_init")), "model.safetensors")
+    if first.paid:
+        return first
+    return _judge(_cli("crossplay", "kuhn_poker_v0", "--players", str(ckpt), "nash", "--episodes", "2", "--out",
+                       str(_scratch() / "crossplay")), "model.safetensors")
+
+
 # ---- unsafe loading: configs and episodes ------------------------------------------------------------------
 
 
@@ -212,6 +225,20 @@ def yaml_python_tag_config() -> Outcome:
     config.write_text(f"lr: !!python/object/apply:os.mkdir [{str(marker)!r}]\n")
     return _judge(_cli("train", "kuhn_poker_v0", "--config", str(config), "--run-dir", str(_scratch() / "y")),
                   "evil.yaml", ran=marker)
+
+
+def yaml_alias_bomb_and_deep_nesting() -> Outcome:
+    """Eight lines of aliases that stand for 10**8 numbers, then nesting past Python's recursion limit."""
+    lines = ["env_kwargs:", "  a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    lines += [f"  {b}: &{b} [{', '.join(['*' + a] * 10)}]" for a, b in zip("abcdefg", "bcdefgh")]
+    config = _scratch() / "bomb.yaml"
+    config.write_text("\n".join(lines) + "\n")
+    run = str(_scratch() / "bomb")
+    first = _judge(_cli("train", "kuhn_poker_v0", "--config", str(config), "--run-dir", run), "bomb.yaml")
+    if first.paid:
+        return first
+    return _judge(_cli("train", "kuhn_poker_v0", "--set", "env_kwargs=" + "[" * 5000 + "]" * 5000, "--run-dir", run),
+                  "--set env_kwargs")
 
 
 def non_finite_config_values() -> Outcome:
@@ -369,7 +396,11 @@ HACKS: list[Hack] = [
     _hack(latest_pointer_out_of_the_run, "unsafe_loading", "checkpoints/latest naming a directory outside the run"),
     _hack(special_files_in_a_checkpoint, "unsafe_loading", "a FIFO, then a link to /dev/zero, as a checkpoint's "
           "JSON file"),
+    _hack(damaged_checkpoint_as_init_or_crossplay_player, "unsafe_loading", "a truncated model.safetensors as "
+          "train's init and as a crossplay player"),
     _hack(yaml_python_tag_config, "unsafe_loading", "a --config YAML with !!python/object/apply", quick=True),
+    _hack(yaml_alias_bomb_and_deep_nesting, "unsafe_loading", "a YAML alias bomb (8 lines standing for 10**8 "
+          "numbers) and --set nesting past the recursion limit"),
     _hack(non_finite_config_values, "unsafe_loading", "lr=.inf, temperature=.nan, 1e999 and a NaN inside "
           "env_kwargs through --set"),
     _hack(coerced_episode_fields, "unsafe_loading", "episode lines with 'false', 2.7, token id 1.9, NaN, -inf, "

@@ -145,8 +145,9 @@ def _reason(exc: BaseException) -> str:
 
 
 def verify_checkpoint(path: Path) -> None:
-    """Check a checkpoint directory before anything loads it: every JSON file, every safetensors header,
-    then the manifest's sizes and hashes; raise :class:`CheckpointError` naming the first file that is wrong.
+    """Check a checkpoint directory before anything loads it: every JSON file (and its run's ``config.json``),
+    every safetensors header, then the manifest's sizes and hashes; raise :class:`CheckpointError` naming the
+    first file that is wrong.
 
     A checkpoint written before manifests existed is checked without one.
     """
@@ -157,7 +158,9 @@ def verify_checkpoint(path: Path) -> None:
         if entry.is_symlink() or not (entry.is_file() or entry.is_dir()):
             raise CheckpointError(f"{entry}: a checkpoint holds plain files and folders only, not a symbolic link "
                                   f"or a device; copy the file in, or take another checkpoint")
-    for file in sorted(path.rglob("*.json")):
+    run_config = path.parent.parent / "config.json"  # the run's, which eval and crossplay read beside
+    for file in [*sorted(path.rglob("*.json")), *([run_config] if path.parent.name == "checkpoints"
+                                                   and run_config.exists() else [])]:
         read_json(file)
     for file in sorted(path.rglob("*.safetensors")):
         _read_weights(file, header_only=True)
@@ -382,8 +385,8 @@ def own_run_dir(run_dir: Path, *, resume: bool = False, overwrite: bool = False)
     """Hold ``run_dir`` for one run: an exclusive lock on ``run_dir/run.lock`` for the block's length.
 
     A fresh run (neither ``resume`` nor ``overwrite``) is refused where a run already wrote (any
-    of :data:`RUN_ENTRIES`); with ``overwrite`` those entries are removed first (nothing else in
-    the directory is touched). The lock is ``fcntl.flock`` on an open file: the kernel releases it
+    of :data:`RUN_ENTRIES` but its config, which a run refused before its first step leaves); with
+    ``overwrite`` those entries are removed first (nothing else in the directory is touched). The lock is ``fcntl.flock`` on an open file: the kernel releases it
     when the file closes or the process ends, however it ends, so a crash never leaves it held.
 
     Raises:
@@ -409,7 +412,8 @@ def own_run_dir(run_dir: Path, *, resume: bool = False, overwrite: bool = False)
             raise CheckpointError(f"{run_dir}: another run is writing there (its lock {lock} is held by {holder}); "
                                   f"wait for it to end, or give this run another --run-dir") from None
         here = sorted(e for e in RUN_ENTRIES if (run_dir / e).exists() or (run_dir / e).is_symlink())
-        if here and not (resume or overwrite):
+        # a run refused before its first step (a bad init, say) left only its config: nothing to lose there
+        if set(here) - {"config.json", "config.yaml"} and not (resume or overwrite):
             raise CheckpointError(f"{run_dir}: already holds a run ({', '.join(here)}); continue it with --resume, "
                                   f"start afresh over it with --overwrite (its files are removed), or give another "
                                   f"--run-dir")

@@ -43,7 +43,7 @@ from llm_zoo.episode import Episode, export_chat_jsonl
 from llm_zoo.spec import EnvSpec
 from llm_zoo.trainers import presets
 from llm_zoo.trainers.advantages import RAEState
-from llm_zoo.trainers.checkpoint import latest_checkpoint, save_checkpoint
+from llm_zoo.trainers.checkpoint import latest_checkpoint, save_checkpoint, verify_checkpoint
 from llm_zoo.trainers.rollout import collect
 from llm_zoo.trainers.schedules import check_schedule, lr_factor
 
@@ -685,6 +685,7 @@ def init_checkpoint(path: str | Path, names: Sequence[str]) -> dict[str, Path]:
         raise FileNotFoundError(f"config.init: {path} is neither a checkpoint directory (with policies/ inside) nor "
                                 f"a run directory holding checkpoints/latest; give a run of `llm-zoo sft` or "
                                 f"`llm-zoo train`, or one of its checkpoints/step_N")
+    verify_checkpoint(ckpt)  # a damaged file is refused by name (CheckpointError) before anything loads it
     have = sorted(p.name for p in (ckpt / "policies").iterdir() if p.is_dir())
     missing = [n for n in names if n not in have]
     if missing:
