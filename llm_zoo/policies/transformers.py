@@ -33,13 +33,18 @@ as failed and plays the rest on.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import os
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, NoReturn
 
+import jinja2
+import jinja2.ext
+import jinja2.nodes
 import numpy as np
 import torch
+from jinja2 import meta
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from llm_zoo.policies.base import Observation, Policy, PromptTooLong, Reply
@@ -65,7 +70,12 @@ class TransformersPolicy(Policy):
 
     Each observation's ``messages`` go through the tokenizer's chat template with the generation
     prompt; control tokens written inside a message (say a player typing ``<|im_end|>``) are
-    encoded as plain text, so only the template opens and closes turns. Prompts are left-padded
+    encoded as plain text, so only the template opens and closes turns. Where the template takes a
+    ``tools`` argument (Qwen's, Llama 3.1's, Hermes'), an env's tools declared at the end of the
+    system message in the env's standard form (:func:`llm_zoo.envs.core.tools_prompt`) are given to
+    it as JSON schemas instead, so the model reads them in its own convention
+    (:func:`split_declared_tools`); a template without one (SmolLM2's, the tiny models') keeps the
+    env's text. Prompts are left-padded
     into one batch and sampled together; each sequence stops at its first end-of-turn token (the
     tokenizer's ``eos_token`` and any ``eos_token_id`` of the model's generation config), or after
     ``max_new_tokens``. Every :class:`Reply` carries ``prompt_ids`` (unpadded), ``completion_ids``
@@ -152,6 +162,8 @@ class TransformersPolicy(Policy):
         self._prompt_memo: dict[Hashable, tuple[int, ...]] | None = (
             None if "strftime_now" in str(tokenizer.chat_template) else {}
         )
+        self.template_takes_tools = template_takes_tools(tokenizer.chat_template)
+        """Whether the chat template reads a ``tools`` argument: the env's declared tools then go there."""
 
     @classmethod
     def from_pretrained(
@@ -237,16 +249,8 @@ class TransformersPolicy(Policy):
             ids.append(row)
         missing = [i for i, row in enumerate(ids) if row is None]
         if missing:
-            # sanitize_control_tokens (transformers >= 5) encodes control tokens typed inside messages
-            # as text; older versions hand the flag to the template, which ignores it. The template
-            # gets copies: a memoised prompt never copies its messages at all.
-            encoded = self.tokenizer.apply_chat_template(
-                [[dict(m) for m in conversations[i]] for i in missing],
-                add_generation_prompt=True,
-                tokenize=True,
-                return_dict=False,
-                sanitize_control_tokens=True,
-            )
+            # the template gets copies: a memoised prompt never copies its messages at all
+            encoded = self._apply_template([[dict(m) for m in conversations[i]] for i in missing])
             if memo is not None and len(memo) + len(missing) > _PROMPT_MEMO_SIZE:
                 memo.clear()
             for i, row in zip(missing, encoded, strict=True):
@@ -254,6 +258,31 @@ class TransformersPolicy(Policy):
                 if memo is not None and keys[i] is not None:
                     memo[keys[i]] = row_ids
         return [list(row) for row in ids]
+
+    def _apply_template(self, conversations: list[list[dict[str, Any]]]) -> list[list[int]]:
+        """Return the chat template's token ids of each conversation (copies the caller gave), with tools moved
+        from the system message to the template's ``tools`` argument where it takes one."""
+        rows: list[list[int] | None] = [None] * len(conversations)
+        plain = list(range(len(conversations)))
+        if self.template_takes_tools:
+            plain = []
+            for i, messages in enumerate(conversations):
+                split = split_declared_tools(messages[0]["content"]) if messages[0].get("role") == "system" else None
+                if split is None:
+                    plain.append(i)
+                    continue
+                messages[0]["content"], tools = split
+                rows[i] = self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True,
+                                                             tokenize=True, return_dict=False,
+                                                             sanitize_control_tokens=True)
+        if plain:
+            # sanitize_control_tokens (transformers >= 5) encodes control tokens typed inside messages
+            # as text; older versions hand the flag to the template, which ignores it
+            encoded = self.tokenizer.apply_chat_template([conversations[i] for i in plain], add_generation_prompt=True,
+                                                         tokenize=True, return_dict=False, sanitize_control_tokens=True)
+            for i, row in zip(plain, encoded, strict=True):
+                rows[i] = row
+        return rows  # type: ignore[return-value]
 
     def logprobs_of(
         self, prompts_ids: Sequence[Sequence[int]], completions_ids: Sequence[Sequence[int]]
@@ -519,6 +548,57 @@ if DynamicLayer is not None:
             self._length = end
             self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
             return self.keys, self.values
+
+
+def template_takes_tools(template: str | None) -> bool:
+    """Return whether a Jinja chat template reads a ``tools`` variable (found by jinja2's own parse of it)."""
+    if not template:
+        return False
+    environment = jinja2.Environment(extensions=["jinja2.ext.loopcontrols", _GenerationBlocks])
+    return "tools" in meta.find_undeclared_variables(environment.parse(template))
+
+
+class _GenerationBlocks(jinja2.ext.Extension):
+    """Parse transformers' ``{% generation %}`` blocks (the assistant-token marks), so any template parses."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: Any) -> jinja2.nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.Scope(body, lineno=lineno)
+
+
+def split_declared_tools(system: str) -> tuple[str, list[dict[str, Any]]] | None:
+    """Return (the system message without its tools, the tools' JSON schemas), or None when it declares none.
+
+    Only the env's standard declaration counts, as :func:`llm_zoo.envs.core.tools_prompt` writes it at the end of
+    the system message: the schemas are read from its ``<tools>`` block and the block is accepted only if
+    ``tools_prompt`` of those schemas is, byte for byte, how the message ends. Anything else (a compact listing
+    of an env's own, a clipped or sanitised message, text that merely looks like a declaration) stays text.
+    """
+    from llm_zoo.envs.core import Tool, tools_prompt
+
+    start = system.rfind("\n<tools>\n")
+    end = system.rfind("\n</tools>\n")
+    if start < 0 or end < start:
+        return None
+    tools = []
+    for line in system[start + len("\n<tools>\n"):end].split("\n"):
+        try:
+            schema = json.loads(line)
+            function = schema["function"]
+            tools.append(Tool(function["name"], function["description"], function["parameters"], fn=_never_called))
+        except (json.JSONDecodeError, KeyError, TypeError):
+            return None
+    block = tools_prompt(tools)
+    if not system.endswith(block):
+        return None
+    return system[: len(system) - len(block)], [t.schema() for t in tools]
+
+
+def _never_called(**_: Any) -> None:
+    raise AssertionError("a tool read back from a system prompt only declares it")
 
 
 def _default_device() -> str:

@@ -599,8 +599,9 @@ def test_from_pretrained_matches_the_in_memory_model(tmp_path, tok, monkeypatch)
         ]
 
 
-def test_from_pretrained_wants_a_local_folder(tmp_path):
-    with pytest.raises(FileNotFoundError, match="expects a local folder"):
+def test_from_pretrained_says_what_a_model_may_be(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"'.*missing' is not a local model directory, a hub name \(owner/name\) "
+                                                r"or a catalogue name.*smollm2-135m"):
         TransformersPolicy.from_pretrained(tmp_path / "missing")
 
 
@@ -655,3 +656,79 @@ def test_inverting_the_cdf_draws_each_token_at_its_share_of_the_mass(arithmetic)
         invert(torch.tensor([[0.1, 0.9], [float("nan"), 0.5]]), edges)
     with pytest.raises(ValueError, match=r"row\(s\) \[0\] has no finite positive mass"):
         invert(torch.tensor([[0.0, 0.0], [0.5, 0.5]]), edges)
+
+
+# ---- an env's tools through the chat template's tools argument ------------------------------
+
+# A ChatML template that reads `tools` (as Qwen's and Hermes' do), written here: it lists the tools' names after the
+# system message, and marks assistant replies with {% generation %} as the tiny models' template does
+TOOLS_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
+    "{%- if message['role'] == 'assistant' -%}{% generation %}{{- message['content'] -}}{% endgeneration %}"
+    "{%- else -%}{{- message['content'] -}}{%- endif -%}"
+    "{%- if loop.first and tools -%}{{- '\\nTOOLS:' -}}"
+    "{%- for tool in tools -%}{{- ' ' + tool['function']['name'] -}}{%- endfor -%}{%- endif -%}"
+    "{{- '<|im_end|>\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
+)
+
+
+@pytest.fixture(scope="module")
+def judge_observation():
+    """A real env's first observation whose system message declares tools (agentic_judge_v0's solver)."""
+    import llm_zoo
+
+    env = llm_zoo.make_env("agentic_judge_v0")
+    env.reset(seed=0)
+    obs = env.observe(env.agent_selection)
+    env.close()
+    return obs
+
+
+def test_the_envs_tools_go_to_a_template_that_takes_them(judge_observation):
+    from llm_zoo.policies.transformers import split_declared_tools, template_takes_tools
+
+    tok = build_byte_tokenizer()
+    tok.chat_template = TOOLS_TEMPLATE
+    assert template_takes_tools(TOOLS_TEMPLATE)
+    policy = TransformersPolicy(build_tiny_model(tok, hidden_size=16, num_layers=1, num_heads=2), tok, seed=0)
+    assert policy.template_takes_tools
+    system = judge_observation["messages"][0]["content"]
+    head, tools = split_declared_tools(system)
+    names = [t["function"]["name"] for t in tools]
+    assert names[:2] == ["write_file", "read_file"] and "<tools>" not in head and system.startswith(head)
+    prompt = tok.decode(policy.encode_prompts([judge_observation])[0])
+    assert f"TOOLS: {' '.join(names)}<|im_end|>" in prompt  # the template's own listing ...
+    assert "<tools>" not in prompt and "You may call functions" not in prompt  # ... in place of the env's text
+    messages = [dict(m) for m in judge_observation["messages"]]
+    messages[0]["content"] = head
+    assert policy.encode_prompts([judge_observation])[0] == list(
+        tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False))
+    assert judge_observation["messages"][0]["content"] == system  # the observation is left as it was
+
+
+def test_a_template_without_tools_keeps_the_envs_text(judge_observation):
+    from llm_zoo.policies.transformers import template_takes_tools
+
+    tok = build_byte_tokenizer()  # the tiny models' template (SmolLM2's takes no tools either)
+    assert not template_takes_tools(tok.chat_template)
+    policy = TransformersPolicy(build_tiny_model(tok, hidden_size=16, num_layers=1, num_heads=2), tok, seed=0)
+    prompt = tok.decode(policy.encode_prompts([judge_observation])[0])
+    assert "<tools>\n" in prompt and "You may call functions" in prompt
+
+
+@pytest.mark.parametrize("tamper", [
+    lambda s: s + " and one more thing",  # text after the declaration: not the env's standard ending
+    lambda s: s.replace('"name": "write_file"', '"name": "write_file", "extra": 1', 1),  # a schema not as written
+    lambda s: s.replace("<tools>\n", "<tools>\nnot json\n", 1),
+    lambda s: s.replace("\n</tools>\n", "\n", 1),
+    lambda s: s[: s.index("<tools>")],
+])
+def test_only_the_envs_own_declaration_is_read_as_tools(judge_observation, tamper):
+    from llm_zoo.policies.transformers import split_declared_tools
+
+    system = judge_observation["messages"][0]["content"]
+    assert split_declared_tools(system) is not None
+    assert split_declared_tools(tamper(system)) is None
