@@ -7,7 +7,10 @@ caller's own uid) without importing the runner.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import fcntl
+import hashlib
 import logging
 import os
 import secrets
@@ -15,6 +18,7 @@ import shutil
 import site
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -115,6 +119,81 @@ class Runtime:
     """Directories bwrap creates on the way to a bind that must be searchable (it copies 0700 from /root)."""
     hidden: tuple[str, ...]
     """site-packages directories masked by an empty read-only tmpfs."""
+    private: str | None = None
+    """Host path of a private copy of the interpreter (`private_interpreter`), bound at `INTERPRETER_DIR`, or
+    None: the interpreter's own directories are among `ro_binds`, at their host paths."""
+
+    @property
+    def sandbox_python(self) -> str:
+        """The interpreter's path inside the sandbox."""
+        return f"{INTERPRETER_DIR}/bin/{os.path.basename(self.python)}" if self.private else self.python
+
+    @property
+    def stdlib(self) -> list[str]:
+        """The standard library's directories inside the sandbox (they go first on PYTHONPATH)."""
+        if self.private:
+            lib = f"{INTERPRETER_DIR}/lib/{_VERSION}"
+            return [lib, f"{lib}/lib-dynload"]
+        stdlib = sysconfig.get_paths()["stdlib"]  # the base interpreter's, also inside a virtualenv
+        found = [stdlib, os.path.join(stdlib, "lib-dynload")]
+        return [p for p in dict.fromkeys(os.path.realpath(p) for p in found) if os.path.isdir(p)]
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """What the interpreter needs in its environment inside (where its libpython is, for a private copy)."""
+        return {"LD_LIBRARY_PATH": f"{INTERPRETER_DIR}/lib"} if self.private else {}
+
+
+INTERPRETER_DIR = "/python"
+"""Where a private copy of the interpreter is bound inside the sandbox (see `private_interpreter`)."""
+_VERSION = f"python{sys.version_info.major}.{sys.version_info.minor}"
+_SKIPPED = shutil.ignore_patterns("site-packages", "test", "tests", "idlelib", "turtledemo", "config-*", "*.opt-*.pyc")
+
+
+def private_interpreter(python: str) -> str | None:
+    """Return the host path of a tmpfs holding a copy of the interpreter, made once per machine; None where not.
+
+    Bound at its own host path, the interpreter's directory names the host (a home directory, a user) in
+    the sandbox's mount table, ``sys.prefix``, PYTHONPATH and every traceback. A tmpfs of its own, bound
+    at `INTERPRETER_DIR`, shows as ``/`` of a tmpfs there: the binary, its libpython and the standard
+    library (no site-packages, no test suite), about 70 MB of memory, kept for later processes under a key
+    of the interpreter's path, size and mtime. Needs root (a tmpfs mount); None elsewhere, and where the
+    interpreter's layout is not ``<prefix>/bin`` and ``<prefix>/lib/pythonX.Y``.
+    """
+    if os.geteuid() != 0:
+        return None
+    prefix = os.path.realpath(sys.base_prefix)
+    stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"])
+    if os.path.dirname(os.path.dirname(python)) != prefix or stdlib != os.path.join(prefix, "lib", _VERSION):
+        return None
+    info = os.stat(python)
+    key = hashlib.sha256(f"{python}|{info.st_size}|{info.st_mtime_ns}|{sys.version}".encode()).hexdigest()[:16]
+    root = os.path.join("/run" if os.path.isdir("/run") else tempfile.gettempdir(), f"llm_zoo_python_{key}")
+    try:
+        with open(root + ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one process of the machine makes it; the others wait and reuse it
+            if os.path.ismount(root) and os.path.isfile(os.path.join(root, ".complete")):
+                return root
+            os.makedirs(root, mode=0o755, exist_ok=True)
+            if not os.path.ismount(root):
+                libc = ctypes.CDLL(None, use_errno=True)
+                if libc.mount(b"llm_zoo_python", root.encode(), b"tmpfs", 2 | 4, b"size=512m,mode=0755") != 0:
+                    logger.info("sandbox: no private interpreter copy (mount: %s)", os.strerror(ctypes.get_errno()))
+                    return None
+            os.makedirs(os.path.join(root, "bin"), exist_ok=True)
+            shutil.copy2(python, os.path.join(root, "bin", os.path.basename(python)))
+            os.makedirs(os.path.join(root, "lib"), exist_ok=True)
+            library = sysconfig.get_config_var("INSTSONAME") or ""  # libpython3.11.so.1.0 of a shared build
+            if library and os.path.isfile(os.path.join(prefix, "lib", library)):
+                shutil.copy2(os.path.join(prefix, "lib", library), os.path.join(root, "lib", library))
+            shutil.copytree(stdlib, os.path.join(root, "lib", _VERSION), ignore=_SKIPPED, symlinks=True,
+                            dirs_exist_ok=True)
+            with open(os.path.join(root, ".complete"), "w") as f:
+                f.write(python)
+            return root
+    except OSError as exc:
+        logger.info("sandbox: no private interpreter copy (%s)", exc)
+        return None
 
 
 def _within(path: str, roots: Sequence[str]) -> bool:
@@ -149,7 +228,14 @@ def discover_runtime() -> Runtime:
         for real in dict.fromkeys(os.path.realpath(p) for p in site.getsitepackages(prefixes))
         if os.path.isdir(real) and _within(real, binds)
     )
-    return Runtime(python, tuple(binds), tuple(symlinks), tuple(chmods), hidden)
+    host = Runtime(python, tuple(binds), tuple(symlinks), tuple(chmods), hidden)
+    tops = [b for b in binds if b in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")]
+    if tops == binds:  # the interpreter lives under /usr: its paths name nothing of this host
+        return host
+    private = private_interpreter(python)
+    if private is None:
+        return host
+    return Runtime(python, tuple(tops), tuple(symlinks), (), (), private)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,6 +313,8 @@ def bwrap_argv(
         argv += ["--chmod", "0755", path]
     for path in runtime.hidden:
         argv += ["--tmpfs", path, "--remount-ro", path]
+    if runtime.private:
+        argv += ["--ro-bind", runtime.private, INTERPRETER_DIR]
     if os.path.isfile("/etc/ld.so.cache"):
         # Interpreters installed under /usr/local (Docker's python images) find libpython through it.
         argv += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache", "--chmod", "0755", "/etc"]
@@ -240,7 +328,7 @@ def bwrap_argv(
         argv += ["--chmod", "0755", path]
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     for name in ("python", "python3", version):
-        argv += ["--symlink", runtime.python, f"{BIN_DIR}/{name}"]
+        argv += ["--symlink", runtime.sandbox_python, f"{BIN_DIR}/{name}"]
     if program_fd is not None:
         argv += ["--perms", "0444", "--ro-bind-data", str(program_fd), PROGRAM_PATH]
     if plain_fd is not None:
@@ -254,7 +342,7 @@ def bwrap_argv(
     argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/", "--clearenv"]
     for key, value in env.items():
         argv += ["--setenv", key, value]
-    return [*argv, "--", runtime.python, "-S", "-s", "-c", WRAPPER, *wrapper_args]
+    return [*argv, "--", runtime.sandbox_python, "-S", "-s", "-c", WRAPPER, *wrapper_args]
 
 
 def args_in_fd(argv: Sequence[str]) -> tuple[list[str], int]:
@@ -288,7 +376,7 @@ def _self_test(info: SandboxInfo, runtime: Runtime) -> str | None:
                 runtime,
                 workspace=workspace,
                 tmp_mb=1,
-                env={"PATH": f"{BIN_DIR}:/usr/bin:/bin"},
+                env={"PATH": f"{BIN_DIR}:/usr/bin:/bin", **runtime.environment},
                 program_fd=read_fd,
                 modules=(),
                 wrapper_args=[

@@ -415,7 +415,8 @@ def _launched(
             with open(_bwrap.PLAIN_SOURCE, "rb") as f:
                 os.write(plain_fd, f.read())
             os.lseek(plain_fd, 0, os.SEEK_SET)
-            env = _environment(WORKSPACE_DIR, "/tmp", BIN_DIR, LIB_DIR if module_paths else None)
+            env = {**_environment(WORKSPACE_DIR, "/tmp", BIN_DIR, LIB_DIR if module_paths else None, runtime.stdlib),
+                   **runtime.environment}
             tmp_caps = [limits.tmp_mb << 20, limits.tmp_inodes] if info.tmpfs_inodes else [-1, -1]
             argv = _bwrap.bwrap_argv(
                 info,
@@ -437,7 +438,7 @@ def _launched(
             assert scratch is not None
             command = _unsandboxed_command(command, program, scratch, runtime.python, module_paths)
             popen_env = _environment(
-                ws.path, f"{scratch}/tmp", f"{scratch}/bin", f"{scratch}/lib" if module_paths else None
+                ws.path, f"{scratch}/tmp", f"{scratch}/bin", f"{scratch}/lib" if module_paths else None, _stdlib_path()
             )
             argv = [
                 runtime.python,
@@ -484,11 +485,11 @@ def _stdlib_path() -> list[str]:
     return [p for p in dict.fromkeys(os.path.realpath(p) for p in found) if os.path.isdir(p)]
 
 
-def _environment(home: str, tmp: str, bin_dir: str, lib_dir: str | None) -> dict[str, str]:
+def _environment(home: str, tmp: str, bin_dir: str, lib_dir: str | None, stdlib: list[str]) -> dict[str, str]:
     # PYTHONPATH puts its entries before the standard library; with the workspace alone there, a file
     # the program wrote (encodings/__init__.py, json.py) would run at the start of every later
     # interpreter, before the caller's own program. The standard library comes first, then the workspace.
-    path = ":".join([*_stdlib_path(), home] + ([lib_dir] if lib_dir else []))
+    path = ":".join([*stdlib, home] + ([lib_dir] if lib_dir else []))
     return {
         "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
         "HOME": home,
