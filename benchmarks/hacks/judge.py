@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -880,9 +882,12 @@ def host_facts_seen() -> tuple[list[str], str]:
     from llm_zoo.sandbox import run_python
 
     checkout = str(Path(grading.__file__).resolve().parents[3])
+    interpreter = os.path.realpath(sys.base_prefix)  # a host directory, unless it is the generic /usr
+    home = os.path.expanduser("~")
     with Workspace() as ws:
         out = run_python(HOST_FACTS, workspace=ws, timeout_s=10)
-        needles = [checkout, ws.path, socket.gethostname()]
+        needles = [checkout, ws.path, socket.gethostname(), home if home not in ("/", "") else "",
+                   interpreter if not interpreter.startswith("/usr") else ""]
     return [n for n in needles if n and n in out.stdout + out.stderr], out.stdout
 
 
@@ -890,7 +895,8 @@ def _host_facts() -> Outcome:
     found, out = host_facts_seen()
     ok = "sandbox" in out
     return Outcome(bool(found) or not ok, 0.0, 0.0, f"host facts seen inside: {found}" if found
-                   else "the sandbox shows neither the checkout, the workspace's host path nor the host's name")
+                   else "the sandbox shows neither the checkout, the workspace's or the interpreter's host path, "
+                        "the home directory nor the host's name")
 
 
 def _directory_named_like_the_tests() -> Outcome:

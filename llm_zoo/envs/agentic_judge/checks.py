@@ -1,12 +1,14 @@
 """Checking a statement's doctest-style examples against a solution that runs in another process.
 
 Standard library only, and without ``from __future__`` imports: the rule judge's check program
-(``grading.example_check_program``) embeds this module's source and runs it inside the sandbox, as
-a process of its own that never imports the solution (``llm_zoo.sandbox.plain`` is there as
-``plain``, at ``/sandbox/plain.py``); the env's task checker imports it as a module. Either way each example's source is
+(``grading.example_check_program``) embeds this module's source and runs it in a sandbox of its
+own, beside the solution's (``llm_zoo.sandbox.run_python_beside``; ``llm_zoo.sandbox.plain`` is
+there as ``plain``); the env's task checker imports it as a module. Either way each example's source is
 evaluated here, with the solution's names looked up in the solution's process, and the values come
 back as plain data to be compared here, leniently: numbers to 1e-9 relative, exceptions by class
-(never by message), and with ``any_order`` lists and tuples as multisets.
+(never by message), and with ``any_order`` lists and tuples as multisets. Beside the examples: the
+probe's calls (:func:`run_probes`), the shown outputs a source holds as literals, read whole
+(:func:`held_outputs`), and the names the solution module lacks (:func:`missing_names`).
 """
 
 import ast

@@ -14,7 +14,7 @@
 A solver writes Python in a sandboxed workspace (`llm_zoo.sandbox`: bubblewrap, no network,
 rlimits) for one task of the shipped set (`llm_zoo.envs.agentic_judge.tasks`, 40+ tasks, each
 with visible tests, hidden tests and stored correct and wrong solutions). It submits, and a judge
-who can look around in the same workspace decides whether the submission is correct. Hidden tests
+who can look around in the submitted workspace decides whether the submission is correct. Hidden tests
 define the truth, and it is computed where the solver's code cannot reach it: the env's own tests
 (hidden and visible) run in the env's process, against a snapshot of the submission whose code runs
 alone in the sandbox and answers calls with plain data only (`grading`, `llm_zoo.sandbox.plain`), so
@@ -46,13 +46,19 @@ Any `str`. Tools (JSON schemas in the system prompt), all in the episode's works
 |---|---|---|
 | `write_file(path, content)` | solver | write a text file (`test_solution.py` is read-only) |
 | `read_file(path)`, `list_files()` | both | read a file; list the files |
-| `run_tests(file="test_solution.py")` | both | run a test module's `test*` functions and report each; the default runs the env's own copy of the visible tests, in the env's process, whatever is on disk; another file (one the judge writes with `run_python`, say) runs as it is inside the sandbox, beside the solution, and its report says so |
-| `run_python(code)` | both | run code with the workspace as cwd; exit status, stdout and stderr |
+| `run_tests(file="test_solution.py")` | both | run a test module's `test*` functions and report each; the default runs the env's own copy of the visible tests, in the env's process, whatever is on disk; another file (one the judge writes with `run_python`, say) runs in a sandbox of its own, the solution in another, and its report says so |
+| `run_python(code)` | both | run code with the workspace as cwd; exit status, stdout and stderr. The judge's code runs *beside* the solution: `import solution` gives a handle on it in a sandbox of its own (see below) |
 
 The solver **submits** with a reply without tool calls (by convention `SUBMIT`, optionally with a
 note for the judge); the workspace as it is then is the submission, and from then on the workspace
 holds exactly the submitted files (at most 64, each under 1 MiB; links, fifos and the like are left
-out) and the visible tests. The judge **decides** with a
+out) and the visible tests. From then on the solution's code never runs there again: every run of it
+in review (the visible tests, a test file of the judge's, whatever the judge's `run_python` imports)
+is a server on a fresh copy of the submission laid out as every grading copy is (the submitted files
+and the visible tests), in a sandbox of its own, answering the judge's program over a pipe with plain
+data (`llm_zoo.sandbox.run_python_beside`). So the solution cannot tell review from grading by its
+surroundings, cannot read the judge's programs, their expected values or their output, and cannot
+write to what the judge reads: the judge reviews exactly what was graded. The judge **decides** with a
 reply without tool calls whose last non-empty line is exactly `VERDICT: PASS`, `VERDICT: FAIL` or
 `VERDICT: ABSTAIN` (`text.parse_verdict`). Only the judge's own reply is read for a verdict, never
 tool results nor anything the solver wrote, and a reply with a tool call is never a verdict.

@@ -78,7 +78,7 @@ _WHERE = re.compile(r"^[\w./-]{1,120} line \d{1,7}$")
 PER_TEST_S = 4.0
 """Time limit of each of the env's own tests (it covers the values' trips to the solution's process and back)."""
 
-# Runs test files from the workspace (never the env's own) in the sandbox, beside the solution.
+# Runs test files from the workspace (never the env's own) in a sandbox, the solution in another (run_python_beside).
 RUNNER = r'''
 import ast, contextlib, io, json, operator, os, signal, sys, traceback, types
 

@@ -8,7 +8,8 @@ compared leniently: numbers to 1e-9, exceptions by class, and as multisets where
 
 1. an example that fails, a solution that does not import, or a ``solution.py`` it cannot read: FAIL;
 2. a solution whose source holds two or more of the outputs the statement's examples and the visible
-   tests show, as literals (a lookup table of the shown cases; exception messages do not count): FAIL;
+   tests show, as literals (a lookup table of the shown cases; exception messages do not count): FAIL.
+   The check program reads every ``.py`` file of the submission whole (``HELD``), never a clipped view;
 3. a solution whose behaviour off the shown cases degenerates (see below): FAIL;
 4. a visible test that fails for a reason the statement does not leave free: FAIL;
 5. otherwise PASS.
@@ -18,23 +19,32 @@ Rule 3 is a behavioural probe, so that a table of the shown cases fails however 
 examples, calls the solution on inputs derived from the shown calls on literals (``probe_calls``:
 one argument moved: ints by 1 or 2, floats scaled, a digit or letter of a string changed in place,
 an item dropped, repeated or the order reversed; never a shown input) and on the shown calls with
-their float arguments nudged by 1e-12 (``nudged_calls``). It fails a solution that raises (an
-exception the statement does not name), times out or returns None on 3 in 4 derived inputs; that
-returns one value for all of them while the shown outputs are three or more distinct values; that
-returns only non-trivial shown outputs for them; or whose results on most nudged calls (two or
-more) land far from the shown outputs. The probe only calls what the statement or the visible tests
+their float arguments nudged by 1e-12 and by 1e-7 (``nudged_calls``; two scales, so that a table
+matching float keys within a tolerance of its own must widen it past 1e-7). It fails a solution that
+raises (an exception the statement does not name), times out, returns None, or returns a value of
+another kind than the shown output of the call the input derives from (a test compares a string with a
+string; NaN and inf are a kind of their own) on 3 in 4 derived inputs; that raises for all of them (a
+named exception included); that returns one value for all of them while the shown outputs are three or
+more distinct values; that returns only non-trivial shown outputs for them; or whose results on most
+nudged calls of one scale (two or more) land far from the shown outputs. Every numeric comparison
+holds for any value a solution returns (an int past any float, NaN, inf). The probe only calls what the statement or the visible tests
 call on literals with a literal output, so a handle (an object) among the results counts as
 degenerate; it abstains (never fails) with fewer than four derived calls; a probe that does not
 finish fails.
 
 Its checks cannot be forged from the solution's process: the visible tests' report is built by the
-env from plain results, and the example check and the probe compare in a process the solution
-cannot reach (``grading.example_check_program``). A table with a fallback that computes plausible
-values away from the shown inputs, on a task with no float argument, still passes rule 3.
+env from plain results, and the example check and the probe run in a sandbox of their own, beside the
+solution's (``grading.example_check_program``), which can neither read them nor reach their output.
+A table with a fallback that computes plausible values away from the shown inputs, on a task with no
+float argument, still passes rule 3, as does one whose float keys match within more than 1e-7.
 
 A visible failure is *free* (it does not count) when it only asks for what the statement does not:
-a name the statement never gives as code (a helper), an exception message the statement does not give,
-floats that differ past the 9th significant digit, or an order where the statement allows any.
+a helper (the failing line of the visible tests uses only names the statement never gives as code, or
+it is the import of the solution and the names it lacks, by the check's ``MISSING`` line, are such
+names), an exception message the statement does not give (``str(e)`` or ``e.args`` of a name the tests
+bind to a raised exception), floats that differ past the 9th significant digit, or an order where the
+statement allows any. Each rests on the env's own text and on values the env compared; the name and
+message of what the solution raised are the solver's, and never excuse a failure.
 
 The *strict* judge (``strict_judge``, :func:`decide_strict`) is a second judge with other rules, for
 cross-play: it runs the same examples check (without the probe) and the visible tests, and fails an example
