@@ -144,6 +144,25 @@ def test_env_and_serve_read_every_reply_alike(reply):
         assert relayed == reply
 
 
+_PIECES = st.sampled_from(["<tool_call>", "</tool_call>", "<tool_", "_call>", '{"name": "f", "arguments": {}}',
+                           '{"name": "f", "parameters": {}}', "<|python_tag|>", "{oops", "text ", " ", "\n", "\u2028"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_PIECES, max_size=8), st.data())
+def test_streamed_content_is_always_a_prefix_of_the_final_content(pieces, data):
+    """What the stream sends as content while a reply grows is never taken back by the final split."""
+    from llm_zoo.serve.protocol import split_tool_calls, tool_call_start
+
+    text = "".join(pieces)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=6)))
+    sent = 0
+    for cut in [*cuts, len(text)]:
+        sent = max(tool_call_start(text[:cut]), sent)
+    content, calls = split_tool_calls(text)
+    assert (content or "").startswith(text[:sent]) and (calls or content == text)
+
+
 def test_the_replies_that_serve_used_to_reorder_now_agree():
     from llm_zoo.policies.openai import reply_text
     from llm_zoo.serve.protocol import split_tool_calls
