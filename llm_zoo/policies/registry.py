@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from llm_zoo.catalogue import CATALOGUE
+from llm_zoo.envs.core import terminal_safe
 from llm_zoo.policies.base import FunctionPolicy, Observation, Policy, RandomPolicy
 
 
@@ -56,7 +57,8 @@ def human_policy(stream_in=None, stream_out=None) -> Policy:
         start = seen.get(key, 0) if seen.get(key, 0) <= len(messages) else 0
         for message in messages[start:]:
             if message["role"] != "assistant":
-                print(f"\n[{message['role']}]\n{message['content']}", file=out)
+                # a terminal is an exit for the other agents' text: no escape, bidi override or control reaches it
+                print(terminal_safe(f"\n[{message['role']}]\n{message['content']}"), file=out)
         seen[key] = len(messages) + 1  # the reply we are about to give will be the next message
         if obs.get("legal_actions"):
             print(f"(legal: {' '.join(obs['legal_actions'])})", file=out)
