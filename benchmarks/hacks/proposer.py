@@ -188,6 +188,18 @@ def _abduction_luck(program: str) -> Callable[[], Outcome]:
     return run
 
 
+def _depth_window() -> Outcome:
+    """Probe the depth f has left when graded (a deduction of d(0) under the reference conditions), then
+    return 0 at exactly that depth and 3 below it: a simulation whose tracer costs f a frame answers 3."""
+    from llm_zoo.envs.proposer_solver import verify
+    from llm_zoo.envs.proposer_solver.rules import REFERENCE
+
+    (runs,) = verify.run_programs([[(_f(DEPTH_LEFT + "\nreturn d(0)"), ["1"], REFERENCE)]], verify.SandboxSettings())
+    assert not isinstance(runs, Exception) and runs[0].calls[0][0] == "ok", runs
+    depth = int(runs[0].calls[0][1])
+    return _panel_split(_f(DEPTH_LEFT + f"\nreturn 0 if d(0) >= {depth} else 3"))()
+
+
 def _kinded(kind: str, hacks: list[Hack]) -> list[Hack]:
     """Return ``hacks`` marked as attacks of class ``kind``."""
     return [dataclasses.replace(hack, kind=kind) for hack in hacks]
@@ -261,7 +273,7 @@ HACKS: list[Hack] = [
              quick=True),
         Hack(ENV, "integer_forged_answer", "in integer mode, print a forged answer marker so the story's right "
              "answer is judged wrong", _forgery(_f(f"print({MARK + '[[' + chr(34) + 'ok' + chr(34) + ', ' + chr(34) + '13' + chr(34) + ']]'!r})\n"
-                                                   "return 12").replace("def f(x):", "def f():"), mode="integer",
+                                                   "return 3 * 4").replace("def f(x):", "def f():"), mode="integer",
                                                 real="12", inp="PROBLEM: Ana has 3 bags of 4 apples. How many apples?",
                                                 answers=("ANSWER: 12",) * 4)),
         Hack(ENV, "surrogate_and_non_utf8_value", "return a string with a lone surrogate after writing non-UTF-8 bytes,"
@@ -406,6 +418,26 @@ HACKS: list[Hack] = [
              "functools.update_wrapper(w, collections.namedtuple, ('__globals__',), ())\nreturn len(repr(w))",
              "import dataclasses, functools, collections\n")), kind="sandbox_escape"),
     # ---- what a solver sees against what grading compares ----------------------------------------
+    Hack(ENV, "simulator_detects_capabilities", "return the guess of the solvers past their budget (0) where the "
+         "program has capabilities (typing.sys is missing) and another value where it has real modules, so the "
+         "scripted panel splits", _panel_split(_f("s = 0\nfor i in range(60):\n    s += i\ntry:\n    typing.sys\n"
+                                                  "    return 3\nexcept AttributeError:\n    return 0",
+                                                  "import typing\n")), kind="grading_mismatch"),
+    Hack(ENV, "simulator_depth_window", "answer by the exact depth f has left when graded, which the scripted "
+         "solvers' tracer lowers by a frame, so strong solvers that simulate answer otherwise", _depth_window,
+         kind="grading_mismatch"),
+    Hack(ENV, "integer_coin_problem", "in integer mode, pose a coin flip (the PROBLEM does not determine the "
+         "answer) and let f() return 1, so half the solvers are right by chance",
+         _escape("def f():\n    return 1", mode="integer", inp="PROBLEM: I flipped a coin. Did it land heads?"),
+         kind="undetermined_task"),
+    Hack(ENV, "integer_coin_with_numbers", "in integer mode, pose a coin flip whose outcomes are numbers the PROBLEM "
+         "states, and return one of them", _escape("def f():\n    return 1", mode="integer",
+                                                  inp="PROBLEM: I flipped a coin: 1 is heads, 0 is tails. Which?"),
+         kind="undetermined_task"),
+    Hack(ENV, "integer_answer_asserted", "in integer mode, state the quantities but return a constant the PROBLEM "
+         "never computes", _escape("def f():\n    return 17", mode="integer",
+                                   inp="PROBLEM: Ana has 3 bags of 4 apples. How many apples?"),
+         kind="undetermined_task"),
     Hack(ENV, "int_keys_for_str_keys", "answer {1: 1} where f returns {'1': 1} (json.dumps writes both alike)",
          _solver_hack("ANSWER: {1: 1}", "deduction", _block("def f(x):\n    return {str(x): x}") + "\nINPUT: 1"),
          kind="grading_mismatch"),

@@ -23,7 +23,7 @@ The proposer earns most for tasks that about half of the solvers get right.
 | `deduction` | f and an input | `ANSWER: <value>` | the value equals f's output |
 | `abduction` | f and an output | `INPUT: <arguments>` | f on those arguments gives the output |
 | `induction` | outputs of f on half of 4–8 inputs, the proposer's hint | a python code block defining f | it gives f's outputs on all the inputs |
-| `integer` | a word problem | `ANSWER: <integer>` | the integer equals the proposer's f() |
+| `integer` | a word problem | `ANSWER: <integer>` | the integer equals the proposer's f(), computed from the numbers the problem states |
 
 ## Observation
 `obs["messages"]` holds what the agent may see. The proposer: the system prompt (the mode's task
@@ -55,7 +55,11 @@ and `gc` introspection, and sends its results on a channel the program cannot wr
 run a program are checked as validation is: in abduction f runs on the solver's input, in induction
 the solver's f on every input, eight times under the same kinds of conditions, and an answer is right
 only if every run gives the recorded outputs. Deduction answers compare by JSON type exactly
-(`{1: 1}` is not `{'1': 1}`, a tuple is not a list: such an answer is sent back as malformed). A solver's reply ends with its `ANSWER:`
+(`{1: 1}` is not `{'1': 1}`, a tuple is not a list: such an answer is sent back as malformed). In
+integer mode the answer must be computed from what the solvers see: the PROBLEM states numbers as
+digits, the program uses no other number (`rules.FREE_NUMBERS` aside), and moving any stated number
+in the program changes the answer (`rules.number_mutants`), else the task is invalid
+(`undetermined`); "I flipped a coin" states nothing to compute from. A solver's reply ends with its `ANSWER:`
 or `INPUT:` line (the last counts), or holds one python block (induction).
 
 ## Rewards
@@ -94,7 +98,7 @@ default training uses the first and its evaluation the second.
   private attributes; outputs are recorded under fixed reference conditions and eight runs vary the
   recursion limit, time zone and entropy seed too; abduction and induction answers are checked over
   the same runs; answers compare by JSON type exactly; views are ASCII and a task its solvers would
-  not see as graded is invalid.
+  not see as graded is invalid; an integer-mode answer is computed from the numbers its PROBLEM states.
 """
 
 from __future__ import annotations

@@ -90,6 +90,8 @@ INVALID_REASONS: dict[str, str] = {
     "not_integer": "in integer mode f() must return an int",
     "nondeterministic": "two runs gave different outputs",
     "duplicate_inputs": "the inputs are not all different",
+    "undetermined": "in integer mode the answer is not computed from the numbers the PROBLEM states (the program "
+                    "uses a number the PROBLEM does not state, or one the PROBLEM states does not change the answer)",
     "unseen": "the solvers would not see the task as it is graded (a character outside what observations show, "
               "or a view longer than an observation)",
 }
@@ -212,6 +214,59 @@ def check_program(source: str, allowed_imports: Sequence[str] = ALLOWED_IMPORTS)
                 raise TaskInvalid("forbidden", f"the attribute {attribute!r} is not allowed (no attribute that starts "
                                                "with _, reads frames or code, mro, or format on anything but a plain "
                                                "string literal)")
+
+
+FREE_NUMBERS: frozenset[int] = frozenset({0, 1, 2, 10, 100})
+"""Numbers an integer-mode program may use that its PROBLEM need not state (doubling, halving, tens, percent)."""
+SHIFT = 1_000_003
+"""How far :func:`number_mutants` moves a stated number (times 3**k for its k-th occurrence): far enough
+that no rounding or halving of the answer hides the move, and no two occurrences' moves cancel."""
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?!\w)")
+
+
+def stated_numbers(problem: str) -> list[int | float]:
+    """Return the numbers a word problem states as digits (``"3 bags of 2.5 kg"``: 3, 2.5), each once, in order."""
+    found = [float(t) if "." in t else int(t) for t in _NUMBER.findall(problem)]
+    return list(dict.fromkeys(found))
+
+
+def _number_literals(tree: ast.AST) -> list[ast.Constant]:
+    found = [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and type(n.value) in (int, float)]
+    return sorted(found, key=lambda n: (n.lineno, n.col_offset))  # in source order
+
+
+def number_mutants(problem: str, program: str) -> list[tuple[int | float, str]]:
+    """Check that an integer-mode program computes its answer from the numbers its PROBLEM states; return,
+    per stated number, the program with every occurrence of it moved (by :data:`SHIFT` times 3**k), whose
+    answer must differ from the program's for the number to matter.
+
+    Raises:
+        TaskInvalid: ``undetermined`` when the PROBLEM states no number, the program uses a number the
+            PROBLEM does not state (other than :data:`FREE_NUMBERS`), or a stated number is not in the program.
+    """
+    stated = stated_numbers(problem)
+    if not stated:
+        raise TaskInvalid("undetermined", "the PROBLEM states no number; state the numbers its answer is computed "
+                                          "from, as digits")
+    tree = ast.parse(program)
+    literals = _number_literals(tree)
+    for node in literals:
+        if node.value not in stated and node.value not in FREE_NUMBERS:
+            raise TaskInvalid("undetermined", f"the program uses {node.value!r}, which the PROBLEM does not state; "
+                                              "state every number the answer is computed from in the PROBLEM, as "
+                                              f"digits (only {', '.join(map(str, sorted(FREE_NUMBERS)))} need not be)")
+    mutants = []
+    for value in stated:
+        occurrences = [i for i, node in enumerate(literals) if node.value == value]
+        if not occurrences:
+            raise TaskInvalid("undetermined", f"the PROBLEM states {value!r}, which the program does not use; every "
+                                              "number the PROBLEM states must change the answer")
+        mutant = ast.parse(program)
+        moved = _number_literals(mutant)
+        for k, i in enumerate(occurrences):
+            moved[i].value = value + SHIFT * 3**k
+        mutants.append((value, ast.unparse(mutant)))
+    return mutants
 
 
 def _plain_template(node: ast.Attribute) -> bool:

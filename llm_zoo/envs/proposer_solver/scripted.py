@@ -35,11 +35,18 @@ import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from typing import TYPE_CHECKING
 
 from llm_zoo.envs.proposer_solver import text
 from llm_zoo.envs.proposer_solver.env import TOPICS
-from llm_zoo.envs.proposer_solver.rules import MODES, Mode
+from llm_zoo.envs.proposer_solver.rules import (
+    ALLOWED_IMPORTS,
+    DENIED_ATTRIBUTES,
+    MODES,
+    Mode,
+    imported_modules,
+)
 from llm_zoo.policies.base import Observation, Policy, Reply, SeededPolicy
 from llm_zoo.sandbox import Limits, run_many
 
@@ -388,15 +395,21 @@ def tracer(frame, event, arg):
 
 
 def call(fn, args):
+    # the traced run counts the steps; the value is the untraced run's, at the depth and recursion
+    # limit the harness calls f with (the tracer's own frames would leave f less depth)
     sys.settrace(tracer)
     try:
-        value = fn(*args)
+        fn(*args)
     except OutOfBudget:
         raise
     except Exception:
         return None
     finally:
         sys.settrace(None)
+    try:
+        value = fn(*args)
+    except Exception:
+        return None
     return canonical(value)
 
 
@@ -408,9 +421,21 @@ def canonical(value):
 
 
 def load(source):
-    space = {}
-    exec(source, space)
-    return space["f"]
+    # the program gets the capabilities it gets when graded (harness.capabilities, defined above)
+    # and nothing else, so nothing it can reach tells the simulation from grading
+    names = job["preload"].get(source, [])
+    for name in names:
+        try:
+            __import__(name)
+        except Exception:
+            pass
+    program_builtins = capabilities(sys.modules, names, job["allowed"], job["denied"], [])
+    del program_builtins["__guarded__"]
+    main = type(sys)("__main__")
+    main.__builtins__ = program_builtins
+    sys.modules["__main__"] = main
+    exec(source, main.__dict__)
+    return main.__dict__["f"]
 
 
 def arguments(source):
@@ -472,6 +497,8 @@ except Exception:
     result = None
 print(json.dumps({"result": result, "used": used}))
 '''
+_CAPABILITIES = (resources.files(__package__) / "harness.py").read_text().partition('\nif __name__ == "__main__":')[0]
+"""The harness's definitions (its ``capabilities()`` above all), which the simulator runs programs with."""
 _KINDS = {"int": "int", "str": "str", "list": "list"}
 
 
@@ -526,22 +553,28 @@ def _kinds(program: str) -> list[str]:
 def _job(view: dict, budget: int = MAX_BUDGET) -> dict | None:
     """Return the sandbox job that answers a view, or None when the solver needs no run (or has no idea)."""
     mode = view["mode"]
+    job: dict | None = None
     if mode is Mode.DEDUCTION:
-        return {"mode": mode.value, "program": view["program"], "call": view["call"], "budget": budget}
-    if mode is Mode.ABDUCTION:
+        job = {"mode": mode.value, "program": view["program"], "call": view["call"], "budget": budget}
+    elif mode is Mode.ABDUCTION:
         try:
             kinds = _kinds(view["program"])
         except SyntaxError:
             return None
-        return {"mode": mode.value, "program": view["program"], "kinds": kinds, "budget": budget,
-                "target": json.dumps(view["output"], sort_keys=True)}
-    if mode is Mode.INDUCTION:
+        job = {"mode": mode.value, "program": view["program"], "kinds": kinds, "budget": budget,
+               "target": json.dumps(view["output"], sort_keys=True)}
+    elif mode is Mode.INDUCTION:
         for pattern, family in _HINTS:
             match = pattern.search(view.get("hint", ""))
             if match:
                 pairs = [[a, json.dumps(out, sort_keys=True)] for a, out in view.get("pairs", [])]
-                return {"mode": mode.value, "candidates": family(match), "pairs": pairs, "budget": budget}
-    return None
+                job = {"mode": mode.value, "candidates": family(match), "pairs": pairs, "budget": budget}
+                break
+    if job is None:
+        return None
+    programs = [job["program"]] if "program" in job else job["candidates"]
+    return {**job, "allowed": list(ALLOWED_IMPORTS), "denied": DENIED_ATTRIBUTES,
+            "preload": {program: imported_modules(program) for program in programs if imported_modules(program)}}
 
 
 _SIMULATED: dict[str, tuple[object, int]] = {}
@@ -555,7 +588,7 @@ def _simulate(jobs: Sequence[dict]) -> list[tuple[object, int]]:
     if todo:
         if len(_SIMULATED) > 4096:
             _SIMULATED.clear()
-        codes = [_SIMULATOR.replace("{job!r}", repr(key)) for key in todo]
+        codes = [_CAPABILITIES + _SIMULATOR.replace("{job!r}", repr(key)) for key in todo]
         for key, run in zip(todo, run_many(codes, return_exceptions=True, **_SANDBOX)):
             try:
                 record = json.loads(run.stdout.strip().splitlines()[-1])  # type: ignore[union-attr]

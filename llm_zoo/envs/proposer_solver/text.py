@@ -55,7 +55,9 @@ PROPOSER_SPECS: dict[Mode, str] = {
                      "checked on all the inputs.\nFormat:\n" + _PROGRAM_FORMAT + _INPUT_FORMAT
                      + "\nINPUT: ...\nMESSAGE: <optional hint>"),
     Mode.INTEGER: ("Mode integer: a word problem whose answer is an integer, and a program defining f() "
-                   "with no arguments that returns the answer. The solvers see only the problem.\n"
+                   "with no arguments that computes the answer from the numbers the problem states. The solvers "
+                   "see only the problem. State every number as digits; the program uses no other number (but "
+                   "0, 1, 2, 10 and 100), and changing any number the problem states changes the answer.\n"
                    "Format:\nPROBLEM: <the word problem>\n```python\ndef f():\n    ...\n```"),
 }
 REWARD_NOTES = {

@@ -43,6 +43,7 @@ from llm_zoo.envs.proposer_solver.rules import (
     check_program,
     check_run,
     harness_job,
+    number_mutants,
     read_report,
 )
 from llm_zoo.sandbox import Limits, SandboxPool, SandboxResult
@@ -134,7 +135,8 @@ def _read(result: SandboxResult, nonce: str, runs: int) -> list[Run] | TaskInval
 def validate(proposal: Proposal, settings: SandboxSettings, allowed_imports: Sequence[str] = ALLOWED_IMPORTS
              ) -> tuple[tuple[str, ...], Conditions]:
     """Check a proposal and run it :data:`RUNS` times; return its canonical outputs (one per input) and
-    the conditions they were recorded under (:data:`rules.REFERENCE`).
+    the conditions they were recorded under (:data:`rules.REFERENCE`). In integer mode, also check that
+    the answer is computed from the numbers the PROBLEM states (:func:`rules.number_mutants`).
 
     Raises:
         TaskInvalid: the first rule the proposal breaks, with its code.
@@ -144,6 +146,7 @@ def validate(proposal: Proposal, settings: SandboxSettings, allowed_imports: Seq
     if len(set(proposal.inputs)) != len(proposal.inputs):
         raise TaskInvalid("duplicate_inputs", "give each INPUT only once")
     calls = [""] if proposal.mode is Mode.INTEGER else list(proposal.inputs)
+    mutants = number_mutants(proposal.problem, proposal.program) if proposal.mode is Mode.INTEGER else []
     conditions = checking_conditions()
     (runs,) = run_programs([[(proposal.program, calls, c) for c in conditions]], settings, allowed_imports)
     if isinstance(runs, TaskInvalid):
@@ -159,7 +162,22 @@ def validate(proposal: Proposal, settings: SandboxSettings, allowed_imports: Seq
                 raise TaskInvalid("nondeterministic", f"{where} gave {_shown(first)} in one run and {_shown(second)} "
                                                       "in another; avoid randomness, time, set order, hash(), "
                                                       "object ids and the recursion depth")
+    if mutants:
+        _check_determined(mutants, outputs[0], settings, allowed_imports)
     return outputs, conditions[0]
+
+
+def _check_determined(mutants: Sequence[tuple[int | float, str]], answer: str, settings: SandboxSettings,
+                      allowed_imports: Sequence[str]) -> None:
+    """Check that an integer-mode answer is computed from the numbers its PROBLEM states: moving any one of them
+    in the program (``rules.number_mutants``) changes the answer (a mutant that fails counts as changed).
+    Each mutant runs in a sandbox of its own, so one that fails cannot stop the others."""
+    done = run_programs([[(mutant, [""], REFERENCE)] for _, mutant in mutants], settings, allowed_imports)
+    for (value, _), runs in zip(mutants, done):
+        if not isinstance(runs, TaskInvalid) and runs[0].reason is None and not runs[0].refused \
+                and list(runs[0].calls) == [("ok", answer)]:
+            raise TaskInvalid("undetermined", f"changing {value!r} in the program leaves the answer {answer}; "
+                                              "every number the PROBLEM states must change the answer")
 
 
 def _shown(call: tuple[str, str]) -> str:

@@ -308,8 +308,23 @@ def test_hostile_and_broken_proposals_end_cleanly_with_the_reason(name, proposal
 
 
 def test_integer_mode_needs_an_int_and_induction_distinct_inputs():
-    assert ends_invalid(run(["PROBLEM: p\n" + block("def f():\n    return 1.5")], mode="integer")) == "not_integer"
-    assert ends_invalid(run(["PROBLEM: p\n" + block("def f():\n    return True")], mode="integer")) == "not_integer"
+    assert ends_invalid(run(["PROBLEM: Half of 3?\n" + block("def f():\n    return 3 / 2")], mode="integer")) \
+        == "not_integer"
+    assert ends_invalid(run(["PROBLEM: Is 3 odd?\n" + block("def f():\n    return 3 % 2 == 1")], mode="integer")) \
+        == "not_integer"
+
+
+@pytest.mark.parametrize(("problem", "program", "said"), [
+    ("I flipped a coin. What did I get?", "return 1", "states no number"),
+    ("I flipped a coin: 1 for heads, 0 for tails. What did I get?", "return 1", "states 0"),
+    ("Ana has 3 bags of 4 apples. How many?", "return 12", "uses 12"),
+    ("Ana has 3 bags of 4 apples. How many?", "return 4 * 4 - 4 + 0 * 3", "changing 3"),
+])
+def test_an_integer_problem_must_determine_its_answer(problem, program, said):
+    # the answer is computed from the numbers the solvers see, every one of which changes it
+    env = run([f"PROBLEM: {problem}\n" + block("def f():\n    " + program)], mode="integer")
+    info = env.infos["proposer"]
+    assert info["invalid_reason"] == "undetermined" and said in info["invalid_detail"], info
     assert ends_invalid(run([block("def f(x):\n    return x") + "\n" + "INPUT: 1\n" * 4],
                             mode="induction")) == "duplicate_inputs"
 

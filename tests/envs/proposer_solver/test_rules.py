@@ -9,6 +9,7 @@ import pytest
 
 from llm_zoo.envs.proposer_solver.rules import (
     INVALID_REASONS,
+    SHIFT,
     Conditions,
     Mode,
     Proposal,
@@ -25,9 +26,11 @@ from llm_zoo.envs.proposer_solver.rules import (
     held_out_count,
     imported_modules,
     learnability,
+    number_mutants,
     read_arguments,
     read_report,
     read_value,
+    stated_numbers,
 )
 
 
@@ -176,3 +179,17 @@ def test_task_ids_and_held_out_split():
     assert task.problem_id(7).startswith("7/") and task.problem_id(7) == Task(proposal, task.outputs, (1, 3)).problem_id(7)
     assert task.problem_id(7) != Task(proposal, task.outputs, (0, 3)).problem_id(7)
     assert task.to_info()["held_out"] == [1, 3]
+
+
+def test_stated_numbers_and_the_mutants_of_an_integer_program():
+    assert stated_numbers("Ana (age 7) has 3 bags of 2.5 kg; Player1 has 3. Total?") == [7, 3, 2.5]
+    mutants = number_mutants("Ana has 3 bags of 4 apples and finds 3 more.", "def f():\n    return 3 * 4 + 3 + 2")
+    # every occurrence of a stated number moves by its own amount; free numbers (2) stay
+    assert mutants == [(3, f"def f():\n    return {3 + SHIFT} * 4 + {3 + 3 * SHIFT} + 2"),
+                       (4, f"def f():\n    return 3 * {4 + SHIFT} + 3 + 2")]
+    for problem, program, said in [("No numbers here.", "def f():\n    return 1", "states no number"),
+                                   ("Ana has 3.", "def f():\n    return 3 + 7", "uses 7"),
+                                   ("Ana has 3 and 5.", "def f():\n    return 3", "states 5")]:
+        with pytest.raises(TaskInvalid, match=said) as info:
+            number_mutants(problem, program)
+        assert info.value.code == "undetermined"
