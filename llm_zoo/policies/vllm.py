@@ -96,7 +96,7 @@ import torch
 from transformers import AutoTokenizer, GenerationConfig, PreTrainedTokenizerBase
 
 from llm_zoo.policies.base import Observation, Policy, PromptTooLong, Reply
-from llm_zoo.policies.transformers import TransformersPolicy
+from llm_zoo.policies.transformers import TransformersPolicy, template_takes_tools
 
 if sys.version_info >= (3, 12):
     from typing import override
@@ -200,6 +200,7 @@ class VLLMPolicy(Policy):
 
     # Prompts and legal paths are built exactly as TransformersPolicy builds them: the same methods.
     encode_prompts = TransformersPolicy.encode_prompts
+    _apply_template = TransformersPolicy._apply_template
     legal_paths = TransformersPolicy.legal_paths
 
     def __init__(
@@ -264,6 +265,7 @@ class VLLMPolicy(Policy):
         self._prompt_memo: dict[Hashable, tuple[int, ...]] | None = (
             None if "strftime_now" in str(self.tokenizer.chat_template) else {}
         )
+        self.template_takes_tools = template_takes_tools(self.tokenizer.chat_template)
         self._rng = random.Random()
         self.seed(seed)
         if tensor_parallel_size == 1:
