@@ -18,7 +18,8 @@ Two forms are read, the native formats of common chat models:
 * **Llama 3 JSON**: the whole reply (less surrounding whitespace, optionally after
   ``<|python_tag|>``) is one JSON object ``{"name": ..., "parameters": {...}}``. It is read only when
   the reply holds no ``<tool_call>``; a reply that is a JSON object without both a ``"name"`` and a
-  ``"parameters"`` (or ``"arguments"``) key is plain content, not a call.
+  ``"parameters"`` (or ``"arguments"``) key is plain content, not a call, while after the tag
+  anything but a call is a call with an error.
 
 A call object has a non-empty string ``"name"`` and its arguments under ``"arguments"`` or
 ``"parameters"`` (exactly one of the two; ``{}`` for none), and no other key. The arguments
