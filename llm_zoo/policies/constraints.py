@@ -15,14 +15,25 @@ from typing import Any
 
 
 def legal_paths(tokenizer: Any, replies: Sequence[str], eos_token_id: int, max_new_tokens: int) -> list[tuple[int, ...]]:
-    """Return the token path of each legal reply: its tokens, plus end-of-turn if the budget allows."""
+    """Return the token path of each legal reply: its tokens, plus end-of-turn if the budget allows.
+
+    Raises:
+        ValueError: a legal reply is longer than ``max_new_tokens`` tokens. Cut short, it would no longer be the
+            reply (a pretrained tokenizer spells ``[check]`` in 3 tokens: with one, every move is ``[``), so the
+            mask would sample text the env cannot read, and an evaluation would read the same mass for every move.
+    """
     paths = []
     for reply in replies:
         ids = list(tokenizer.encode(reply, add_special_tokens=False))
+        if len(ids) > max_new_tokens:
+            raise ValueError(f"the legal reply {reply!r:.80} is {len(ids)} tokens of this tokenizer, more than "
+                             f"max_new_tokens={max_new_tokens}, so the decoding mask cannot write it; raise "
+                             f"max_new_tokens (config.max_new_tokens, --max-new-tokens) to at least {len(ids)}, or "
+                             f"{len(ids) + 1} to end the turn after it")
         if len(ids) < max_new_tokens:
             ids.append(eos_token_id)
         if ids:
-            paths.append(tuple(ids[:max_new_tokens]))
+            paths.append(tuple(ids))
     if not paths:
         raise ValueError(f"no legal reply encodes to a token path; replies were {list(replies)!r}")
     return paths

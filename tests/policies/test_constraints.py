@@ -38,6 +38,19 @@ def test_legal_paths_end_with_eos_when_the_budget_allows():
         legal_paths(tok, [], tok.eos_token_id, 2)
 
 
+def test_a_legal_reply_longer_than_the_budget_is_refused_not_cut():
+    """Cut to one byte, [check] and [bet] would both be "[": the mask would sample a reply the env cannot read."""
+    tok = build_byte_tokenizer()
+    assert legal_paths(tok, ["[bet]", "[check]"], tok.eos_token_id, 7) == [(*b"[bet]", tok.eos_token_id), (*b"[check]",)]
+    with pytest.raises(ValueError, match=r"'\[check\]' is 7 tokens of this tokenizer, more than max_new_tokens=6.*"
+                                         r"config\.max_new_tokens.*at least 7"):
+        legal_paths(tok, ["[bet]", "[check]"], tok.eos_token_id, 6)
+    policy = TransformersPolicy(build_tiny_model(tok, hidden_size=16, num_layers=1, num_heads=2), tok, max_new_tokens=1,
+                                constrain=True, seed=0)
+    with pytest.raises(ValueError, match="max_new_tokens=1"):
+        policy.act([{"messages": [{"role": "user", "content": "move"}], "legal_actions": ["[bet]", "[check]"]}])
+
+
 @pytest.mark.parametrize(("tokenizer", "budget"), [("words", 1), ("words", 3), ("bytes", 10)])
 def test_constrained_sampling_gives_legal_replies_with_exact_logprobs(tokenizer, budget):
     tok = build_word_tokenizer(text.corpus()) if tokenizer == "words" else build_byte_tokenizer()
