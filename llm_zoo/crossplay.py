@@ -539,7 +539,14 @@ def _parse_env_args(pairs: Sequence[str]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise ValueError(f"--env-arg expects KEY=VALUE; got {pair!r}")
         try:
-            out[key.strip()] = json.loads(value)
+            out[key.strip()] = json.loads(value, parse_constant=_refuse_non_finite)
         except json.JSONDecodeError:
             out[key.strip()] = value
+        except (ValueError, RecursionError) as exc:
+            raise ValueError(f"--env-arg {key.strip()}=...: {exc or 'nested too deep'}; give a finite JSON value "
+                             f"or plain text") from None
     return out
+
+
+def _refuse_non_finite(name: str) -> Any:
+    raise ValueError(f"{name} is not a finite number")

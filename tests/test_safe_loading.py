@@ -276,3 +276,10 @@ def test_a_damaged_checkpoint_given_as_init_is_refused_naming_the_file(run, tmp_
     code, err = _cli(capsys, "train", "kuhn_poker_v0", *SETS, "--set", f"init={ckpt}", "--run-dir",
                      str(tmp_path / "next"))
     _one_line_refusal(code, err, "main.trainer.pt", "missing")
+
+
+def test_crossplay_env_args_refuse_non_finite_numbers_naming_the_flag(capsys):
+    for value in ("NaN", "-Infinity", "[" * 100_000):
+        code, err = _cli(capsys, "crossplay", "kuhn_poker_v0", "--players", "nash", "random", "--episodes", "2",
+                         "--env-arg", f"num_hands={value}")
+        _one_line_refusal(code, err, "--env-arg num_hands")
