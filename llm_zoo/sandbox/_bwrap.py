@@ -184,7 +184,7 @@ def private_interpreter(python: str) -> str | None:
             shutil.copy2(python, os.path.join(root, "bin", os.path.basename(python)))
             os.makedirs(os.path.join(root, "lib"), exist_ok=True)
             library = sysconfig.get_config_var("INSTSONAME") or ""  # libpython3.11.so.1.0 of a shared build
-            if library and os.path.isfile(os.path.join(prefix, "lib", library)):
+            if ".so" in library and os.path.isfile(os.path.join(prefix, "lib", library)):
                 shutil.copy2(os.path.join(prefix, "lib", library), os.path.join(root, "lib", library))
             shutil.copytree(stdlib, os.path.join(root, "lib", _VERSION), ignore=_SKIPPED, symlinks=True,
                             dirs_exist_ok=True)
