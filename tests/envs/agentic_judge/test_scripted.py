@@ -127,3 +127,21 @@ def test_the_corpus_holds_the_prompts_and_every_stored_solution():
         assert f"Task id: {task.id}" in joined
         for code in task.solutions.values():
             assert json.dumps(code) in joined
+
+
+def test_numeric_comparisons_hold_for_any_value_a_solution_returns():
+    """An int past any float (10**309), NaN and inf never raise inside the judge's rules; off the shown cases
+    they are results of another kind, so a table that answers with them fails."""
+    from llm_zoo.envs.agentic_judge import checks
+
+    task = load_tasks()["balance"]
+    n = len(scripted.probe_calls(task.statement, task.visible)) + len(scripted.nudged_calls(task.statement, task.visible))
+    values = ["1" + "0" * 309, "inf", "nan", "-inf"]
+    probe = "".join(f"PROBE {i} = {values[i % len(values)]}\n" for i in range(1, n + 1)) + f"PROBES {n}"
+    verdict, reason = scripted.decide(task.statement, "", "OK 1\nOK 2\nEXAMPLES 2/2\n" + probe, None, task.visible,
+                                      probe)
+    assert verdict == "FAIL" and "another kind" in reason, reason
+    assert not scripted._close(10 ** 309, 1.5) and not scripted._near(float("nan"), float("nan"))
+    assert scripted.jumps([("f(1.0)", 2.5)] * 2, [("=", "-" + "9" * 400)] * 2) is not None
+    assert checks._same(10 ** 400, 10 ** 400) and not checks._same(10 ** 400, 1.0)
+    assert checks._repr(10 ** 5000).startswith("<int of")
