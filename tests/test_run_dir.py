@@ -135,3 +135,13 @@ def test_a_directory_left_by_a_refused_start_is_not_a_run(finished_run, tmp_path
     shutil.copy(finished_run / "config.json", run)  # what a run refused before its first step leaves
     with own_run_dir(run):
         pass
+
+
+def test_a_run_dir_that_cannot_be_one_is_refused_in_one_line(tmp_path, capsys):
+    (tmp_path / "a_file").write_text("x")
+    for run in (tmp_path / "a_file", tmp_path / "a_file" / "below"):
+        code, err = _train(capsys, run)
+        assert code == 2 and "cannot be a run directory" in err and "Traceback" not in err, err[-1000:]
+    (tmp_path / "lockdir" / "run.lock").mkdir(parents=True)
+    code, err = _train(capsys, tmp_path / "lockdir")
+    assert code == 2 and "run.lock" in err, err[-1000:]

@@ -394,7 +394,11 @@ def own_run_dir(run_dir: Path, *, resume: bool = False, overwrite: bool = False)
             time and command), or the directory holds a run and neither flag was given.
     """
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file of that name, a folder it may not write
+        raise CheckpointError(f"{run_dir}: cannot be a run directory ({_reason(exc)}); pick another --run-dir "
+                              f"(--set run_dir=DIR)") from None
     lock = run_dir / LOCK
     try:  # O_NOFOLLOW: a planted symlink must not make the holder's note overwrite another file
         fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
