@@ -175,8 +175,9 @@ class Workbench:
     def submit(self) -> Submission:
         """Freeze the workspace's files and run the visible and the hidden tests, each on a fresh copy.
 
+        Each copy holds the submission and the visible tests, as every later run's copy does (`_copy`).
         Neither run sees what the other wrote, and afterwards the workspace holds exactly the
-        submission, for the judge. The tests themselves run in this process (see
+        submission (and the visible tests), for the judge. The tests themselves run in this process (see
         ``grading``): the hidden tests are never on disk nor in any process that runs the solver's
         code. The env's own test file names are not part of a submission. Whatever the solver's code
         left in the workspace (deep trees, links, fifos, huge or unreadable files) is skipped, never raised.
