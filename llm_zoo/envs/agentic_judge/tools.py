@@ -44,6 +44,12 @@ _TOOLS: dict[str, tuple[str, dict[str, Any], list[str]]] = {  # name -> (descrip
                    "no network); returns the exit status, stdout and stderr.",
                    {"code": {"type": "string", "maxLength": 65536}}, ["code"]),
 }
+JUDGE_RUN_PYTHON = ("Run Python code with the workspace (the submission, frozen) as the current directory (Python 3 "
+                    "standard library, no network); returns the exit status, stdout and stderr. `import solution` "
+                    "gives the submission running in a sandbox of its own: calls return plain values (None, bool, "
+                    "int, float, str, bytes, list, tuple, dict, set; arguments go as copies), other objects stay "
+                    "there as handles you can call but not compare.")
+"""The judge's ``run_python`` description: its code runs beside the solution (``Workbench.run_python``)."""
 TOOLS_OF = {"solver": ("write_file", "read_file", "list_files", "run_tests", "run_python"),
             "judge": ("read_file", "list_files", "run_tests", "run_python")}
 """Role -> the names of its tools, in the order the system prompt declares them."""
@@ -97,7 +103,8 @@ class Workbench:
                      "list_files": lambda: self.list_files(quoted),
                      "run_tests": lambda file=VISIBLE_FILE: self.run_tests(file),
                      "run_python": lambda code: self.run_python(code, quoted)}
-        return tuple(Tool(name, _TOOLS[name][0], {"type": "object", "properties": _TOOLS[name][1],
+        described = {**{n: d for n, (d, _, _) in _TOOLS.items()}, **({"run_python": JUDGE_RUN_PYTHON} if quoted else {})}
+        return tuple(Tool(name, described[name], {"type": "object", "properties": _TOOLS[name][1],
                                                   "required": _TOOLS[name][2], "additionalProperties": False},
                           functions[name])
                      for name in TOOLS_OF[role])
