@@ -283,3 +283,32 @@ def test_crossplay_env_args_refuse_non_finite_numbers_naming_the_flag(capsys):
         code, err = _cli(capsys, "crossplay", "kuhn_poker_v0", "--players", "nash", "random", "--episodes", "2",
                          "--env-arg", f"num_hands={value}")
         _one_line_refusal(code, err, "--env-arg num_hands")
+
+
+def test_a_saved_ppo_model_with_a_pickled_payload_is_refused_and_the_real_one_loads(tmp_path):
+    import base64
+    import pickle
+    import zipfile
+
+    from llm_zoo.crossplay import _load_saved_ppo
+    from llm_zoo.trainers.baselines import ppo
+
+    saved = tmp_path / "ppo.zip"
+    ppo.train_maskable_ppo(256, seed=0).model.save(saved)
+    assert type(_load_saved_ppo(ppo, str(saved))).__name__ == "MaskablePPO"
+    marker = tmp_path / "payload_ran"
+    crafted = tmp_path / "crafted.zip"
+    with zipfile.ZipFile(saved) as source, zipfile.ZipFile(crafted, "w") as out:
+        for name in source.namelist():
+            data = source.read(name)
+            if name == "data":
+                params = json.loads(data)
+                params["lr_schedule"][":serialized:"] = base64.b64encode(pickle.dumps(_Payload(marker))).decode()
+                data = json.dumps(params).encode()
+            out.writestr(name, data)
+    with pytest.raises(ValueError, match=r"crafted\.zip.*data\['lr_schedule'\]: it pickles posix\.mkdir"):
+        _load_saved_ppo(ppo, str(crafted))
+    assert not marker.exists()
+    crafted.write_bytes(saved.read_bytes()[:2000])
+    with pytest.raises(ValueError, match=r"crafted\.zip \(BadZipFile"):
+        _load_saved_ppo(ppo, str(crafted))

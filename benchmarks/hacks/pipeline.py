@@ -216,6 +216,31 @@ def damaged_checkpoint_as_init_or_crossplay_player() -> Outcome:
                        str(_scratch() / "crossplay")), "model.safetensors")
 
 
+def pickled_payload_in_a_saved_ppo_model() -> Outcome:
+    """stable-baselines3 keeps a model's parameters as cloudpickle; crossplay's ppo:PATH loads such a zip."""
+    import base64
+    import zipfile
+
+    from llm_zoo.trainers.baselines import ppo
+
+    saved = _scratch() / "ppo.zip"
+    if not saved.exists():
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            ppo.train_maskable_ppo(256, seed=0).model.save(saved)
+    marker = _scratch() / "ppo_payload_ran"
+    crafted = _scratch() / "crafted_ppo.zip"
+    with zipfile.ZipFile(saved) as source, zipfile.ZipFile(crafted, "w") as out:
+        for name in source.namelist():
+            data = source.read(name)
+            if name == "data":
+                params = json.loads(data)
+                params["lr_schedule"][":serialized:"] = base64.b64encode(pickle.dumps(_Payload(marker))).decode()
+                data = json.dumps(params).encode()
+            out.writestr(name, data)
+    return _judge(_cli("crossplay", "kuhn_poker_v0", "--players", f"ppo:{crafted}", "nash", "--episodes", "2",
+                       "--out", str(_scratch() / "crossplay_ppo")), "crafted_ppo.zip", ran=marker)
+
+
 # ---- unsafe loading: configs and episodes ------------------------------------------------------------------
 
 
@@ -398,6 +423,8 @@ HACKS: list[Hack] = [
           "JSON file"),
     _hack(damaged_checkpoint_as_init_or_crossplay_player, "unsafe_loading", "a truncated model.safetensors as "
           "train's init and as a crossplay player"),
+    _hack(pickled_payload_in_a_saved_ppo_model, "unsafe_loading", "a saved PPO model whose cloudpickled "
+          "lr_schedule calls os.mkdir, through crossplay's ppo:PATH"),
     _hack(yaml_python_tag_config, "unsafe_loading", "a --config YAML with !!python/object/apply", quick=True),
     _hack(yaml_alias_bomb_and_deep_nesting, "unsafe_loading", "a YAML alias bomb (8 lines standing for 10**8 "
           "numbers) and --set nesting past the recursion limit"),
