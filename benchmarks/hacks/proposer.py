@@ -438,6 +438,10 @@ HACKS: list[Hack] = [
          "never computes", _escape("def f():\n    return 17", mode="integer",
                                    inp="PROBLEM: Ana has 3 bags of 4 apples. How many apples?"),
          kind="undetermined_task"),
+    Hack(ENV, "simulator_memory_cap", "allocate 150 MiB: the env's sandbox refuses it and the scripted solvers' "
+         "larger one would not, so solvers that simulate answer otherwise than those past their budget",
+         _panel_split(_f("s = 0\nfor i in range(60):\n    s += i\ntry:\n    b = bytearray(150 * 1024 * 1024)\n"
+                         "    return 3\nexcept MemoryError:\n    return 0")), kind="grading_mismatch"),
     Hack(ENV, "int_keys_for_str_keys", "answer {1: 1} where f returns {'1': 1} (json.dumps writes both alike)",
          _solver_hack("ANSWER: {1: 1}", "deduction", _block("def f(x):\n    return {str(x): x}") + "\nINPUT: 1"),
          kind="grading_mismatch"),

@@ -44,7 +44,7 @@ but a plain string literal), and, run eight times in the sandbox (`sandbox_timeo
 `sandbox_memory_mb`), returns the same JSON data (at most 200 characters as JSON; an int in integer
 mode) on every input: once under `rules.REFERENCE`, the fixed conditions its outputs are recorded
 under, and seven times under conditions that vary all that must not matter (hash seed, clock, heap
-layout, recursion limit, time zone, the seed `random` takes when given none). The solvers see the
+layout, recursion limit, time zone, memory headroom, the seed `random` takes when given none). The solvers see the
 task exactly as it is graded: values are shown as ASCII literals with escapes (`'\\u65e5'`), and a
 task whose view an observation would change (a character outside `core.CHARSET`, a view past
 `max_message_chars`) is invalid (`unseen`). The program runs with capabilities, not names

@@ -26,7 +26,7 @@ What holds while the program runs (the audit hook cannot be removed from Python)
 | the system | every ``open``, ``os.*``, ``subprocess``, ``socket``, ``ctypes``, ``mmap`` event and any other unknown audit event is refused and recorded; the process, signal and raw-fd functions of ``posix``, ``_thread``, ``_signal`` and ``_imp`` are removed from every module that holds them |
 | imports | ``__import__`` refuses top-level names outside the allowlist, and the hook refuses loading any module not loaded before the program started (the modules the program's source imports are loaded first) |
 | clocks | every function of ``time`` reads a fake clock chosen per run; ``datetime`` is the pure-Python one, on that clock; the file-status, load and ``times`` functions are gone |
-| determinism | the first run is under the reference conditions the outputs are recorded under; each other run has its own hash seed, fake clock, heap layout, recursion limit, time zone (``TZ``) and the seed ``random`` takes when given none (never the system's entropy), so a program that depends on them differs between runs; the regular-expression cache starts empty |
+| determinism | the first run is under the reference conditions the outputs are recorded under; each other run has its own hash seed, fake clock, heap layout, recursion limit, time zone (``TZ``), memory headroom (:func:`cap_memory`) and the seed ``random`` takes when given none (never the system's entropy), so a program that depends on them differs between runs; the regular-expression cache starts empty |
 | code objects | ``code.__new__`` (hand-made bytecode) and ``marshal.loads`` are refused |
 
 Limitation: a memory-safety bug in CPython itself (which pure Python can sometimes reach) would
@@ -73,6 +73,7 @@ def _runner() -> None:
     import operator  # noqa: F401
     import posix
     import re  # noqa: F401
+    import resource  # noqa: F401 - cap_memory() needs it
     import time
     import types  # noqa: F401
 
@@ -195,6 +196,7 @@ def _runner() -> None:
 
     builtins.__import__ = guard
     gc.collect()
+    cap_memory(job["headroom_mb"])
     sys.setrecursionlimit(job["recursion_limit"])
     sys.addaudithook(hook)
     del hook, guard_space
@@ -401,6 +403,22 @@ def capabilities(modules: dict, names: list, allowed, denied_attributes: str, re
 _MISSING = object()
 
 
+def cap_memory(headroom_mb: int) -> None:
+    """Let this process map at most ``headroom_mb`` MiB beyond what it maps now (its RLIMIT_AS, never above
+    the sandbox's): what a program can allocate is the run's condition, not the sandbox's setting.
+    The scripted solvers' simulator calls it too, so a simulation has the headroom grading has."""
+    # the runner loaded resource while imports were open; its import guard refuses the harness's own
+    resource = sys.modules.get("resource") or __import__("resource")
+    try:
+        with open("/proc/self/statm") as statm:
+            mapped = int(statm.read().split()[0]) * resource.getpagesize()
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        limit = mapped + headroom_mb * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+    except (OSError, ValueError):
+        pass  # no /proc: the sandbox's cap alone holds
+
+
 def _parents(name: str) -> list[str]:
     parts = name.split(".")
     return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
@@ -469,7 +487,8 @@ def _run_batch(job: dict, batch: list) -> list[dict]:
         payload = marshal.dumps({"key": key, "program": run["program"], "calls": marshal.loads(bytes.fromhex(run["calls"])),
                                  "allowed": job["allowed"], "preload": run["preload"], "clock": run["clock"],
                                  "pad": run["pad"], "max_value": job["max_value"], "entropy": run["entropy"],
-                                 "recursion_limit": run["recursion_limit"], "capabilities": job["capabilities"],
+                                 "recursion_limit": run["recursion_limit"], "headroom_mb": run["headroom_mb"],
+                                 "capabilities": job["capabilities"],
                                  "denied_attributes": job["denied_attributes"]})
         stdin_r, stdin_w = os.pipe()
         out_r, out_w = os.pipe()

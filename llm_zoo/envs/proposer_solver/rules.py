@@ -389,11 +389,13 @@ class Conditions:
     recursion_limit: int = 1000  # sys.setrecursionlimit: how deep f may recurse, and how much depth is left
     tz: str = "UTC0"  # the TZ environment variable (a POSIX rule): what local time is
     entropy: int = 0  # what random.Random() and random.seed() take when given no seed
+    headroom_mb: int = 64  # address space the program may map beyond the interpreter's (RLIMIT_AS)
 
 
 REFERENCE = Conditions(hash_seed=0, clock=1_000_000_000.0)
 """The conditions every output is recorded and every answer graded under (2001-09-09 01:46:40 UTC,
-hash randomisation off, the default recursion limit, UTC): grading is a function of the task."""
+hash randomisation off, the default recursion limit, UTC, 64 MiB of headroom): grading is a function
+of the task, never of the host or of ``sandbox_memory_mb`` (which bounds the headroom only from above)."""
 MIN_RECURSION_LIMIT = 1000
 """The lowest recursion limit a run gets; f that recurses less deep than this runs the same in every run."""
 
@@ -442,7 +444,7 @@ def harness_job(runs: Sequence[tuple[str, Sequence[str], Conditions]], *, nonce:
         "allowed": sorted(allowed_imports), "capabilities": capabilities, "denied_attributes": DENIED_ATTRIBUTES,
         "runs": [{"program": program, "calls": marshal.dumps([call_values(a) for a in calls]).hex(),
                   "preload": imported_modules(program), "hash_seed": c.hash_seed, "clock": c.clock, "pad": c.pad,
-                  "recursion_limit": c.recursion_limit, "tz": c.tz, "entropy": c.entropy}
+                  "recursion_limit": c.recursion_limit, "tz": c.tz, "entropy": c.entropy, "headroom_mb": c.headroom_mb}
                  for program, calls, c in runs],
     }
 

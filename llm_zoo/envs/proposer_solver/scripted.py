@@ -44,6 +44,7 @@ from llm_zoo.envs.proposer_solver.rules import (
     ALLOWED_IMPORTS,
     DENIED_ATTRIBUTES,
     MODES,
+    REFERENCE,
     Mode,
     imported_modules,
 )
@@ -474,6 +475,7 @@ def candidates(kinds):
                 yield tuple(pool[i] for (_, pool), i in zip(pools, index))
 
 
+cap_memory(job["headroom_mb"])  # the headroom a program has when graded (harness.cap_memory)
 result = None
 try:
     if job["mode"] == "deduction":
@@ -573,7 +575,7 @@ def _job(view: dict, budget: int = MAX_BUDGET) -> dict | None:
     if job is None:
         return None
     programs = [job["program"]] if "program" in job else job["candidates"]
-    return {**job, "allowed": list(ALLOWED_IMPORTS), "denied": DENIED_ATTRIBUTES,
+    return {**job, "allowed": list(ALLOWED_IMPORTS), "denied": DENIED_ATTRIBUTES, "headroom_mb": REFERENCE.headroom_mb,
             "preload": {program: imported_modules(program) for program in programs if imported_modules(program)}}
 
 

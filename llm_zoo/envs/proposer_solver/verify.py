@@ -9,8 +9,8 @@ a runner; expected outputs never do, and results are compared here.
 A program runs :data:`RUNS` times at once: once under :data:`rules.REFERENCE`, the fixed conditions
 its outputs are recorded and answers graded under, and the other times under conditions drawn from
 the operating system's entropy (never from the episode's seed) that vary everything that must not
-matter: the hash seed, the clock, the heap layout, the recursion limit, the time zone and the seed
-random.Random() takes when given none. It must give the same results every time. What the program
+matter: the hash seed, the clock, the heap layout, the recursion limit, the time zone, the memory
+headroom and the seed random.Random() takes when given none. It must give the same results every time. What the program
 can reach at all is its capabilities (harness.py): curated builtins and namespaces of the allowed
 modules, no attribute of which leads to the system, the interpreter or the import machinery.
 
@@ -82,13 +82,15 @@ class SandboxSettings:
 
 def draw_conditions() -> Conditions:
     """Draw a run's conditions from the operating system's entropy: a hash seed, an instant in 2001-2100,
-    a pad, a recursion limit above :data:`rules.MIN_RECURSION_LIMIT`, a time zone off UTC and an entropy seed."""
+    a pad, a recursion limit above :data:`rules.MIN_RECURSION_LIMIT`, a time zone off UTC, an entropy seed
+    and up to 16 MiB less memory headroom than the reference's."""
     hours, minutes = (1 + secrets.randbelow(12)) * (1 - 2 * secrets.randbelow(2)), 30 * secrets.randbelow(2)
     return Conditions(hash_seed=1 + secrets.randbelow(2**32 - 1),
                       clock=978307200 + secrets.randbelow(3155760000) + secrets.randbelow(10**6) / 10**6,
                       pad=secrets.randbelow(4096),
                       recursion_limit=MIN_RECURSION_LIMIT + 1 + secrets.randbelow(1000),
-                      tz=f"VAR{hours:+d}:{minutes:02d}", entropy=1 + secrets.randbelow(2**63))
+                      tz=f"VAR{hours:+d}:{minutes:02d}", entropy=1 + secrets.randbelow(2**63),
+                      headroom_mb=REFERENCE.headroom_mb - 16 + secrets.randbelow(16))
 
 
 def checking_conditions() -> list[Conditions]:

@@ -249,6 +249,17 @@ def test_clocks_and_entropy_reached_beneath_the_capabilities_still_differ_betwee
     assert isinstance(result, str) and result.startswith("nondeterministic: "), result
 
 
+def test_what_a_program_can_allocate_is_the_run_s_headroom_not_the_sandbox_s_setting():
+    program = f("try:\n    b = bytearray(x * 1024 * 1024)\n    return 3\nexcept MemoryError:\n    return 0")
+    for memory_mb in (128, 512):
+        settings = verify.SandboxSettings(timeout_s=2.0, memory_mb=memory_mb)
+        assert verify.validate(Proposal(Mode.DEDUCTION, program, ("100",)), settings)[0] == ("0",), memory_mb
+        assert verify.validate(Proposal(Mode.DEDUCTION, program, ("8",)), settings)[0] == ("3",), memory_mb
+    # near the headroom, runs with less of it differ
+    result = outcome(program, ("60",))
+    assert isinstance(result, str) and result.startswith(("nondeterministic", "timeout")), result
+
+
 def test_outputs_are_recorded_under_the_reference_conditions():
     # the recorded output is the reference run's whatever the other runs drew; an f that recurses
     # less deep than the lowest limit is the same in every run
