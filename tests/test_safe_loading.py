@@ -315,3 +315,9 @@ def test_a_saved_ppo_model_with_a_pickled_payload_is_refused_and_the_real_one_lo
     crafted.write_bytes(saved.read_bytes()[:2000])
     with pytest.raises(ValueError, match=r"crafted\.zip \(BadZipFile"):
         _load_saved_ppo(ppo, str(crafted))
+
+
+def test_resuming_with_a_model_of_another_shape_is_refused_naming_the_file(run, capsys):
+    code, err = _cli(capsys, "train", "kuhn_poker_v0", "--resume", "--run-dir", str(run), *SETS,
+                     "--set", "model_hidden_size=64")
+    _one_line_refusal(code, err, "model.safetensors", "does not fit", "config.yaml")
