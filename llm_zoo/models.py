@@ -444,3 +444,87 @@ def make_tiny_model(
     else:
         raise ValueError(f"make_tiny_model: tokenizer must be 'bytes' or 'words', got {tokenizer!r}.")
     return save_tiny(path, tok, build_tiny_model(tok, **model_kwargs))
+
+
+# ---- pretrained models: dtype, LoRA adapters, loading ---------------------------------------
+
+DTYPES = ("auto", "float32", "bfloat16")
+"""The values of the trainer's ``dtype`` field."""
+
+LORA_DEFAULT_TARGETS = "all-linear"
+"""What LoRA adapts when ``lora_target_modules`` is empty: every linear layer of the decoder blocks (peft finds them
+for the architecture: q/k/v/o and the MLP's gate/up/down for Llama, Qwen2 and the like), not the output layer.
+Adapting the MLP as well as attention is what lets LoRA match full fine-tuning in RL (Schulman et al., "LoRA
+Without Regret", Thinking Machines, 2025)."""
+
+ADAPTER_CONFIG = "adapter_config.json"
+"""The file that marks a directory of LoRA adapters (peft's ``save_pretrained``), beside the tokenizer."""
+
+
+def resolve_dtype(dtype: str, *, pretrained: bool, device: str | torch.device = "cpu") -> torch.dtype:
+    """Return the torch dtype a model is built in: ``dtype`` as named, or for ``auto`` bfloat16 for a pretrained
+    model on a GPU that supports it and float32 otherwise (a tiny model always: its presets were tuned in float32)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"config.dtype must be one of {DTYPES}; got {dtype!r}")
+    if dtype != "auto":
+        return getattr(torch, dtype)
+    cuda = torch.cuda.is_available() if str(device) == "auto" else torch.device(device).type == "cuda"
+    return torch.bfloat16 if pretrained and cuda and torch.cuda.is_bf16_supported() else torch.float32
+
+
+def is_adapter_dir(path: str | os.PathLike[str]) -> bool:
+    """Return whether ``path`` holds LoRA adapters (over a base model it names) rather than a whole model."""
+    return (Path(path) / ADAPTER_CONFIG).is_file()
+
+
+def adapter_base(path: str | os.PathLike[str]) -> str:
+    """Return the base model an adapter directory names (``base_model_name_or_path``): a directory, or a hub name.
+
+    Raises:
+        FileNotFoundError: It names a directory that is gone (the message names it and how to point at it again).
+    """
+    import json
+
+    base = json.loads((Path(path) / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path") or ""
+    hub_name = base.count("/") == 1 and not base.startswith((".", "/", "~"))  # owner/name, loaded from the hub
+    if not (Path(base).is_dir() or hub_name):
+        raise FileNotFoundError(f"{path} holds LoRA adapters over the base model {base!r}, which is not a local "
+                                f"directory here; put the base model back there, or set base_model_name_or_path "
+                                f"in {Path(path) / ADAPTER_CONFIG} to where it is now")
+    return base
+
+
+def load_pretrained(path: str | os.PathLike[str], dtype: torch.dtype = torch.float32, *, trainable: bool = False):
+    """Return (tokenizer, model) from a model directory, or from an adapter directory over the base it names.
+
+    Adapters are merged into the base for sampling and scoring (one model, no adapter overhead per pass);
+    with ``trainable`` they stay a ``PeftModel`` whose adapters train on (a run started from an adapter
+    checkpoint). The tokenizer is the directory's own (checkpoints save it beside the adapters).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if not is_adapter_dir(path):
+        return tokenizer, AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    from peft import PeftModel
+
+    base = AutoModelForCausalLM.from_pretrained(adapter_base(path), dtype=dtype)
+    model = PeftModel.from_pretrained(base, path, is_trainable=trainable)
+    return tokenizer, (model if trainable else model.merge_and_unload())
+
+
+def add_lora(model: PreTrainedModel, base: str | os.PathLike[str], *, r: int, alpha: float, dropout: float,
+             target_modules: list[str] | None = None):
+    """Wrap ``model`` (loaded from the directory ``base``) in fresh LoRA adapters of rank ``r``; return the ``PeftModel``.
+
+    Only the adapters train; ``with model.disable_adapter():`` gives back the base model's outputs.
+    Saved checkpoints name ``base`` (its absolute path), which :func:`load_pretrained` reads.
+    """
+    from peft import LoraConfig, get_peft_model
+
+    named = str(Path(base).resolve()) if Path(base).is_dir() else str(base)  # a hub name stays a name
+    config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, task_type="CAUSAL_LM",
+                        target_modules=list(target_modules) if target_modules else LORA_DEFAULT_TARGETS)
+    peft_model = get_peft_model(model, config)
+    peft_model.peft_config["default"].base_model_name_or_path = named
+    return peft_model

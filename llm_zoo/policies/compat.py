@@ -26,7 +26,8 @@ if sys.version_info >= (3, 12):
 else:  # typing_extensions comes with gymnasium, a core dependency
     from typing_extensions import override
 
-__all__ = ["DynamicLayer", "cache_argument", "forward_params", "keep_logits_kwargs", "override"]
+__all__ = ["DynamicLayer", "cache_argument", "enable_checkpointing", "forward_params", "keep_logits_kwargs",
+           "override"]
 
 
 def forward_params(model: PreTrainedModel) -> Mapping[str, inspect.Parameter]:
@@ -58,3 +59,14 @@ def cache_argument(model: PreTrainedModel) -> str:
     """Name the KV-cache argument and output field: ``cache`` in recent transformers 5.x (which deprecates
     ``past_key_values``, to be removed in 5.40), ``past_key_values`` before that."""
     return "cache" if "cache" in forward_params(model) else "past_key_values"
+
+
+def enable_checkpointing(model: PreTrainedModel) -> None:
+    """Recompute each block's activations in the backward pass (non-reentrant, so frozen inputs still pass
+    gradients to LoRA adapters): ``activation_checkpointing_enable`` in recent transformers 5.x, which deprecates
+    ``gradient_checkpointing_enable``, the name before it."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)

@@ -45,7 +45,7 @@ import jinja2.nodes
 import numpy as np
 import torch
 from jinja2 import meta
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from llm_zoo.policies.base import Observation, Policy, PromptTooLong, Reply
 from llm_zoo.policies.compat import DynamicLayer, cache_argument, keep_logits_kwargs, override
@@ -191,8 +191,10 @@ class TransformersPolicy(Policy):
         if dtype is None:
             cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
             dtype = torch.bfloat16 if cuda_bf16 else torch.float32
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        from llm_zoo.models import load_pretrained
+
+        # a model directory, or a checkpoint's LoRA adapters, merged into the base model they name
+        tokenizer, model = load_pretrained(path, dtype)
         return cls(model, tokenizer, device=device, **kwargs)
 
     @override

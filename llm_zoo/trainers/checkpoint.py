@@ -2,9 +2,12 @@
 
 A checkpoint is a directory ``runs/<run>/checkpoints/step_NNNNNN`` holding, per learner, the
 policy it delivers under ``policies/NAME`` (``save_pretrained`` format: what ``llm-zoo eval`` and
-``crossplay`` load) and ``NAME.trainer.pt`` (optimiser, self-play pool, reference model, and the
-learner's own weights when ``policies/`` holds their average), plus ``state.json`` (the step, the
-RAE baselines, torch's RNG) and ``manifest.json`` (each file's size and SHA-256). It is written to a
+``crossplay`` load; with LoRA only the adapters, whose ``adapter_config.json`` names the base model),
+``NAME.trainer.pt`` (self-play pool, reference model, and the learner's own trained weights when
+``policies/`` holds their average) and ``NAME.optimizer.pt`` (the optimiser's state, which only
+``--resume`` reads: only the newest checkpoint keeps it, an older one drops it once a newer is in place),
+plus ``state.json`` (the step, the RAE baselines,
+torch's RNG) and ``manifest.json`` (each file's size and SHA-256). It is written to a
 temporary directory and renamed into place, then ``checkpoints/latest`` is rewritten the same way,
 so a run killed at any instant leaves either the old checkpoint or the new one, never half of one.
 
@@ -50,8 +53,11 @@ RUN_ENTRIES = ("config.json", "config.yaml", "metrics.jsonl", "eval.json", "chec
                "tensorboard", "curves.png")
 """What a training run writes into its directory: any of them there means the directory holds a run."""
 STATE_KEYS = {"step": int, "rae": dict, "policies": list, "torch_rng": list}
-TRAINER_KEYS = {"optimizer": dict, "pool": list, "reference": (dict, type(None)), "learner": (dict, type(None)),
-                "met": list}
+TRAINER_KEYS = {"optimizer": (dict, type(None)), "pool": list, "reference": (dict, type(None)),
+                "learner": (dict, type(None)), "met": list}
+"""``optimizer`` is None where the state is in ``NAME.optimizer.pt`` (checkpoints before that held it here)."""
+OPTIMIZER = ".optimizer.pt"
+"""``NAME`` + this: a learner's optimiser state, in the newest checkpoint of a run only."""
 
 
 class CheckpointError(ValueError):
@@ -67,7 +73,7 @@ def save_checkpoint(run_dir: Path, step: int, learners: Mapping[str, Any], rae_s
     """Write everything needed to resume after ``step`` steps, atomically (temp dir, then rename).
 
     ``learners`` maps names to :class:`llm_zoo.trainers.grpo.Learner`; the newest ``keep``
-    checkpoints stay on disk.
+    checkpoints stay on disk, and only the newest keeps the optimisers' state.
     """
     root = run_dir / "checkpoints"
     final = root / f"step_{step:06d}"
@@ -78,12 +84,13 @@ def save_checkpoint(run_dir: Path, step: int, learners: Mapping[str, Any], rae_s
         learner.trained.model.save_pretrained(tmp / "policies" / name)
         learner.policy.tokenizer.save_pretrained(tmp / "policies" / name)
         # plain data only, so that weights_only=True reads it back
-        torch.save({"optimizer": learner.optimizer.state_dict(),
+        torch.save({"optimizer": None,
                     "pool": [[int(s), {k: v.cpu() for k, v in sd.items()}] for s, sd in learner.pool],
                     "reference": None if learner.reference is None else learner.reference.state_dict(),
-                    "learner": None if learner.average is None else learner.model.state_dict(),
+                    "learner": None if learner.average is None else trained_state(learner.model),
                     "met": [[list(prompt), list(replies)] for prompt, replies in learner.met.items()]},
                    tmp / f"{name}.trainer.pt")
+        torch.save(learner.optimizer.state_dict(), tmp / f"{name}{OPTIMIZER}")
     state = {"step": step, "rae": rae_state.to_dict(), "policies": sorted(learners),
              "torch_rng": torch.get_rng_state().tolist()}
     (tmp / "state.json").write_text(json.dumps(state))
@@ -94,7 +101,31 @@ def save_checkpoint(run_dir: Path, step: int, learners: Mapping[str, Any], rae_s
     write_atomic(root / "latest", final.name)
     for old in sorted(p for p in root.glob("step_*") if p.is_dir())[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
+    for old in root.glob("step_*"):
+        if old.is_dir() and old != final:
+            _drop_optimizer(old)
     return final
+
+
+def trained_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Return the weights the optimiser trains, by their ``state_dict`` names: all of them, or with LoRA the adapters."""
+    trained = {name for name, p in model.named_parameters() if p.requires_grad}
+    state = model.state_dict()
+    return state if len(trained) == len(state) or not trained else {k: v for k, v in state.items() if k in trained}
+
+
+def _drop_optimizer(path: Path) -> None:
+    """Remove an older checkpoint's optimiser state (``--resume`` reads the newest only); the manifest first, so a
+    crash in between leaves a file the manifest does not list, never a listed file missing."""
+    files = sorted(path.glob(f"*{OPTIMIZER}"))
+    if not files:
+        return
+    if (path / MANIFEST).exists():
+        manifest = read_json(path / MANIFEST, "a checkpoint manifest (file -> bytes, sha256)")
+        write_atomic(path / MANIFEST, json.dumps({k: v for k, v in manifest.items() if not k.endswith(OPTIMIZER)},
+                                                 indent=1))
+    for file in files:
+        file.unlink(missing_ok=True)
 
 
 def _manifest(path: Path) -> dict[str, dict[str, Any]]:
@@ -201,14 +232,17 @@ def _read_weights(file: Path, *, header_only: bool = False) -> dict[str, torch.T
                               f"corrupted: take an earlier checkpoint (checkpoints/step_N) or retrain") from None
 
 
-def _read_trainer_state(file: Path) -> dict[str, Any]:
+def _read_trainer_state(file: Path, what: str = "the learner's trainer state") -> dict[str, Any]:
     import pickle
     import zipfile
 
     try:
         state = torch.load(file, weights_only=True, map_location="cpu")
     except FileNotFoundError:
-        raise CheckpointError(f"{file}: missing; expected the learner's trainer state") from None
+        if file.name.endswith(OPTIMIZER):
+            raise CheckpointError(f"{file}: missing; only the newest checkpoint of a run keeps the optimiser's state "
+                                  f"--resume reads (checkpoints/latest names it): resume from that one") from None
+        raise CheckpointError(f"{file}: missing; expected {what}") from None
     except pickle.UnpicklingError as exc:  # what weights_only raises for any object but plain data
         # torch's text suggests weights_only=False; name only what was refused (its line naming a GLOBAL)
         first = next((line.split("error:", 1)[-1].strip() for line in str(exc).splitlines()
@@ -217,8 +251,11 @@ def _read_trainer_state(file: Path) -> dict[str, Any]:
                               f"dicts), which could run code when loaded ({first[:200]}); a checkpoint llm_zoo "
                               f"wrote never does: do not load this file") from None
     except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise CheckpointError(f"{file}: not a readable trainer state ({_reason(exc)}); truncated or corrupted: "
+        raise CheckpointError(f"{file}: not readable as {what} ({_reason(exc)}); truncated or corrupted: "
                               f"take an earlier checkpoint (checkpoints/step_N) or retrain") from None
+    if file.name.endswith(OPTIMIZER):
+        _check_fields(file, state, {"state": dict, "param_groups": list})
+        return state
     _check_fields(file, state, TRAINER_KEYS)
     for i, item in enumerate(state["pool"]):
         if not (isinstance(item, (list, tuple)) and len(item) == 2 and type(item[0]) is int
@@ -258,9 +295,20 @@ def _read_state(path: Path) -> dict[str, Any]:
     return state
 
 
+def _weights_file(policy: Path) -> Path:
+    """The weights of a saved policy: the model's, or with LoRA the adapters' (``adapter_config.json`` beside)."""
+    adapters = (policy / "adapter_config.json").is_file()
+    return policy / ("adapter_model.safetensors" if adapters else "model.safetensors")
+
+
 def _load_weights(file: Path, module: torch.nn.Module, weights: Mapping[str, torch.Tensor]) -> None:
     try:
-        result = module.load_state_dict(weights, strict=False)
+        if file.name == "adapter_model.safetensors":  # peft's names, without the adapter's: peft maps them back
+            from peft import set_peft_model_state_dict
+
+            result = set_peft_model_state_dict(module, dict(weights))
+        else:
+            result = module.load_state_dict(weights, strict=False)
     except (RuntimeError, ValueError, TypeError) as exc:
         raise CheckpointError(f"{file}: does not fit the model the config builds ({_reason(exc)}); resume with the "
                               f"run's own config (its config.yaml), or start a fresh run") from None
@@ -282,19 +330,25 @@ def load_checkpoint(path: Path, learners: Mapping[str, Any]) -> tuple[int, RAESt
     if sorted(learners) != sorted(state["policies"]):
         raise CheckpointError(f"{path / 'state.json'}: the checkpoint holds policies {sorted(state['policies'])}, "
                               f"the config trains {sorted(learners)}; resume with the run's own config.policies")
-    read = {name: (_read_weights(path / "policies" / name / "model.safetensors"),
-                   _read_trainer_state(path / f"{name}.trainer.pt")) for name in learners}
+    read = {}
+    for name in learners:
+        trainer_state = _read_trainer_state(path / f"{name}.trainer.pt")
+        optimizer = trainer_state["optimizer"] or _read_trainer_state(path / f"{name}{OPTIMIZER}",
+                                                                      "the optimiser's state")
+        read[name] = (_read_weights(_weights_file(path / "policies" / name)), trainer_state, optimizer)
     verify_checkpoint(path)
     for name, learner in learners.items():
-        weights, trainer_state = read[name]
-        file = path / "policies" / name / "model.safetensors"
+        weights, trainer_state, optimizer_state = read[name]
+        file = _weights_file(path / "policies" / name)
+        trainer_file = path / f"{name}.trainer.pt"
         if learner.average is not None:  # policies/ holds the average; the learner's weights are kept apart
             _load_weights(file, learner.average.model, weights)
-            weights = trainer_state["learner"] or weights
-        _load_weights(file, learner.model, weights)
-        trainer_file = path / f"{name}.trainer.pt"
+        if learner.average is not None and trainer_state["learner"]:
+            _load_weights(trainer_file, learner.model, trainer_state["learner"])
+        else:
+            _load_weights(file, learner.model, weights)
         try:
-            learner.optimizer.load_state_dict(trainer_state["optimizer"])
+            learner.optimizer.load_state_dict(optimizer_state)
         except (KeyError, ValueError, RuntimeError, TypeError) as exc:
             raise CheckpointError(f"{trainer_file}: its optimizer state does not fit the learner ({_reason(exc)}); "
                                   f"resume with the run's own config") from None

@@ -118,10 +118,27 @@ class TrainConfig:
     """Start the tiny model's first two layers as an induction circuit (llm_zoo.models.install_copy_heads):
     it copies what its context holds (an id, an email) before any training, which a tiny model trained from
     scratch learns only after a long plateau. Needs model_layers >= 2 and 4 or more heads."""
+    dtype: str = "auto"
+    """float32, bfloat16, or auto: bfloat16 for a model directory on a GPU that supports it, float32 otherwise
+    (the tiny model always)."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder block's activations in the backward pass instead of keeping them: an update's
+    activations shrink to one block's plus a hidden state per block, for about a third more compute."""
+    lora_r: int = 0
+    """0: every weight trains (full fine-tuning). Above 0: the model is frozen and LoRA adapters of this rank
+    train on it (peft); the KL reference is the model with its adapters disabled, and checkpoints hold only the
+    adapters, naming the base model. Needs a model directory (config.model)."""
+    lora_alpha: float = 16.0
+    """LoRA's scale numerator: an adapter's update is scaled by lora_alpha / lora_r."""
+    lora_dropout: float = 0.0
+    """Dropout on the adapters' input while training."""
+    lora_target_modules: list[str] = field(default_factory=list)
+    """Names of the modules the adapters wrap (e.g. [q_proj, v_proj]); empty = every linear layer of the
+    decoder blocks (llm_zoo.models.LORA_DEFAULT_TARGETS)."""
     init: str = ""
     """Start the learners from trained weights: a checkpoint directory or a run directory (its latest
     checkpoint) of `llm-zoo sft` or `train`, holding policies/NAME for every learner; or sft: run the SFT
-    stage first (fields in config.sft, written under RUN_DIR/sft) and start from it. Empty = fresh
+    stage first (fields in config.sft, written under RUN_DIR/sft) and start from it. Empty or none = fresh
     weights. --resume takes precedence (the run's checkpoint is loaded, init is not read)."""
     sft: dict[str, Any] = field(default_factory=dict)
     """Fields of the SFT stage that init=sft runs (llm_zoo.trainers.sft.SFTConfig, e.g. {episodes: 128,
@@ -332,6 +349,18 @@ class TrainConfig:
         if self.env not in llm_zoo.registered():
             raise ValueError(f"config.env must be a registered env, one of {llm_zoo.registered()}; got {self.env!r}")
         sft_stage.check_stage_fields(self.sft)
+        sft_stage.check_model_fields(self)
+        if self.lora_r and (self.reference_ema < 1.0 or self.magnet_average_from):
+            raise ValueError(f"config.lora_r={self.lora_r}: the KL reference is the model with its adapters disabled "
+                             f"(the base model), which cannot follow the learner; set reference_ema=1 and "
+                             f"magnet_average_from=0 (got {self.reference_ema!r} and {self.magnet_average_from!r}), "
+                             f"or lora_r=0 for full fine-tuning")
+        if self.lora_r and (self.body_lr_scale != 1.0 or self.generation != "transformers"):
+            raise ValueError(f"config.lora_r={self.lora_r} trains adapters only: body_lr_scale must be 1 (got "
+                             f"{self.body_lr_scale!r}: the output layer is frozen) and generation transformers (got "
+                             f"{self.generation!r}: the vLLM generator loads whole weights); or set lora_r=0")
+        if self.init == "none":  # the word a preset's comment and the docs use for fresh weights
+            self.init = ""
         presets.check_model_settings(self)  # nothing tuned for the tiny model on a pretrained one
 
 
@@ -478,6 +507,8 @@ class Learner:
     """The EMA of the learner's weights (``config.average_ema``), or None."""
     met: dict[tuple[int, ...], tuple[str, ...]] = field(default_factory=dict)
     """The distinct prompts with legal replies its trained turns met, in the order met (``config.unmask_steps``)."""
+    adapters: bool = False
+    """LoRA (``config.lora_r``): only the adapters train, and the KL reference is the model with them disabled."""
 
     @property
     def model(self) -> torch.nn.Module:
@@ -499,7 +530,8 @@ def build_tokenizer_and_model(config: TrainConfig, seed: int, spec: EnvSpec | No
 
 def make_learner(name: str, config: TrainConfig, device: torch.device, index: int,
                  spec: EnvSpec | None = None, init: Path | None = None) -> Learner:
-    """Build a learner: model, sampling policy, optimiser (``config.optimizer``), and a frozen reference when ``beta > 0``.
+    """Build a learner: model, sampling policy, optimiser (``config.optimizer``), and a frozen reference when ``beta > 0``
+    (none with LoRA: :func:`reference_logprobs` disables the adapters instead of keeping a second model).
 
     ``init``: a policy directory to load the weights and tokenizer from (``config.init``); the
     reference and the weights' average then start from those weights too.
@@ -514,16 +546,16 @@ def make_learner(name: str, config: TrainConfig, device: torch.device, index: in
     optimizer = (torch.optim.SGD(groups, lr=config.lr) if config.optimizer == "sgd"
                  else torch.optim.AdamW(groups, lr=config.lr, weight_decay=0.0))
     reference = None
-    if config.beta:
+    if config.beta and not config.lora_r:  # with LoRA the reference is the same model, its adapters disabled
         reference = copy.deepcopy(policy.model).eval().requires_grad_(False)
     average = frozen_copy(policy, name) if config.average_ema else None
-    return Learner(name, policy, optimizer, reference, average=average)
+    return Learner(name, policy, optimizer, reference, average=average, adapters=bool(config.lora_r))
 
 
 def param_groups(model: torch.nn.Module, body_lr_scale: float) -> list[dict[str, Any]]:
     """The optimiser's parameter groups: the output layer at ``lr``, the rest at ``body_lr_scale * lr``
     (``lr_scale``, which the trainer's schedule multiplies in); one group when the scale is 1."""
-    params = list(model.parameters())
+    params = [p for p in model.parameters() if p.requires_grad]  # LoRA: the adapters alone
     if body_lr_scale == 1.0:
         return [{"params": params, "lr_scale": 1.0}]
     head = model.get_output_embeddings()
@@ -796,9 +828,17 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig, step:
     # the validity term's distinct prompts, of the whole batch (a prompt in two ranks' shares counts once)
     valid_items = list({tuple(b.prompt_ids): b.valid_paths for b in batch if b.valid_paths}.items()
                        ) if config.validity_coef else []
-    batch = distributed.shard(batch)  # this rank's share (all of it in one process)
-    exact = learner.reference is not None and config.kl_estimator == "exact"
     beta = loss_terms.kl_weight(step, config.steps, config.beta, config.beta_final, magnet_average_start(config))
+    has_reference = learner.reference is not None or (learner.adapters and bool(config.beta))
+    # SKIP the forward and backward of samples whose advantage is 0 (a group whose rewards are all equal): their
+    # clipped term is 0 with 0 gradient, so only the KL and entropy terms could move them; the step is the same
+    skipped, n_kept = 0, n_tokens
+    if not ((has_reference and beta) or config.entropy_coef):
+        kept = [b for b in batch if b.advantage != 0.0]
+        skipped, batch = len(batch) - len(kept), kept
+        n_kept = sum(len(b.completion_ids) for b in batch)
+    batch = distributed.shard(batch)  # this rank's share (all of it in one process)
+    exact = has_reference and config.kl_estimator == "exact"
     temperature = config.temperature or 1.0
     stats_sum: dict[str, float] = {}
     model.train()
@@ -815,11 +855,11 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig, step:
         old = torch.tensor([b.logprobs + [0.0] * (width - len(b.logprobs)) for b in mb], device=device)
         mb_adv = torch.tensor([b.advantage for b in mb], device=device, dtype=mb_logps.dtype)
         ref = kl = None
-        if learner.reference is not None:
+        if has_reference:
             with torch.no_grad():
-                ref, _, *ref_all = completion_logprobs(learner.reference, prompts, completions, pad_token_id=pad,
-                                                       temperature=temperature, allowed=allowed,
-                                                       with_all_logps=exact, token_budget=config.max_forward_tokens)
+                ref, _, *ref_all = reference_logprobs(learner, prompts, completions, pad_token_id=pad,
+                                                      temperature=temperature, allowed=allowed,
+                                                      with_all_logps=exact, token_budget=config.max_forward_tokens)
             if exact:
                 kl = exact_kl(mb_all[0], ref_all[0])
         per_token_loss, stats = per_token_policy_loss(
@@ -829,7 +869,7 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig, step:
         loss = aggregation.reduce(per_token_loss, mb_mask) / normalizer
         loss.backward()
         total_loss += loss.item()
-        share = mb_mask.sum().item() / max(1, n_tokens)
+        share = mb_mask.sum().item() / max(1, n_kept)  # the stats: means over the tokens that ran
         for k, v in stats.items():
             stats_sum[k] = stats_sum.get(k, 0.0) + v.item() * share
     if config.validity_coef:  # once per distinct prompt of the step, not per sample
@@ -840,6 +880,10 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig, step:
             (config.validity_coef * weight * v_loss).backward()
             total_loss += config.validity_coef * weight * v_loss.item()
             stats_sum["valid_mass"] = v_mass * weight
+    if skipped:  # a weight no pass reached gets its zero gradient, so the optimiser steps (and decays) as before
+        for p in model.parameters():
+            if p.requires_grad and p.grad is None:
+                p.grad = torch.zeros_like(p)
     distributed.reduce_gradients(model)  # the whole batch's gradient on every rank
     stats_sum = distributed.sum_stats({**stats_sum, "loss": total_loss})
     total_loss = stats_sum.pop("loss")
@@ -863,7 +907,18 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig, step:
             if magnet_is_average:
                 torch._foreach_copy_(list(learner.reference.parameters()), list(learner.average.model.parameters()))
     model.eval()
-    return {**stats_sum, "loss": total_loss, "grad_norm": float(grad_norm), "tokens": float(n_tokens)}
+    return {**stats_sum, "loss": total_loss, "grad_norm": float(grad_norm), "tokens": float(n_tokens),
+            "skipped_samples": float(skipped)}
+
+
+def reference_logprobs(learner: Learner, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
+                       **kwargs: Any) -> tuple:
+    """Score completions under the KL reference (:func:`~llm_zoo.scoring.completion_logprobs`'s outputs): its own
+    frozen model, or with LoRA the learner's model with its adapters disabled (the base, no second copy)."""
+    if learner.reference is not None:
+        return completion_logprobs(learner.reference, prompts, completions, **kwargs)
+    with learner.model.disable_adapter():
+        return completion_logprobs(learner.model, prompts, completions, **kwargs)
 
 
 def magnet_average_start(config: TrainConfig) -> int:

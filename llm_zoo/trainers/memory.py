@@ -15,12 +15,17 @@ What bounds a run's memory (:mod:`llm_zoo.scoring`, :class:`~llm_zoo.policies.tr
   (:func:`micro_batches`), the gradients accumulating over them as over any micro-batches.
 - ``memory_limit_gb``: the budget :func:`preflight` checks :func:`estimate` against.
 
-The estimate adds what lives through the run (the process itself, every model's weights, the learner's
-gradients and AdamW's two moments, snapshots) to the largest of the passes: a rollout prefill (its
+The estimate adds what lives through the run (the process itself, every model's weights, the trained
+weights' gradients and AdamW's two moments, snapshots) to the largest of the passes: a rollout prefill (its
 activations, its attention scores, its chunk's KV cache) and an update's forward and backward (the
 activations autograd saves, its attention, the completion logits with their log-softmax and entropy).
+It follows the model fields: ``dtype`` (2 bytes a weight and activation in bfloat16, 4 in float32),
+``lora_r`` (only the adapters have gradients and optimiser state, in float32 as peft keeps them, and no
+reference copy: the reference is the model with its adapters disabled) and ``gradient_checkpointing``
+(a backward keeps one hidden state per block and token, plus one block's activations while it is recomputed).
 Its constants are upper bounds for transformers' Llama and Qwen2 blocks with sdpa attention on a CPU,
 checked against measured peaks in ``tests/trainers/test_memory.py``; the estimate errs high.
+:func:`sft_estimate` and :func:`sft_preflight` do the same for the warm start (``llm-zoo sft``).
 """
 
 from __future__ import annotations
@@ -29,9 +34,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from llm_zoo.scoring import dedupe, row_chunks
 
-__all__ = ["Estimate", "estimate", "micro_batches", "pass_bytes", "preflight"]
+__all__ = ["Estimate", "estimate", "micro_batches", "pass_bytes", "preflight", "sft_estimate", "sft_preflight",
+           "trainable_params"]
 
 GIB = 1024**3
 FLOAT = 4
@@ -82,20 +90,80 @@ def model_shape(model_config: Any) -> dict[str, int]:
 
 
 def pass_bytes(shape: dict[str, int], rows: int, tokens: int, keys: int, *, grad: bool, logits: int = 1,
-               cache: bool = False) -> int:
+               cache: bool = False, width: int = FLOAT, checkpointing: bool = False, lora_r: int = 0) -> int:
     """Estimate the peak bytes of one forward pass (and its backward, with ``grad``) beyond its weights.
 
     ``rows`` sequences run ``tokens`` new tokens each against ``keys`` keys (cache + new); ``logits``
-    positions a row keep their logits; ``cache`` keeps the KV cache (sampling).
+    positions a row keep their logits (in float32 whatever the model's dtype); ``cache`` keeps the KV cache
+    (sampling). ``width``: bytes of an activation (the model's dtype); ``checkpointing``: the backward keeps one
+    hidden state per block and recomputes one block at a time; ``lora_r``: adapters add their rank-r
+    intermediates on every linear layer.
     """
     hidden, mlp, layers = shape["hidden"], shape["mlp"], shape["layers"]
     per_token = SAVED_PER_TOKEN if grad else TRANSIENT_PER_TOKEN
-    activations = rows * tokens * (per_token[0] * hidden + per_token[1] * mlp) * FLOAT * (layers if grad else 1)
+    block = rows * tokens * (per_token[0] * hidden + per_token[1] * mlp + 7 * lora_r * grad) * width
     no_grad, saved, transient = ATTENTION_PAIR_BYTES
-    attention = rows * tokens * keys * (saved * layers + transient if grad else no_grad)
-    kv = rows * keys * layers * 2 * shape["kv_heads"] * shape["head_dim"] * FLOAT * 2 if cache else 0  # + laid-out copy
+    pairs = rows * tokens * keys
+    if not grad:
+        activations, attention = block, pairs * no_grad
+    elif checkpointing:  # a hidden state per block and token, and one block's saved activations at a time
+        activations, attention = rows * tokens * hidden * width * layers + block, pairs * (saved + transient)
+    else:
+        activations, attention = block * layers, pairs * (saved * layers + transient)
+    if grad and lora_r:
+        activations += LORA_BLOCKS * block
+    kv = rows * keys * layers * 2 * shape["kv_heads"] * shape["head_dim"] * width * 2 if cache else 0  # + laid-out copy
     logit_bytes = rows * logits * shape["vocab"] * FLOAT * (LOGIT_COPIES if grad else 2)
     return activations + attention + kv + logit_bytes
+
+
+LORA_BLOCKS = 2
+"""Blocks' worth of activations that peft's adapters add to a backward: each adapted layer's output is summed
+anew with its adapter's, and the recomputed block's sums are held beside its gradients (measured with
+checkpointing on the tiny Llama: 1.3-2.1 blocks more than without the adapters)."""
+
+LORA_MODULES = {"q_proj": ("hidden", "q"), "k_proj": ("hidden", "kv"), "v_proj": ("hidden", "kv"),
+                "o_proj": ("q", "hidden"), "gate_proj": ("hidden", "mlp"), "up_proj": ("hidden", "mlp"),
+                "down_proj": ("mlp", "hidden")}
+"""The linear layers of a Llama/Qwen2 block, as (input, output) sizes: what LoRA's default targets."""
+
+
+def trainable_params(config: Any, shape: dict[str, int]) -> int:
+    """Count the weights the optimiser updates: all of them, or with ``lora_r`` the adapters' (r x (in + out)
+    per adapted linear layer per block; a module name outside :data:`LORA_MODULES` counts as hidden -> hidden)."""
+    sizes = {"hidden": shape["hidden"], "mlp": shape["mlp"], "q": shape["heads"] * shape["head_dim"],
+             "kv": shape["kv_heads"] * shape["head_dim"]}
+    if not config.lora_r:
+        return model_params(shape)
+    names = list(config.lora_target_modules) or list(LORA_MODULES)
+    per_block = sum(sizes[LORA_MODULES[n][0]] + sizes[LORA_MODULES[n][1]] if n in LORA_MODULES else 2 * sizes["hidden"]
+                    for n in names)
+    return int(config.lora_r) * per_block * shape["layers"]
+
+
+def model_params(shape: dict[str, int]) -> int:
+    """Count a Llama/Qwen2 model's weights (an untied output layer counted: the estimate errs high)."""
+    hidden, mlp, vocab = shape["hidden"], shape["mlp"], shape["vocab"]
+    return 2 * vocab * hidden + shape["layers"] * (4 * hidden * hidden + 3 * hidden * mlp + 2 * hidden)
+
+
+def _width(config: Any) -> int:
+    """Bytes of a weight and an activation in the dtype the run builds its models in."""
+    from llm_zoo.models import resolve_dtype
+
+    return 2 if resolve_dtype(config.dtype, pretrained=config.model != "tiny", device=config.device) != torch.float32 \
+        else FLOAT
+
+
+def _resident(config: Any, shape: dict[str, int], learners: int, frozen_copies: int) -> int:
+    """The process, every learner's weights, the trained weights' gradients and optimiser state, frozen copies."""
+    width, params = _width(config), model_params(shape)
+    trained = trainable_params(config, shape)
+    moments = 2 if getattr(config, "optimizer", "adamw") == "adamw" else 0
+    # full fine-tuning keeps gradients and moments in the weights' dtype; peft keeps adapters in float32
+    per_learner = params * width * (1 + frozen_copies) + trained * (width if not config.lora_r else FLOAT) * (
+        1 + moments) + (trained * FLOAT if config.lora_r else 0)
+    return PROCESS_BYTES + learners * per_learner
 
 
 def estimate(config: Any, model_config: Any, *, learners: int = 1) -> Estimate:
@@ -106,23 +174,24 @@ def estimate(config: Any, model_config: Any, *, learners: int = 1) -> Estimate:
     shape = model_shape(model_config)
     budget = int(config.max_forward_tokens)
     longest = int(config.max_prompt_tokens) + int(config.max_new_tokens)
-    hidden, vocab, layers, mlp = shape["hidden"], shape["vocab"], shape["layers"], shape["mlp"]
-    params = 2 * vocab * hidden + layers * (4 * hidden * hidden + 3 * hidden * mlp + 2 * hidden)
-    copies = 4  # weights, gradients, AdamW's two moments
-    copies += bool(config.beta) + bool(config.average_ema) + (config.pool_size if config.pool_every else 0)
-    resident = PROCESS_BYTES + learners * params * FLOAT * copies
+    width = _width(config)
+    # frozen copies of the whole model: the reference (none with LoRA), the weights' average, pool snapshots
+    copies = bool(config.beta and not config.lora_r) + bool(config.average_ema) + (
+        config.pool_size if config.pool_every else 0)
+    resident = _resident(config, shape, learners, copies)
 
     # ROLLOUT: the largest prefill chunk (rows within the budget, a longer row in column chunks), no grad
     rows = max(1, min(int(config.rollout_batch_size), budget // longest))
     query = max(1, min(longest, budget // rows))
-    rollout = pass_bytes(shape, rows, query, longest, grad=False, cache=True)
+    rollout = pass_bytes(shape, rows, query, longest, grad=False, cache=True, width=width)
     # UPDATE: the largest micro-batch within micro_batch_size and the budget, forward and backward; a row
     # longer than the budget runs in column chunks whose saved activations still add up to the whole row
     rows = max(1, min(int(config.micro_batch_size), budget // longest))
-    update = pass_bytes(shape, rows, longest, longest, grad=True, logits=int(config.max_new_tokens))
+    update = pass_bytes(shape, rows, longest, longest, grad=True, logits=int(config.max_new_tokens), width=width,
+                        checkpointing=bool(config.gradient_checkpointing), lora_r=int(config.lora_r))
     if config.beta:  # the reference's no-grad pass runs while the learner's graph is held
         update += pass_bytes(shape, rows, min(longest, budget // rows), longest, grad=False,
-                             logits=int(config.max_new_tokens))
+                             logits=int(config.max_new_tokens), width=width)
     parts = {"resident": resident, "rollout": rollout, "update": update}
     return Estimate(resident + max(rollout, update), parts)
 
@@ -146,14 +215,60 @@ def preflight(config: Any, model_config: Any, *, learners: int = 1) -> Estimate:
         else:
             fields = ["max_forward_tokens", "max_prompt_tokens", "max_new_tokens"]
         if found.parts["resident"] > limit * GIB:
-            fields = ["model_hidden_size", "model_layers", "pool_size"]
+            fields = (["model_hidden_size", "model_layers", "pool_size"] if config.model == "tiny" else
+                      ["lora_r", "dtype", "pool_size"])
         raise ValueError(
             f"this run would need about {found.gib:.2f} GiB ({found.describe()}), over memory_limit_gb="
             f"{limit:g}: its largest pass is the {dominant}, sequences of up to max_prompt_tokens + max_new_tokens = "
-            f"{longest} tokens, {max(1, rows)} of them a pass (max_forward_tokens={config.max_forward_tokens}). Lower "
-            f"{', '.join(fields)} (e.g. --set {fields[0]}=...), or raise memory_limit_gb if the machine has the memory."
+            f"{longest} tokens, {max(1, rows)} of them a pass (max_forward_tokens={config.max_forward_tokens}). "
+            f"{_advice(config, found, fields)}, or raise memory_limit_gb if the machine has the memory."
         )
     return found
+
+
+def sft_estimate(config: Any, model_config: Any, longest: int, logit_floats: int = 2**25) -> Estimate:
+    """Estimate the peak memory of a warm start of ``config`` (an ``SFTConfig``) whose longest row has ``longest``
+    tokens: the resident part as :func:`estimate`'s, and the largest micro-batch's forward and backward (rows
+    within ``max_tokens_per_micro_batch``, a longer row alone; no padding mask, so sdpa's fused causal kernel keeps
+    no [T, T] scores; the loss's logits in chunks of ``logit_floats``, ``sft.LOGIT_CHUNK_FLOATS``)."""
+    shape = model_shape(model_config)
+    tokens = max(int(config.max_tokens_per_micro_batch), longest)
+    activations = pass_bytes(shape, 1, tokens, 0, grad=True, logits=0, width=_width(config),
+                             checkpointing=bool(config.gradient_checkpointing), lora_r=int(config.lora_r))
+    update = activations + min(logit_floats, tokens * shape["vocab"]) * FLOAT * LOGIT_COPIES
+    resident = _resident(config, shape, 1, 0)
+    return Estimate(resident + update, {"resident": resident, "update": update})
+
+
+def sft_preflight(config: Any, model_config: Any, longest: int, logit_floats: int = 2**25) -> Estimate:
+    """Refuse a warm start whose estimated peak exceeds ``memory_limit_gb`` (``ValueError`` naming the fields to
+    change), as :func:`preflight` refuses a training run; ``memory_limit_gb=0`` skips the check."""
+    found = sft_estimate(config, model_config, longest, logit_floats)
+    limit = float(config.memory_limit_gb)
+    if limit and found.total > limit * GIB:
+        fields = ["max_tokens_per_micro_batch", "max_length"]
+        if found.parts["resident"] > limit * GIB:
+            fields = ["lora_r", "dtype"] if config.model != "tiny" else ["model_hidden_size", "model_layers"]
+        raise ValueError(
+            f"sft: this fit would need about {found.gib:.2f} GiB ({found.describe()}), over memory_limit_gb={limit:g}: "
+            f"its longest conversation is {longest} tokens and a micro-batch holds up to max_tokens_per_micro_batch="
+            f"{config.max_tokens_per_micro_batch}. {_advice(config, found, fields)}, or raise memory_limit_gb if the "
+            f"machine has the memory.")
+    return found
+
+
+def _advice(config: Any, found: Estimate, fields: list[str]) -> str:
+    """What to change: the fields to lower, after gradient checkpointing (the cheapest fix for a pretrained model's
+    pass) when it is off; with LoRA off and the resident part too large, LoRA first."""
+    lower = f"Lower {', '.join(fields)} (e.g. --set {fields[0]}=...)"
+    if config.model == "tiny":
+        return lower
+    if fields[0] == "lora_r":  # the weights and their optimiser state are what does not fit
+        return ("Set lora_r=8 (--set lora_r=8: adapters only, no gradients or optimiser state for the model's weights)"
+                if not config.lora_r else "Set dtype=bfloat16 (--set dtype=bfloat16)")
+    if not config.gradient_checkpointing:
+        return f"Set gradient_checkpointing=true (--set gradient_checkpointing=true), or l{lower[1:]}"
+    return lower
 
 
 def micro_batches(batch: Sequence[Any], micro_batch_size: int, token_budget: int | None) -> list[list[Any]]:

@@ -4,8 +4,9 @@ Reads top to bottom: the config, the per-env teachers, then the stages of :func:
 TRACES (every seat a scripted player, episodes played by :func:`~llm_zoo.trainers.rollout.collect`)
 -> ROWS (the Episode SFT export, :func:`~llm_zoo.episode.export_chat_jsonl`, one conversation per
 agent, so one sequence carries all of the role's turns) -> SPLIT (a held-out share of the
-episodes) -> TOKENS (the learner's tokenizer's chat template with ``return_assistant_tokens_mask``:
-the role's turns are the ``assistant`` messages of its own transcript, and only they carry loss)
+episodes) -> TOKENS (the learner's tokenizer's chat template, rendered prefix by prefix: the role's turns
+are the ``assistant`` messages of its own transcript, and only the tokens each adds carry loss, for any
+template: :func:`assistant_mask`; then the memory preflight, as train's)
 -> FIT (token-level mean negative log-likelihood, micro-batches bounded by a token budget, logits
 computed in chunks for the loss positions only) -> LOG and CHECKPOINT, in the layout of
 :mod:`~llm_zoo.trainers.checkpoint`, so ``llm-zoo eval ENV --checkpoint DIR`` and ``llm-zoo
@@ -44,10 +45,11 @@ from llm_zoo.spec import EnvSpec
 from llm_zoo.trainers import presets
 from llm_zoo.trainers.advantages import RAEState
 from llm_zoo.trainers.checkpoint import latest_checkpoint, save_checkpoint, verify_checkpoint
+from llm_zoo.trainers.memory import sft_preflight
 from llm_zoo.trainers.rollout import collect
 from llm_zoo.trainers.schedules import check_schedule, lr_factor
 
-__all__ = ["SFT_PRESETS", "SFTConfig", "SFTRows", "build_tokenizer_and_model", "check_stage_fields", "digit_tokens", "init_checkpoint",
+__all__ = ["SFT_PRESETS", "SFTConfig", "SFTRows", "assistant_mask", "build_tokenizer_and_model", "check_stage_fields", "digit_tokens", "init_checkpoint",
            "make_sft_config", "micro_batches", "model_config", "play_traces", "policy_name", "sft", "sft_loss", "teachers_of", "tokenize_rows",
            "token_nll", "warm_start"]
 
@@ -94,6 +96,23 @@ class SFTConfig:
     """Start the tiny model's output layer at zero."""
     model_copy_heads: bool = False
     """Start the tiny model's first two layers as an induction circuit (llm_zoo.models.install_copy_heads)."""
+    dtype: str = "auto"
+    """float32, bfloat16, or auto: bfloat16 for a model directory on a GPU that supports it, float32 otherwise
+    (the tiny model always)."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder block's activations in the backward pass instead of keeping them: an update's
+    activations shrink to one block's plus a hidden state per block, for about a third more compute."""
+    lora_r: int = 0
+    """0: every weight trains (full fine-tuning). Above 0: the model is frozen and LoRA adapters of this rank
+    train on it (peft); the KL reference is the model with its adapters disabled, and checkpoints hold only the
+    adapters, naming the base model. Needs a model directory (config.model)."""
+    lora_alpha: float = 16.0
+    """LoRA's scale numerator: an adapter's update is scaled by lora_alpha / lora_r."""
+    lora_dropout: float = 0.0
+    """Dropout on the adapters' input while training."""
+    lora_target_modules: list[str] = field(default_factory=list)
+    """Names of the modules the adapters wrap (e.g. [q_proj, v_proj]); empty = every linear layer of the
+    decoder blocks (llm_zoo.models.LORA_DEFAULT_TARGETS)."""
     policies: dict[str, str] = field(default_factory=dict)
     """Role or agent -> policy name, as train reads it; the checkpoint holds the fitted role's policy
     under that name (policies.get(role, "main"))."""
@@ -106,6 +125,9 @@ class SFTConfig:
     """Token budget of one forward/backward (padded length x sequences); a longer sequence runs alone."""
     max_length: int = 0
     """Truncate each sequence to this many tokens, keeping its start (0: no truncation)."""
+    memory_limit_gb: float = 3.5
+    """Budget of the fit's estimated peak memory (trainers/memory.py, as train's), checked once the conversations are
+    tokenized, before the first step; a setting over it is refused, naming the fields to lower. 0 skips the check."""
     lr: float = 3e-3
     """Peak learning rate (AdamW; after warm-up, ``lr_schedule``): for the tiny models (Kuhn, 32 steps: val loss 0.56 at
     1e-3, 0.27 at 3e-3, 0.28 at 1e-2); a pretrained model wants about 1e-5."""
@@ -155,6 +177,9 @@ class SFTConfig:
             raise ValueError(f"sft config: lr must be > 0, weight_decay and max_grad_norm >= 0; got lr={self.lr!r}, "
                              f"weight_decay={self.weight_decay!r}, max_grad_norm={self.max_grad_norm!r}")
         check_schedule(self.lr_schedule, self.lr_min_ratio, "sft config")
+        check_model_fields(self, "sft config")
+        if not self.memory_limit_gb >= 0.0:
+            raise ValueError(f"sft config.memory_limit_gb must be >= 0 (0: no check); got {self.memory_limit_gb!r}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"sft config.device must be auto, cpu or cuda; got {self.device!r}")
         if self.env not in llm_zoo.registered():
@@ -168,7 +193,9 @@ class SFTConfig:
 
 
 SHARED_WITH_TRAIN = ("env_kwargs", "seed", "model", "model_hidden_size", "model_layers", "model_init_std",
-                     "model_zero_head", "model_copy_heads", "policies", "device", "threads", "progress", "tensorboard")
+                     "model_zero_head", "model_copy_heads", "dtype", "gradient_checkpointing", "lora_r", "lora_alpha",
+                     "lora_dropout", "lora_target_modules", "memory_limit_gb", "policies", "device", "threads",
+                     "progress", "tensorboard")
 """Fields SFTConfig shares with TrainConfig (same names and meaning): the env's training preset and
 ``train``'s own config set them, so the warm start fits the model RL goes on with."""
 
@@ -182,6 +209,20 @@ SFT_PRESETS: dict[str, dict[str, Any]] = {
     "user_sim_v0": {"teachers": {"user": "scripted", "assistant": "scripted"}, "lr": 1e-2},
 }
 """Env name -> SFT fields over the dataclass defaults (the teachers of each role)."""
+
+
+def check_model_fields(config: Any, source: str = "config") -> None:
+    """Refuse model fields (``dtype``, ``lora_*``) that cannot build a model, naming the field (``ValueError``)."""
+    from llm_zoo.models import DTYPES
+
+    if config.dtype not in DTYPES:
+        raise ValueError(f"{source}.dtype must be one of {DTYPES}; got {config.dtype!r}")
+    if int(config.lora_r) < 0 or not config.lora_alpha > 0 or not 0.0 <= config.lora_dropout < 1.0:
+        raise ValueError(f"{source}: lora_r must be >= 0 (0: full fine-tuning), lora_alpha > 0 and lora_dropout in "
+                         f"[0, 1); got {config.lora_r!r}, {config.lora_alpha!r} and {config.lora_dropout!r}")
+    if config.lora_r and config.model == "tiny":
+        raise ValueError(f"{source}.lora_r={config.lora_r} needs a model directory to adapt (--set model=DIR: the "
+                         "checkpoints name it as the adapters' base); the tiny model trains whole: set lora_r=0")
 
 
 def make_sft_config(env: str = "kuhn_poker_v0", overrides: Mapping[str, Any] | None = None) -> SFTConfig:
@@ -268,17 +309,27 @@ def build_tokenizer_and_model(config: Any, seed: int, spec: EnvSpec | None = Non
 
     ``config`` is any config with the model fields (``SFTConfig`` or ``TrainConfig``).
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from llm_zoo import models
 
     path = _model_dir(config)
-    if path is not None:
-        return AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    tokenizer = env_tokenizer(spec or llm_zoo.env_spec(config.env))
-    model = models.build_tiny_model(tokenizer, hidden_size=config.model_hidden_size, num_layers=config.model_layers,
-                                    initializer_range=config.model_init_std, seed=seed,
-                                    zero_head=config.model_zero_head, copy_heads=config.model_copy_heads)
+    dtype = models.resolve_dtype(config.dtype, pretrained=path is not None, device=config.device)
+    if path is not None:  # a model directory, or adapters over the base they name (trained on with lora_r)
+        tokenizer, model = models.load_pretrained(path, dtype, trainable=bool(config.lora_r))
+    else:
+        tokenizer = env_tokenizer(spec or llm_zoo.env_spec(config.env))
+        model = models.build_tiny_model(tokenizer, hidden_size=config.model_hidden_size,
+                                        num_layers=config.model_layers, initializer_range=config.model_init_std,
+                                        seed=seed, zero_head=config.model_zero_head,
+                                        copy_heads=config.model_copy_heads)
+        if dtype != torch.float32:
+            model.to(dtype)
+    if config.gradient_checkpointing:  # recompute each block's activations in the backward pass instead of keeping them
+        from llm_zoo.policies.compat import enable_checkpointing
+
+        enable_checkpointing(model)
+    if config.lora_r and not models.is_adapter_dir(path):
+        model = models.add_lora(model, path, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
+                                target_modules=config.lora_target_modules)
     return tokenizer, model
 
 
@@ -335,28 +386,63 @@ class SFTRows:
 
 
 def tokenize_rows(tokenizer: Any, rows: Sequence[Mapping[str, Any]], max_length: int = 0) -> SFTRows:
-    """Tokenize chat records (``{"messages": [...]}``) with the chat template; mask = the assistant tokens.
-
-    The template marks what the model writes with ``{% generation %}``, so
-    ``return_assistant_tokens_mask`` gives exactly the assistant messages' tokens (as trl reads them).
+    """Tokenize chat records (``{"messages": [...]}``, with ``tools`` where the row has them) with the chat
+    template; mask = the assistant tokens (:func:`assistant_mask`, for any template).
 
     Raises:
-        ValueError: The template marks no assistant token in a row (a template without ``{% generation %}``).
+        ValueError: A row has no assistant token left to learn (``max_length`` cut them all), or the template
+            renders an earlier turn differently once later ones follow (:func:`assistant_mask`).
     """
     ids, masks = [], []
     for i, row in enumerate(rows):
-        out = tokenizer.apply_chat_template(list(row["messages"]), tokenize=True, return_dict=True,
-                                            return_assistant_tokens_mask=True)
-        row_ids, mask = list(out["input_ids"]), list(out["assistant_masks"])
+        row_ids, mask = assistant_mask(tokenizer, list(row["messages"]), tools=row.get("tools"))
         if max_length:
             row_ids, mask = row_ids[:max_length], mask[:max_length]
         if not any(mask[1:]):
             raise ValueError(f"sft: row {i} has no assistant token to learn (after max_length={max_length} "
-                             "truncation); the tokenizer's chat template must mark assistant replies with "
-                             "{% generation %}, and max_length must leave some of them")
+                             "truncation); raise max_length (0: no truncation) so that some of the replies stay")
         ids.append(row_ids)
         masks.append(mask)
     return SFTRows(ids, masks)
+
+
+def assistant_mask(tokenizer: Any, messages: Sequence[Mapping[str, Any]], *,
+                   tools: Sequence[Mapping[str, Any]] | None = None) -> tuple[list[int], list[int]]:
+    """Return the conversation's token ids under the chat template and a mask, 1 on the tokens the assistant writes.
+
+    The conversation is rendered prefix by prefix: for each assistant message, the tokens before it (with the
+    template's generation prompt, as the policy is prompted) and the tokens through it; the tokens it adds are
+    the reply, up to and including the first end-of-turn token (the tokenizer's ``eos_token``; what the
+    template writes after it, such as a newline, the model never samples). No ``{% generation %}`` markers
+    are needed, so any chat template works.
+
+    Raises:
+        ValueError: The rendering of a prefix is not the start of the whole conversation's (a template that
+            rewrites earlier turns, e.g. dropping their reasoning, once later ones follow); the message names
+            the reply.
+    """
+    def render(part: Sequence[Mapping[str, Any]], prompt: bool) -> list[int]:
+        out = tokenizer.apply_chat_template(list(part), tools=tools, tokenize=True, return_dict=True,
+                                            add_generation_prompt=prompt)
+        return list(out["input_ids"])
+
+    ids = render(messages, False)
+    mask = [0] * len(ids)
+    end = tokenizer.eos_token_id
+    for k, message in enumerate(messages):
+        if message.get("role") != "assistant":
+            continue
+        before, through = (render(messages[:k], True) if k else []), render(messages[:k + 1], False)
+        if through[:len(before)] != before or ids[:len(through)] != through:
+            raise ValueError(f"sft: the chat template renders the conversation before assistant message {k} "
+                             f"({str(message.get('content'))[:60]!r}) differently once later messages follow, so "
+                             "its tokens cannot be told apart; fit conversations that end at that reply (the "
+                             "Episode export's per='turn'), or use a template that keeps earlier turns as they were")
+        added = range(len(before), len(through))
+        stop = next((i for i in added if ids[i] == end), added.stop - 1)
+        for i in range(added.start, stop + 1):
+            mask[i] = 1
+    return ids, mask
 
 
 LOGIT_CHUNK_FLOATS = 2**25
@@ -549,8 +635,11 @@ def sft(config: SFTConfig) -> dict[str, Any]:
     model.to(device)
     train_tok = tokenize_rows(tokenizer, train_rows, config.max_length)
     val_tok = tokenize_rows(tokenizer, val_rows, config.max_length)
+    # a setting that cannot fit is refused here, before the first step
+    sft_preflight(config, model.config, max(map(len, train_tok.input_ids + val_tok.input_ids)), LOGIT_CHUNK_FLOATS)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    trained = [p for p in model.parameters() if p.requires_grad]  # LoRA: the adapters alone
+    optimizer = torch.optim.AdamW(trained, lr=config.lr, weight_decay=config.weight_decay)
     steps_per_epoch = math.ceil(len(train_tok) / config.batch_size)
     steps = config.epochs * steps_per_epoch
     logger = MetricsLogger(run_dir, tensorboard=config.tensorboard)
@@ -594,7 +683,7 @@ def sft(config: SFTConfig) -> dict[str, Any]:
             loss, n_tokens, right = sft_loss(model, train_tok, order[start:start + config.batch_size],
                                              pad_token_id=pad, budget=config.max_tokens_per_micro_batch,
                                              device=device, backward=True)
-            grad_norm = (torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            grad_norm = (torch.nn.utils.clip_grad_norm_(trained, config.max_grad_norm)
                          if config.max_grad_norm else torch.tensor(math.nan))
             optimizer.step()
             step += 1

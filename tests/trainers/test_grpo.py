@@ -359,3 +359,123 @@ def test_an_episode_whose_env_raised_is_trained_on_as_the_worst_return_not_dropp
         assert len(rewards) == 2 * TINY["episodes_per_step"] and max(rewards) <= 2.0
     rows = [json.loads(r) for r in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert all(r["charts/failed_episodes"] == 1.0 for r in rows)
+
+
+# ---- LoRA, and the update's skip of zero advantages -----------------------------------------
+
+
+def _tiny_llama(path):
+    from llm_zoo.models import make_tiny_model
+
+    return make_tiny_model(path, hidden_size=32, num_layers=2, seed=1)  # byte-level: [check] is 7 tokens
+
+
+def test_lora_trains_the_adapters_only_against_the_disabled_adapters_and_checkpoints_them(tmp_path):
+    from safetensors.torch import load_file
+
+    from llm_zoo.policies.transformers import TransformersPolicy
+    from llm_zoo.scoring import completion_logprobs
+
+    base = _tiny_llama(tmp_path / "base")
+    run = tmp_path / "run"
+    settings = {"model": str(base), "lora_r": 4, "lora_alpha": 8.0, "beta": 0.5, "steps": 2, "episodes_per_step": 8,
+                "rollout_batch_size": 8, "micro_batch_size": 8, "lr": 5e-2, "eval_every": 0, "progress": False,
+                "tensorboard": False, "threads": 1, "checkpoint_every": 1, "keep_checkpoints": 2, "run_dir": str(run)}
+    config = make_config("kuhn_poker_v0", settings)
+    train(config)
+    ckpt = run / "checkpoints" / "step_000002"
+    saved = ckpt / "policies" / "main"
+    # the checkpoint holds the adapters, naming the base; no second model (the reference is the base itself)
+    assert (saved / "adapter_config.json").is_file() and not (saved / "model.safetensors").exists()
+    assert json.loads((saved / "adapter_config.json").read_text())["base_model_name_or_path"] == str(base.resolve())
+    adapters = load_file(saved / "adapter_model.safetensors")
+    assert adapters and all("lora_" in k for k in adapters)
+    assert sum(v.numel() for v in adapters.values()) < 0.2 * sum(
+        v.numel() for v in load_file(base / "model.safetensors").values())
+    assert any(k.endswith("lora_B.weight") and v.abs().max() > 0 for k, v in adapters.items())  # B starts at 0
+    assert torch.load(ckpt / "main.trainer.pt", weights_only=True)["reference"] is None
+    # the optimiser's state is in the newest checkpoint only
+    assert (ckpt / "main.optimizer.pt").is_file() and not (run / "checkpoints" / "step_000001" / "main.optimizer.pt").exists()
+    # the KL term compared the policy with the disabled adapters, and they differ after the first step
+    rows = [json.loads(r) for r in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["losses/kl/main"] > 0.0
+
+    # eval, play, serve and crossplay load it through from_pretrained: the base with the adapters merged in
+    policy = TransformersPolicy.from_pretrained(saved, device="cpu")
+    reference = TransformersPolicy.from_pretrained(base, device="cpu")
+    trained, untouched = policy.model.state_dict(), reference.model.state_dict()
+    moved = {k for k in untouched if not torch.equal(trained[k], untouched[k])}
+    assert moved and all(k.endswith("proj.weight") for k in moved)  # the base's embeddings and norms never trained
+    prompt = [reference.tokenizer.encode("You hold K. Say [check] or [bet].")]
+    reply = [reference.tokenizer.encode("[bet]")]
+    with torch.no_grad():
+        ours = completion_logprobs(policy.model, prompt, reply, pad_token_id=policy.pad_token_id)[0]
+        theirs = completion_logprobs(reference.model, prompt, reply, pad_token_id=policy.pad_token_id)[0]
+    assert not torch.allclose(ours, theirs, atol=1e-4)
+
+    # --resume reads the adapters and the optimiser back and goes on
+    train(make_config("kuhn_poker_v0", {**settings, "steps": 3}), resume=True)
+    later = load_file(run / "checkpoints" / "step_000003" / "policies" / "main" / "adapter_model.safetensors")
+    assert later.keys() == adapters.keys() and any(not torch.equal(later[k], adapters[k]) for k in adapters)
+
+
+def test_lora_settings_that_cannot_work_are_refused_naming_the_field(tmp_path):
+    with pytest.raises(ValueError, match="lora_r=8 needs a model directory"):
+        make_config("kuhn_poker_v0", {"lora_r": 8})
+    base = str(_tiny_llama(tmp_path / "base"))
+    with pytest.raises(ValueError, match="set reference_ema=1"):
+        make_config("kuhn_poker_v0", {"model": base, "lora_r": 8, "beta": 0.1, "reference_ema": 0.9})
+    with pytest.raises(ValueError, match="config.dtype must be one of"):
+        make_config("kuhn_poker_v0", {"model": base, "dtype": "float16"})
+
+
+def _update_setup(tmp_path, **overrides):
+    from llm_zoo.trainers.grpo import Sample, make_learner
+
+    config = make_config("kuhn_poker_v0", {**TINY, "run_dir": str(tmp_path), "optimizer": "sgd", "lr": 0.5,
+                                           "beta": 0.0, "beta_final": 0.0, "magnet_average_from": 0.0,
+                                           "entropy_coef": 0.0, "turn_baseline": "none", **overrides})
+    learner = make_learner("main", config, torch.device("cpu"), 0)
+    g = torch.Generator().manual_seed(0)
+    vocab = len(learner.policy.tokenizer)
+
+    def sample(advantage):
+        ids = torch.randint(4, vocab, (12,), generator=g).tolist()
+        return Sample(ids[:9], ids[9:], [-1.0, -1.0, -1.0], advantage)
+
+    rows = []
+    learner.model.register_forward_hook(lambda module, args, kwargs, out: rows.append(kwargs["input_ids"].shape[0]),
+                                        with_kwargs=True)
+    return config, learner, sample, rows
+
+
+def test_a_group_whose_rewards_are_all_equal_costs_no_forward_or_backward(tmp_path):
+    config, learner, sample, rows = _update_setup(tmp_path)
+    before = {k: v.clone() for k, v in learner.model.state_dict().items()}
+    stats = grpo.update(learner, [sample(0.0) for _ in range(6)], config)
+    assert rows == [] and stats["skipped_samples"] == 6.0 and stats["grad_norm"] == 0.0
+    assert all(torch.equal(before[k], v) for k, v in learner.model.state_dict().items())
+    # mixed: only the samples with an advantage run, and the step is the one over the whole batch
+    from llm_zoo.scoring import completion_logprobs
+
+    batch = [sample(0.0), sample(1.0), sample(0.0), sample(-0.5)]
+    expected = grpo.make_learner("main", config, torch.device("cpu"), 0).model  # the same initial weights
+    logps, mask = completion_logprobs(expected, [b.prompt_ids for b in batch], [b.completion_ids for b in batch],
+                                      pad_token_id=learner.policy.pad_token_id)[:2]
+    loss, _ = per_token_policy_loss(logps, torch.full_like(logps, -1.0), torch.tensor([b.advantage for b in batch]),
+                                    mask, epsilon_low=0.2, epsilon_high=0.2)
+    (loss.sum() / mask.sum()).backward()
+    torch.nn.utils.clip_grad_norm_(expected.parameters(), grpo.MAX_GRAD_NORM)
+    stats = grpo.update(learner, batch, config)
+    assert rows == [2] and stats["skipped_samples"] == 2.0
+    for (name, p), q in zip(expected.named_parameters(), learner.model.parameters()):
+        assert torch.allclose(q.detach(), p.detach() - config.lr * p.grad, atol=1e-6), name
+
+
+def test_zero_advantages_still_run_where_the_kl_or_entropy_term_acts_on_them(tmp_path):
+    # the Kuhn main job's KL to its magnet has a gradient with zero advantages: nothing is skipped there
+    assert make_config("kuhn_poker_v0").beta > 0
+    for overrides in ({"beta": 0.2}, {"entropy_coef": 0.01}):
+        config, learner, sample, rows = _update_setup(tmp_path, **overrides)
+        stats = grpo.update(learner, [sample(0.0) for _ in range(3)], config)
+        assert rows and sum(rows) >= 3 and stats["skipped_samples"] == 0.0

@@ -23,9 +23,15 @@ MEASURE = textwrap.dedent("""
     from llm_zoo.models import build_byte_tokenizer, build_tiny_model
     from llm_zoo.scoring import completion_logprobs
     torch.set_num_threads(1)
-    rows, prompt, new, hidden, grad = map(int, sys.argv[1:6])
+    rows, prompt, new, hidden, grad, lora_r, checkpointing = map(int, sys.argv[1:8])
     tok = build_byte_tokenizer()
     model = build_tiny_model(tok, hidden_size=hidden)
+    if checkpointing:
+        from llm_zoo.policies.compat import enable_checkpointing
+        enable_checkpointing(model)
+    if lora_r:
+        from peft import LoraConfig, get_peft_model
+        model = get_peft_model(model, LoraConfig(r=lora_r, target_modules="all-linear"))
     g = torch.Generator().manual_seed(0)
     # ragged prompts: a padded batch, whose attention mask is materialised
     prompts = [torch.randint(0, 256, (prompt - (i % 3),), generator=g).tolist() for i in range(rows)]
@@ -49,15 +55,19 @@ MEASURE = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("rows,prompt,new,hidden,grad", [
-    (4, 1500, 32, 64, True),
-    (2, 2500, 16, 128, True),
-    (12, 300, 64, 64, True),
-    (4, 3000, 16, 64, False),
+@pytest.mark.parametrize("rows,prompt,new,hidden,grad,lora_r,checkpointing", [
+    (4, 1500, 32, 64, True, 0, False),
+    (2, 2500, 16, 128, True, 0, False),
+    (12, 300, 64, 64, True, 0, False),
+    (4, 3000, 16, 64, False, 0, False),
+    (4, 1500, 32, 64, True, 8, False),  # LoRA: the frozen layers still save what the adapters' gradients need
+    (4, 1500, 32, 64, True, 0, True),  # checkpointing: one block's activations at a time
+    (4, 1500, 32, 64, True, 8, True),
 ])
-def test_the_estimate_of_a_pass_bounds_its_measured_peak(rows, prompt, new, hidden, grad):
+def test_the_estimate_of_a_pass_bounds_its_measured_peak(rows, prompt, new, hidden, grad, lora_r, checkpointing):
     # one pass in a fresh process: how far its peak RSS grows past the model and inputs it starts with
-    out = subprocess.run([sys.executable, "-c", MEASURE, *map(str, (rows, prompt, new, hidden, int(grad)))],
+    out = subprocess.run([sys.executable, "-c", MEASURE,
+                          *map(str, (rows, prompt, new, hidden, int(grad), lora_r, int(checkpointing)))],
                          capture_output=True, text=True, timeout=300, check=True, cwd=ROOT)
     measured = json.loads(out.stdout)
     from transformers import LlamaConfig
@@ -65,7 +75,8 @@ def test_the_estimate_of_a_pass_bounds_its_measured_peak(rows, prompt, new, hidd
     config = LlamaConfig(**measured["config"])
     from llm_zoo.trainers.memory import model_shape
 
-    estimated = pass_bytes(model_shape(config), rows, prompt + new, prompt + new, grad=grad, logits=new)
+    estimated = pass_bytes(model_shape(config), rows, prompt + new, prompt + new, grad=grad, logits=new,
+                           checkpointing=checkpointing, lora_r=lora_r)
     assert measured["grown"] > 20 * 2**20  # the pass was measured at all
     assert measured["grown"] <= estimated, (measured["grown"] / 2**20, estimated / 2**20)
     assert estimated <= 8 * measured["grown"]  # an upper bound, not an absurd one
@@ -152,3 +163,53 @@ def test_micro_batches_split_under_the_budget_and_keep_what_fits_whole():
     # repeated rows cost once: eight copies of one row fit a budget of one row
     same = [sample(100, 10) for _ in range(8)]
     assert micro_batches(same, 8, 110) == [same]
+
+
+SMOLLM2_135M = {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
+                "num_key_value_heads": 3, "vocab_size": 49152, "tie_word_embeddings": True}
+"""SmolLM2-135M's shape (its config.json), for estimates that need no weights."""
+
+
+@pytest.mark.parametrize("targets", [[], ["q_proj", "v_proj"]])
+def test_the_lora_count_is_peft_s(tmp_path, targets):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from llm_zoo.models import LORA_DEFAULT_TARGETS
+    from llm_zoo.trainers.memory import model_shape, trainable_params
+
+    model_config = LlamaConfig(**SMOLLM2_135M)
+    with torch.device("meta"):  # the shapes without the weights
+        model = get_peft_model(LlamaForCausalLM(model_config),
+                               LoraConfig(r=8, target_modules=targets or LORA_DEFAULT_TARGETS))
+    counted = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    config = make_config("kuhn_poker_v0", {"model": str(tmp_path), "lora_r": 8, "lora_target_modules": targets})
+    assert trainable_params(config, model_shape(model_config)) == counted > 0
+
+
+def test_the_estimate_follows_lora_checkpointing_and_dtype(tmp_path):
+    from transformers import LlamaConfig
+
+    from llm_zoo.trainers.memory import model_params, model_shape
+
+    model_config = LlamaConfig(**SMOLLM2_135M)
+    params = model_params(model_shape(model_config))
+
+    def parts(**overrides):
+        config = make_config("kuhn_poker_v0", {"model": str(tmp_path), "beta": 0.1, "max_prompt_tokens": 1024,
+                                               "memory_limit_gb": 0.0, **overrides})
+        return estimate(config, model_config).parts
+
+    full, lora = parts(), parts(lora_r=8)
+    # LoRA drops the gradients, AdamW's moments and the reference copy of every weight (4 float32 copies)
+    assert full["resident"] - lora["resident"] > 3.9 * 4 * params
+    checkpointed = parts(lora_r=8, gradient_checkpointing=True)
+    assert checkpointed["update"] < lora["update"] / 4 and checkpointed["rollout"] == lora["rollout"]
+    half = parts(lora_r=8, gradient_checkpointing=True, dtype="bfloat16")
+    assert half["resident"] < checkpointed["resident"] - 1.9 * params and half["update"] < checkpointed["update"]
+    # a refusal for a pretrained model names checkpointing first, the cheapest fix
+    config = make_config("kuhn_poker_v0", {"model": str(tmp_path), "lora_r": 8, "memory_limit_gb": 2.0})
+    with pytest.raises(ValueError, match=r"Set gradient_checkpointing=true \(--set gradient_checkpointing=true\), or "
+                                         r"lower max_forward_tokens"):
+        preflight(config, model_config)

