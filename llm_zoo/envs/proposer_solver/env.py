@@ -40,7 +40,8 @@ literals (`INPUT: [3, 1, 2], 2`); induction 4 to 8 different `INPUT:` lines and 
 at most 2000 characters, defines `f` at the top level, imports only from `rules.ALLOWED_IMPORTS`
 (`allowed_imports=`), names no `eval`/`exec`/`open`/`getattr`/… and no dunder, reads no attribute
 `rules.DENIED_ATTRIBUTES` matches (`x.__class__`, `x._cache`, `g.gi_frame`, `.format` of anything
-but a plain string literal), and, run eight times in the sandbox (`sandbox_timeout_s`,
+but a plain string literal), matches class patterns by position only for builtin types (`case
+int(n)`; `__match_args__` would read any attribute), and, run eight times in the sandbox (`sandbox_timeout_s`,
 `sandbox_memory_mb`), returns the same JSON data (at most 200 characters as JSON; an int in integer
 mode) on every input: once under `rules.REFERENCE`, the fixed conditions its outputs are recorded
 under, and seven times under conditions that vary all that must not matter (hash seed, clock, heap

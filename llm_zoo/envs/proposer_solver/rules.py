@@ -192,6 +192,7 @@ def check_program(source: str, allowed_imports: Sequence[str] = ALLOWED_IMPORTS)
     if not any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "f" for node in tree.body):
         raise TaskInvalid("no_f", "define f at the top level: def f(...):")
     allowed = set(allowed_imports)
+    bound = _bound_names(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             modules = [alias.name for alias in node.names]
@@ -207,6 +208,11 @@ def check_program(source: str, allowed_imports: Sequence[str] = ALLOWED_IMPORTS)
         # (def __init__); attributes by DENIED_ATTRIBUTES, read or written (x.__class__, g.gi_frame)
         if isinstance(node, ast.Name) and (node.id in FORBIDDEN_NAMES or _is_dunder(node.id)):
             raise TaskInvalid("forbidden", f"the name {node.id!r} is not allowed")
+        if isinstance(node, ast.MatchClass) and node.patterns and not (
+                isinstance(node.cls, ast.Name) and node.cls.id in MATCH_SELF_TYPES and node.cls.id not in bound):
+            raise TaskInvalid("forbidden", f"the class pattern {ast.unparse(node)[:60]!r} matches by position, which "
+                                           "reads the attributes __match_args__ names; match by keyword (Point(x=a)) "
+                                           f"or by one of {', '.join(sorted(MATCH_SELF_TYPES))} (int(n))")
         attributes = node.kwd_attrs if isinstance(node, ast.MatchClass) else [node.attr] \
             if isinstance(node, ast.Attribute) and not _plain_template(node) else []
         for attribute in attributes:
@@ -267,6 +273,34 @@ def number_mutants(problem: str, program: str) -> list[tuple[int | float, str]]:
             moved[i].value = value + SHIFT * 3**k
         mutants.append((value, ast.unparse(mutant)))
     return mutants
+
+
+MATCH_SELF_TYPES = frozenset({"bool", "bytearray", "bytes", "dict", "float", "frozenset", "int", "list", "set", "str",
+                              "tuple"})
+"""Builtin types a class pattern may match by position (``case int(n)``): they match the subject itself.
+Any other class pattern reads by position the attributes its ``__match_args__`` names, which a program
+can set to any name (``type('A', (), {'__match_args__': ('__globals__',)})``)."""
+
+
+def _bound_names(tree: ast.AST) -> set[str]:
+    """Return every name the program binds (assigns, defines, imports, takes as a parameter or captures)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.alias):
+            names.add(node.asname or node.name.partition(".")[0])
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            names.update(node.names)
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            names.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            names.add(node.rest)
+    return names
 
 
 def _plain_template(node: ast.Attribute) -> bool:

@@ -37,8 +37,9 @@ PROPOSER_PROMPT = (
     "Rules: f is deterministic and finishes within {timeout:g} s; it returns JSON data (None, bool, int, "
     "float, str, and lists or dicts with str keys of them; no tuples or sets) of at most {out} characters "
     "as JSON. The program has at most {prog} characters, imports only {imports}, and does not use eval, "
-    "exec, open, input, getattr, attributes that start with _ (x.__class__, x._cache) or .format on anything "
-    "but a string literal; it writes characters other than ASCII as escapes ('\\u65e5').\n\nReward: {reward}. A task that breaks a rule ends the "
+    "exec, open, input, getattr, attributes that start with _ (x.__class__, x._cache), .format on anything "
+    "but a string literal, or a class pattern by position (case Point(a, b); case Point(x=a) is fine); it "
+    "writes characters other than ASCII as escapes ('\\u65e5').\n\nReward: {reward}. A task that breaks a rule ends the "
     "episode and scores {penalty:g}."
 )
 _PROGRAM_FORMAT = "```python\ndef f(x):\n    ...\n```\n"

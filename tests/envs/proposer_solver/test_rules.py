@@ -69,6 +69,12 @@ def test_azr_reward_is_zero_at_the_ends():
         ("def f(x):\n    x._hidden = 1\n    return x", "forbidden"),
         ("def f(x):\n    match x:\n        case object(__class__=c):\n            return c\n    return 0", "forbidden"),
         ("def f(x):\n    return hasattr(x, 'real')", "forbidden"),
+        ("A = type('A', (), {'__match_args__': ('__globals__',)})\ndef f(x):\n    match x:\n        case A(g):\n"
+         "            return g\n    return 0", "forbidden"),
+        ("def f(x):\n    int = type('A', (), {})\n    match x:\n        case int(g):\n            return g\n"
+         "    return 0", "forbidden"),
+        ("from collections import namedtuple as str\ndef f(x):\n    match x:\n        case str(g):\n"
+         "            return g\n    return 0", "forbidden"),
         ("def f(x):\n    return x" + " " * 3000, "too_long"),
     ],
 )
@@ -84,6 +90,7 @@ def test_check_program_accepts_allowed_imports_and_a_custom_allowlist():
     check_program("class Node:\n    def __init__(self, v):\n        self.v = v\ndef f(x):\n    return Node(x).v")
     check_program("def f(x):\n    return '{} {name:>{w}} {0!r:5}'.format(x, name='a', w=3)")  # a plain template
     check_program("def f(x):\n    match x:\n        case complex(real=r):\n            return r\n    return 0")
+    check_program("def f(x):\n    match x:\n        case int(n) | str(n):\n            return n\n    return 0")
     with pytest.raises(TaskInvalid, match="__init__"):
         check_program("class A(int):\n    def __init__(self):\n        super().__init__()\ndef f(x):\n    return x")
     with pytest.raises(TaskInvalid, match="import"):
