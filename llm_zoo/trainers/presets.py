@@ -334,6 +334,9 @@ KUHN_POKER_V0_PRETRAINED: dict[str, Any] = {
     "constrain_to_legal": True,
     # one model for both seats, so one copy of the weights in memory
     "baseline_key": "agent",
+    # SmolLM2's prompt at a hand's first decision is 154-187 tokens with the rules; a hand adds a few dozen
+    "max_prompt_tokens": 384,
+    "max_forward_tokens": 2048,
     "steps": 20,
     "episodes_per_step": 32,
     "rollout_batch_size": 32,
@@ -343,6 +346,7 @@ KUHN_POKER_V0_PRETRAINED: dict[str, Any] = {
 
 LEDUC_POKER_V0_PRETRAINED: dict[str, Any] = {
     **KUHN_POKER_V0_PRETRAINED,
+    "max_prompt_tokens": 512,  # 205-238 tokens of SmolLM2's at the first decision; two rounds and a public card add more
     "steps": 10,
 }
 """``llm-zoo train leduc_poker_v0 --set model=NAME``: Kuhn's pretrained preset on Leduc hold'em."""
@@ -354,6 +358,9 @@ AGENTIC_JUDGE_V0_PRETRAINED: dict[str, Any] = {
     "policies": {"judge": "scripted:rule_judge"},
     # a solution written through write_file, then run_tests
     "max_new_tokens": 384,
+    # the solver's first prompt is 1025 tokens of SmolLM2's (the tools as JSON schemas); each tool call and result adds
+    "max_prompt_tokens": 3072,
+    "max_forward_tokens": 4096,
     "steps": 8,
     "episodes_per_step": 8,
     "group_size": 4,
@@ -372,6 +379,8 @@ PROPOSER_SOLVER_V0_PRETRAINED: dict[str, Any] = {
     # the longest scripted task of these modes is 185 tokens of the env's BPE tokenizer; a pretrained tokenizer
     # writes Python in about as many
     "max_new_tokens": 256,
+    "max_prompt_tokens": 512,  # the proposer's prompt is 380 tokens of SmolLM2's
+    "max_forward_tokens": 2048,
     "algorithm": "hgrpo",
     "steps": 8,
     "episodes_per_step": 8,
@@ -386,8 +395,12 @@ USER_SIM_V0_PRETRAINED: dict[str, Any] = {
     "policies": {"user": "scripted:scripted"},
     # the tools as JSON schemas (the env's default prompt), not the compact listing the tiny model was given
     "env_kwargs": {"scenarios": list(LEARNING_SCENARIOS), "max_turns": 12, "max_tool_calls": 8},
-    # the scripted assistant's longest reply on these templates, in SmolLM2's tokens, with room
+    # the scripted assistant's longest reply on these templates is 60 tokens of SmolLM2's (24 episodes): room for
+    # a model's own wording
     "max_new_tokens": 128,
+    # the assistant's first prompt is 2026 tokens of SmolLM2's (the 13 tools as JSON schemas); a conversation of 12
+    # turns grows past it, up to the default 4096
+    "max_forward_tokens": 4224,
     "steps": 4,
     "episodes_per_step": 8,
     "group_size": 4,
