@@ -20,7 +20,7 @@ A player is named by a spec, optionally prefixed with a display name (`late=runs
 | `ppo:STEPS`           | MaskablePPO trained in self-play for STEPS decisions, seeded; its final network (Kuhn poker) |
 | `ppo:PATH`            | a saved MaskablePPO or PPO model (`model.save(PATH)`) (Kuhn poker)               |
 | a checkpoint directory| `runs/<run>/checkpoints/step_N`: the run's policies, each in the seat its config gives it |
-| a model directory, an `http(s)://` URL | as `llm-zoo play` loads them                                |
+| a model directory, a catalogue name (`smollm2-135m`), an `http(s)://` URL | as `llm-zoo play` loads them |
 
 ## The matrix
 The env must have two seats of one role (Kuhn poker's `player_0`, `player_1`), since every player
@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import llm_zoo
+from llm_zoo.catalogue import CATALOGUE
 from llm_zoo.policies.base import Policy, RandomPolicy
 from llm_zoo.spec import ENV_ARGUMENT_HELP, env_argument
 from llm_zoo.trainers.baselines import scripted
@@ -200,7 +201,7 @@ def _build(spec: str, env: str, seed: int) -> Player:
     path = Path(spec)
     if (path / "policies").is_dir():
         return _checkpoint_player(path, env, seed)
-    if spec.startswith(("http://", "https://")) or path.is_dir():
+    if spec.startswith(("http://", "https://")) or path.is_dir() or spec in CATALOGUE:
         from llm_zoo.policies.registry import load_policy
 
         return Player(path.name or spec, spec, dict.fromkeys(agents, load_policy(spec, env, seed=seed)))
@@ -210,7 +211,8 @@ def _build(spec: str, env: str, seed: int) -> Player:
     raise ValueError(
         f"unknown player {spec!r} for {env}; expected one of {sorted(players) or ['random']}, "
         f"'cfr:N', 'cfr+:N' or 'ppo:STEPS_OR_PATH' ({KUHN}), a checkpoint directory "
-        "(runs/<run>/checkpoints/step_N), a model directory, or an http(s):// URL"
+        f"(runs/<run>/checkpoints/step_N), a model directory, a catalogue model ({', '.join(sorted(CATALOGUE))}), "
+        "or an http(s):// URL"
     )
 
 

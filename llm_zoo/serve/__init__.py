@@ -71,7 +71,8 @@ __all__ = ["ChatServer", "RequestError", "add_parser", "make_server", "parse_req
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register the ``serve`` subcommand on ``llm-zoo``'s subparsers; return its parser."""
     parser = subparsers.add_parser("serve", help="serve a local model as an OpenAI-compatible endpoint")
-    parser.add_argument("--model", required=True, help="model directory (written by save_pretrained)")
+    parser.add_argument("--model", required=True, help="model directory (written by save_pretrained), a catalogue "
+                        "name (llm-zoo models lists them: smollm2-135m) or a hub name (owner/name)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     parser.add_argument(
         "--port", type=int, default=8000, help="port to bind; 0 picks a free one (default: 8000)"
