@@ -10,9 +10,10 @@ A program runs :data:`RUNS` times at once: once under :data:`rules.REFERENCE`, t
 its outputs are recorded and answers graded under, and the other times under conditions drawn from
 the operating system's entropy (never from the episode's seed) that vary everything that must not
 matter: the hash seed, the clock, the heap layout, the recursion limit, the time zone, the memory
-headroom and the seed random.Random() takes when given none. It must give the same results every time. What the program
-can reach at all is its capabilities (harness.py): curated builtins and namespaces of the allowed
-modules, no attribute of which leads to the system, the interpreter or the import machinery.
+headroom and the seed random.Random() takes when given none. It must give the same results every
+time. What the program can reach at all is its capabilities (harness.py): curated builtins and
+namespaces of the allowed modules, no attribute of which leads to the system, the interpreter or
+the import machinery.
 
 Answers that run a program get the same check as validation: in abduction f runs on the solver's
 input, in induction the solver's f on every input, each :data:`RUNS` times under the same kinds of
