@@ -304,15 +304,23 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 # ---- presets for a pretrained model ---------------------------------------------------------
 # What changes for a model with weights of its own: the env's full prompt (the rules, the tools as
-# the env declares them), the model's own tokenizer (a move such as [check] is 3-4 tokens of
-# SmolLM2's, so replies get room for a few words), small learning rates (1e-5 for full fine-tuning:
-# the pretrained weights are the asset; the tiny model's 1e-3 to 0.1 would erase them), small batches
-# (a 135M model's forward and backward over a 1,200-token prompt take about 3 and 13 s on 2 cores), and
-# nothing of TINY_ONLY. Only the fields below differ from the tiny presets' choices; which values learn
-# in what time is benchmarks/learning.py's to measure: these are starting points, safe rather than tuned.
+# the env declares them), the model's own tokenizer (each Kuhn and Leduc move is 3 tokens of SmolLM2's,
+# so replies get room for a few words), LoRA at a small learning rate, small batches (a 135M model's
+# forward and backward over a 1,200-token prompt take about 3 and 13 s on 2 cores), passes bounded by
+# the prompts' measured lengths, and nothing of TINY_ONLY. Which values learn in what time is
+# benchmarks/learning.py's to measure: these are starting points, safe rather than tuned.
 
 _PRETRAINED_COMMON: dict[str, Any] = {
-    "lr": 1e-5,
+    # LoRA adapters of rank 16 on every linear layer of the blocks, and activations recomputed in the backward pass:
+    # each preset's estimated peak with SmolLM2-135M is then 1.8-3.0 GiB, within the default memory_limit_gb (full
+    # fine-tuning: 7.1-16.6 GiB, the weights, gradients and AdamW state alone 3.2 GiB). --set lora_r=0 trains every
+    # weight (at about a tenth of the rate below).
+    "lora_r": 16,
+    "lora_alpha": 32.0,
+    "gradient_checkpointing": True,
+    # LoRA's rate is about ten times full fine-tuning's (Schulman et al., "LoRA Without Regret", 2025), and small
+    # beside the tiny model's 1e-3 to 0.1: the pretrained weights are the asset
+    "lr": 1e-4,
     "optimizer": "adamw",
     "lr_schedule": "constant",
     "warmup_steps": 0,

@@ -57,3 +57,20 @@ def test_an_env_from_outside_adds_a_preset_per_kind(monkeypatch):
     presets.add("outside_v0", {"steps": 7}, pretrained=True)
     assert presets.preset("outside_v0") == {"steps": 3}
     assert presets.preset("outside_v0", model="/some/dir") == {"steps": 7}
+
+
+@pytest.mark.parametrize("env", sorted(presets.PRETRAINED_PRESETS))
+def test_each_pretrained_preset_fits_the_default_memory_limit_with_a_135m_model(env):
+    """SmolLM2-135M's shape, written here as its config.json has it (the estimate reads the shape, not weights)."""
+    from transformers import LlamaConfig
+
+    from llm_zoo.trainers import memory
+
+    smollm2 = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                          num_attention_heads=9, num_key_value_heads=3, tie_word_embeddings=True)
+    config = make_config(env, {"model": PRETRAINED})
+    estimate = memory.preflight(config, smollm2)  # raises, naming the fields, when over config.memory_limit_gb
+    assert 0 < estimate.total <= config.memory_limit_gb * 2**30
+    full = memory.estimate(make_config(env, {"model": PRETRAINED, "lora_r": 0, "gradient_checkpointing": False}),
+                           smollm2)
+    assert full.total > config.memory_limit_gb * 2**30  # full fine-tuning alone would not fit: the preset's choice
