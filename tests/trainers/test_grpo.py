@@ -270,7 +270,8 @@ def test_scripted_players_hold_frozen_seats(tmp_path):
     sample = json.loads((tmp_path / "samples" / "step_000001.jsonl").read_text().splitlines()[0])
     assert sample["policies"] == {"user": "scripted", "assistant": "main"}
     with pytest.raises(ValueError, match="no such scripted player"):
-        train(make_config("user_sim_v0", {**TINY, "policies": {"user": "scripted:nobody"}, "run_dir": str(tmp_path)}))
+        train(make_config("user_sim_v0", {**TINY, "policies": {"user": "scripted:nobody"},
+                                          "run_dir": str(tmp_path / "another")}))
 
 
 @pytest.mark.parametrize("key, expected", [("role", {"kuhn_poker_v0/player"}),
