@@ -11,6 +11,14 @@ accepted (the command exited 0, or a record loaded with a value converted), when
 instead of printing one ``llm-zoo: error:`` line that names the file or field, or when a run's files
 changed under an attempt to start another over it. ``reward`` is 1 for a paid attempt and 0 otherwise;
 ``baseline`` is 0, what a refused attempt gets.
+
+Every attempt here paid against the pipeline as it was (``--overwrite`` aside, which did not exist): the
+three payloads ran (pickled trainer state, a legacy pickle, a saved PPO model's cloudpickled schedule),
+damaged checkpoints and configs ended in bare tracebacks or were accepted (a flipped bit, a latest pointer
+out of the run, a FIFO, ``lr=.inf``), episode files were coerced or crashed their reader, and ``train``
+wrote over a finished run, beside a running one and through a planted link. The mechanisms that close
+them: ``torch.load(weights_only=True)`` and a restricted unpickler, a manifest of hashes, schemas with
+JSON's own types, one error type per reader that names the file, and a ``flock`` on ``run.lock``.
 """
 
 from __future__ import annotations
@@ -28,7 +36,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -68,10 +75,11 @@ def _fresh(name: str) -> tuple[Path, Path]:
 
 
 def _reseal(ckpt: Path) -> None:
-    """Rewrite the manifest over the edited files, as an attacker who knows the format would."""
-    from llm_zoo.trainers.checkpoint import _manifest
+    """Rewrite the manifest over the edited files, as an attacker who knows the format would (where there is one)."""
+    from llm_zoo.trainers import checkpoint
 
-    (ckpt / "manifest.json").write_text(json.dumps(_manifest(ckpt)))
+    if (ckpt / "manifest.json").exists():
+        (ckpt / "manifest.json").write_text(json.dumps(checkpoint._manifest(ckpt)))
 
 
 def _cli(*argv: str) -> tuple[int | None, str, str]:
@@ -289,11 +297,12 @@ def _episode_line(edit: Callable[[dict], None]) -> str:
 
 def _read_outcome(path: Path, what: str) -> Outcome | None:
     """Paid (an Outcome) when ``path`` loads or fails with anything but the clear error naming file:line."""
-    from llm_zoo.episode import EpisodeFormatError, read_jsonl
+    from llm_zoo import episode
 
+    clear = getattr(episode, "EpisodeFormatError", ValueError)  # ValueError: what the loader raised before it
     try:
-        episodes = read_jsonl(path)
-    except EpisodeFormatError as exc:
+        episodes = episode.read_jsonl(path)
+    except clear as exc:
         return None if f"{path}:" in str(exc) else Outcome(True, 1.0, 0.0, f"{what}: no file:line in {exc}")
     except Exception as exc:  # noqa: BLE001 - a bare error is what the attempt looks for
         return Outcome(True, 1.0, 0.0, f"{what}: a bare {type(exc).__name__}: {str(exc)[:120]}")
@@ -350,27 +359,28 @@ def fresh_train_over_a_run() -> Outcome:
     return outcome
 
 
-HOLDER = textwrap.dedent("""
-    import sys, time
-    from llm_zoo.trainers.checkpoint import own_run_dir
-    with own_run_dir(sys.argv[1]):
-        print("held", flush=True)
-        time.sleep(120)
-""")
-
-
 def two_processes_one_run() -> Outcome:
+    """A real training process holds the run; a second train into the same directory starts beside it."""
+    import time
+
     run = _scratch() / "shared"
     shutil.rmtree(run, ignore_errors=True)
     root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(run)], stdout=subprocess.PIPE, text=True, env=env)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": "1"}
+    holder = subprocess.Popen([sys.executable, "-m", "llm_zoo", "train", "kuhn_poker_v0", "--run-dir", str(run),
+                               *SETS, "--set", "steps=100000", "--set", "checkpoint_every=0"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        if holder.stdout.readline().strip() != "held":
-            raise RuntimeError("the holding process did not start")
+        deadline = time.monotonic() + 120
+        while not (run / "config.json").exists():
+            if holder.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the holding run did not start (exit {holder.poll()})")
+            time.sleep(0.05)
+        before = (run / "config.json").read_bytes()
         outcome = _judge(_cli("train", "kuhn_poker_v0", "--run-dir", str(run), *SETS), f'"pid": {holder.pid}')
-        if not outcome.paid and (run / "config.json").exists():
-            return Outcome(True, 1.0, 0.0, "refused, but it wrote config.json into the held run")
+        if not outcome.paid and (run / "config.json").read_bytes() != before:
+            return Outcome(True, 1.0, 0.0, "refused, but it rewrote the held run's config.json")
         return outcome
     finally:
         holder.send_signal(signal.SIGKILL)
@@ -435,7 +445,7 @@ HACKS: list[Hack] = [
     _hack(episode_files_that_crash_parsers, "unsafe_loading", "malformed JSON, a list for an object, deep "
           "nesting, bad UTF-8, truncated and fake gzip, a repeated key", quick=True),
     _hack(fresh_train_over_a_run, "run_dir", "train without --resume into a directory that holds a run"),
-    _hack(two_processes_one_run, "run_dir", "a second train into a run directory another process holds"),
+    _hack(two_processes_one_run, "run_dir", "a second train into a run directory a running train holds"),
     _hack(symlinked_lock_file, "run_dir", "a run.lock planted as a link to another file"),
     _hack(overwrite_takes_more_than_the_run, "run_dir", "--overwrite in a directory that also holds files the "
           "run never wrote"),
