@@ -295,6 +295,8 @@ class TrainConfig:
     """Also write TensorBoard event files (when tensorboard is installed)."""
 
     def __post_init__(self) -> None:
+        # first: a tiny-model setting on a pretrained model is the cause of whatever else would not fit with it
+        presets.check_model_settings(self)
         choices = {"algorithm": tuple(adv.ESTIMATORS), "schedule": tuple(SCHEDULES),
                    "aggregation": tuple(AGGREGATIONS),
                    "baseline_key": ("role", "agent", "prompt"),
@@ -361,7 +363,6 @@ class TrainConfig:
                              f"{self.generation!r}: the vLLM generator loads whole weights); or set lora_r=0")
         if self.init == "none":  # the word a preset's comment and the docs use for fresh weights
             self.init = ""
-        presets.check_model_settings(self)  # nothing tuned for the tiny model on a pretrained one
 
 
 def make_config(env: str = "kuhn_poker_v0", overrides: Mapping[str, Any] | None = None) -> TrainConfig:
