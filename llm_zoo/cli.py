@@ -14,13 +14,11 @@ from llm_zoo.spec import ENV_ARGUMENT_HELP, env_argument
 
 def _model_sampling(args: argparse.Namespace, spec: str) -> dict[str, Any]:
     """Return the sampling options of ``play`` that apply to the policy ``spec`` names (a model or an endpoint)."""
-    import os
-
-    from llm_zoo.catalogue import CATALOGUE
+    from llm_zoo.policies.registry import names_a_model
 
     if spec.startswith(("http://", "https://")):
         named = {"temperature": args.temperature, "top_p": args.top_p, "max_tokens": args.max_new_tokens}
-    elif os.path.isdir(spec) or spec in CATALOGUE or "/" in spec:  # a model, as load_policy reads the spec
+    elif names_a_model(spec):  # as load_policy reads the spec
         named = {"temperature": args.temperature, "top_p": args.top_p, "max_new_tokens": args.max_new_tokens}
     else:  # a person or a scripted player: nothing is sampled from a model
         return {}

@@ -37,13 +37,19 @@ def load_policy(spec: str, env_name: str, *, seed: int | None = None, **kwargs: 
         from llm_zoo.policies.openai import OpenAIPolicy
 
         return OpenAIPolicy.from_spec(spec, **kwargs)
-    if os.path.isdir(spec) or spec in CATALOGUE or "/" in spec:  # a path that does not exist is told so there
+    if names_a_model(spec):
         from llm_zoo.policies.transformers import TransformersPolicy
 
         return TransformersPolicy.from_pretrained(spec, seed=seed, **kwargs)
     raise ValueError(f"unknown policy {spec!r} for {env_name}; expected 'human', 'random', one of "
                      f"{sorted(scripted)}, a model directory, a catalogue model ({', '.join(sorted(CATALOGUE))}), "
                      "a hub name (owner/name), or an http(s):// endpoint URL")
+
+
+def names_a_model(spec: str) -> bool:
+    """Return whether ``spec`` names a model for transformers: a directory, a catalogue name, or a path or hub
+    name (anything with a ``/`` that is not a URL; one that names nothing is told so when it loads)."""
+    return not spec.startswith(("http://", "https://")) and (os.path.isdir(spec) or spec in CATALOGUE or "/" in spec)
 
 
 def human_policy(stream_in=None, stream_out=None) -> Policy:
