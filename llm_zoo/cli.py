@@ -99,6 +99,10 @@ def _parse_sets(pairs: Sequence[str], cls: type | None = None) -> dict[str, obje
     return out
 
 
+CONFIG_BYTES = 1 << 20
+"""The largest --config file read: a config is KEY: VALUE lines, not data."""
+
+
 def _plain_yaml(text: str) -> Any:
     """Read YAML as plain data: ``safe_load`` (no tags that construct objects) and no aliases (``*name``), whose
     references can make a few lines stand for an exponentially large value."""
@@ -125,6 +129,16 @@ def _overrides(args: argparse.Namespace, cls: type, what: str) -> dict[str, obje
 
     overrides: dict[str, object] = {}
     if args.config:
+        import os
+        import stat
+
+        try:  # a FIFO would block and a device never end: a config is a small regular file
+            info = os.stat(args.config)
+        except OSError as exc:
+            raise ValueError(f"--config {args.config}: cannot be read ({exc.strerror})") from None
+        if not stat.S_ISREG(info.st_mode) or info.st_size > CONFIG_BYTES:
+            raise ValueError(f"--config {args.config}: expected a regular YAML file of at most {CONFIG_BYTES} bytes; "
+                             f"got {f'{info.st_size} bytes' if stat.S_ISREG(info.st_mode) else 'a FIFO, device or folder'}")
         try:  # safe_load: a tag such as !!python/object/apply is an error, never a constructor call
             with open(args.config, "rb") as f:
                 loaded = _plain_yaml(f.read().decode("utf-8")) or {}

@@ -610,6 +610,8 @@ def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[Episode]:
             JSONL (gzip when ``path`` ends in ``.gz``); the message names ``path`` and the line.
     """
     name, number = os.fspath(path), 0
+    if Path(path).exists() and not Path(path).is_file():  # a FIFO would block, a device never end
+        raise EpisodeFormatError(f"{name}: not a regular file; episode files are JSONL as write_jsonl writes them")
     with contextlib.ExitStack() as stack:
         try:
             f: IO[bytes] = stack.enter_context(gzip.open(path, "rb") if Path(path).suffix == ".gz" else open(path, "rb"))

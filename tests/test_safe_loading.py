@@ -321,3 +321,21 @@ def test_resuming_with_a_model_of_another_shape_is_refused_naming_the_file(run, 
     code, err = _cli(capsys, "train", "kuhn_poker_v0", "--resume", "--run-dir", str(run), *SETS,
                      "--set", "model_hidden_size=64")
     _one_line_refusal(code, err, "model.safetensors", "does not fit", "config.yaml")
+
+
+def test_fifos_and_devices_are_refused_before_anything_reads_them(run, tmp_path, capsys):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)  # a reader that opened it would block until a writer came
+    for config in (fifo, Path("/dev/zero"), tmp_path):
+        code, err = _cli(capsys, "train", "kuhn_poker_v0", "--config", str(config), "--run-dir", str(tmp_path / "r"))
+        _one_line_refusal(code, err, str(config), "regular YAML file")
+    (tmp_path / "big.yaml").write_text("# " + "x" * (1 << 20) + "\n")
+    code, err = _cli(capsys, "train", "kuhn_poker_v0", "--config", str(tmp_path / "big.yaml"))
+    _one_line_refusal(code, err, "big.yaml", "bytes")
+    for path in (fifo, Path("/dev/zero")):
+        with pytest.raises(EpisodeFormatError, match="not a regular file"):
+            read_jsonl(path)
+    (run / "config.json").unlink()
+    os.mkfifo(run / "config.json")
+    code, err = _cli(capsys, "eval", "kuhn_poker_v0", "--checkpoint", str(_latest(run)), "--episodes", "2")
+    _one_line_refusal(code, err, "config.json", "not a regular file")

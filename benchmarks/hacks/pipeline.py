@@ -249,6 +249,49 @@ def pickled_payload_in_a_saved_ppo_model() -> Outcome:
                        "--out", str(_scratch() / "crossplay_ppo")), "crafted_ppo.zip", ran=marker)
 
 
+def _fifo(path: Path, data: bytes = b"lr: 0.1\n") -> Path:
+    """Make a FIFO; a helper thread feeds any reader that blocks on it within 5 s, so a reader that does
+    open it returns (and the attempt reports it) instead of waiting forever."""
+    import errno
+    import threading
+    import time
+
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+
+    def feed() -> None:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as exc:
+                if exc.errno not in (errno.ENXIO, errno.ENOENT):
+                    return
+                time.sleep(0.05)
+                continue
+            with contextlib.suppress(OSError):
+                os.write(fd, data)
+            os.close(fd)
+            return
+
+    threading.Thread(target=feed, daemon=True).start()
+    return path
+
+
+def fifos_as_inputs() -> Outcome:
+    """A FIFO as a --config, as an episode file and as the run's config.json beside a checkpoint."""
+    first = _judge(_cli("train", "kuhn_poker_v0", *SETS, "--config", str(_fifo(_scratch() / "pipe.yaml")),
+                        "--run-dir", str(_scratch() / "piped")), "pipe.yaml")
+    if first.paid:
+        return first
+    if (outcome := _read_outcome(_fifo(_scratch() / "pipe.jsonl", b"{}\n"), "a FIFO as episodes")) is not None:
+        return outcome
+    run, ckpt = _fresh("piped_run")
+    (run / "config.json").unlink()
+    _fifo(run / "config.json", b"{}")
+    return _judge(_cli("eval", "kuhn_poker_v0", "--checkpoint", str(ckpt), "--episodes", "2"), "config.json")
+
+
 # ---- unsafe loading: configs and episodes ------------------------------------------------------------------
 
 
@@ -435,6 +478,8 @@ HACKS: list[Hack] = [
           "train's init and as a crossplay player"),
     _hack(pickled_payload_in_a_saved_ppo_model, "unsafe_loading", "a saved PPO model whose cloudpickled "
           "lr_schedule calls os.mkdir, through crossplay's ppo:PATH"),
+    _hack(fifos_as_inputs, "unsafe_loading", "a FIFO as --config, as an episode file and as a run's config.json "
+          "(a reader would block)"),
     _hack(yaml_python_tag_config, "unsafe_loading", "a --config YAML with !!python/object/apply", quick=True),
     _hack(yaml_alias_bomb_and_deep_nesting, "unsafe_loading", "a YAML alias bomb (8 lines standing for 10**8 "
           "numbers) and --set nesting past the recursion limit"),

@@ -160,6 +160,8 @@ def _refuse_constant(name: str) -> Any:
 
 def read_json(path: Path, what: str = "JSON") -> Any:
     """Return the JSON in ``path``: strict UTF-8, finite numbers only; else a :class:`CheckpointError` naming it."""
+    if Path(path).exists() and not Path(path).is_file():  # a FIFO would block, a device never end
+        raise CheckpointError(f"{path}: not a regular file; expected {what}")
     try:
         text = Path(path).read_bytes().decode("utf-8")
         return json.loads(text, parse_constant=_refuse_constant)
