@@ -88,9 +88,21 @@ def cache_dir() -> Path:
     return Path(root).expanduser() if root else Path.home() / ".cache" / "llm_zoo" / "models"
 
 
-def is_pretrained(model: str) -> bool:
-    """Return whether ``model`` names a model with weights of its own (anything but ``tiny``)."""
-    return model != TINY
+TINY_MARK = "llm_zoo_tiny"
+"""The key in ``config.json`` of the tiny model the trainer builds for an env (``trainers.sft.build_tokenizer_and_model``
+sets it), so that a folder holding one, such as a warm start's checkpoint, is known for the env's tiny model."""
+
+
+def is_pretrained(model: str | os.PathLike[str]) -> bool:
+    """Return whether ``model`` names a model with weights of its own: anything but ``tiny`` and a folder
+    holding the trainer's tiny model for an env (its ``config.json`` carries :data:`TINY_MARK`)."""
+    if str(model) == TINY:
+        return False
+    config = Path(model) / "config.json"
+    try:
+        return json.loads(config.read_text(encoding="utf-8")).get(TINY_MARK) is not True
+    except (OSError, ValueError, AttributeError):  # not a local folder with a readable config: a name to load
+        return True
 
 
 _HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")

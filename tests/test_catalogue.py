@@ -37,6 +37,24 @@ def test_a_directory_is_itself_and_tiny_is_no_model_to_load(tmp_path):
         model_source("tiny", field="config.model")
 
 
+def test_a_folder_holding_the_trainers_tiny_model_is_read_as_tiny(tmp_path):
+    """A warm start's checkpoint of the env's tiny model keeps the tiny preset and its settings (init=sft)."""
+    from llm_zoo.models import save_tiny
+    from llm_zoo.trainers.grpo import make_config
+    from llm_zoo.trainers.sft import build_tokenizer_and_model
+
+    config = make_config("kuhn_poker_v0", {"model_hidden_size": 16, "model_layers": 1})
+    tokenizer, model = build_tokenizer_and_model(config, seed=0)
+    folder = save_tiny(tmp_path / "warm", tokenizer, model)
+    assert not catalogue.is_pretrained(folder)
+    resumed = make_config("kuhn_poker_v0", {"model": str(folder), "model_hidden_size": 16, "model_layers": 1})
+    assert resumed.max_new_tokens == config.max_new_tokens  # the tiny preset, not the pretrained one
+    stand_in = make_tiny_model(tmp_path / "other", hidden_size=16, num_layers=1, num_heads=2)
+    assert catalogue.is_pretrained(stand_in)  # any other folder has weights of its own
+    with pytest.raises(ValueError, match="model_hidden_size=16 is a setting for the tiny model"):
+        make_config("kuhn_poker_v0", {"model": str(stand_in), "model_hidden_size": 16})
+
+
 def test_owner_slash_name_is_a_hub_name_unless_owner_is_a_local_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert model_source("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"

@@ -309,7 +309,7 @@ def build_tokenizer_and_model(config: Any, seed: int, spec: EnvSpec | None = Non
 
     ``config`` is any config with the model fields (``SFTConfig`` or ``TrainConfig``).
     """
-    from llm_zoo import models
+    from llm_zoo import catalogue, models
 
     path = _model_dir(config)
     dtype = models.resolve_dtype(config.dtype, pretrained=path is not None, device=config.device)
@@ -321,6 +321,9 @@ def build_tokenizer_and_model(config: Any, seed: int, spec: EnvSpec | None = Non
                                         num_layers=config.model_layers, initializer_range=config.model_init_std,
                                         seed=seed, zero_head=config.model_zero_head,
                                         copy_heads=config.model_copy_heads)
+        # config.json keeps the mark: a warm start's or a run's checkpoint of this model is read as the env's
+        # tiny model again (catalogue.is_pretrained), so its preset and tiny-model settings still apply
+        setattr(model.config, catalogue.TINY_MARK, True)
         if dtype != torch.float32:
             model.to(dtype)
     if config.gradient_checkpointing:  # recompute each block's activations in the backward pass instead of keeping them
