@@ -225,6 +225,9 @@ def _final_line(env: str, result: dict, scored: str, last: dict[str, float], run
 
 
 def _sft(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from llm_zoo.trainers.checkpoint import own_run_dir
     from llm_zoo.trainers.sft import SFTConfig, make_sft_config, sft
 
     config = make_sft_config(args.env, {**_overrides(args, SFTConfig, "SFT config fields"), "role": args.role})
@@ -235,7 +238,8 @@ def _sft(args: argparse.Namespace) -> int:
         config = dataclasses.replace(config, run_dir=f"runs/{config.env}-sft-{time.strftime('%Y%m%d-%H%M%S')}")
     print(f"llm-zoo sft {config.env} --role {config.role}: run directory {config.run_dir}", file=sys.stderr,
           flush=True)
-    summary = sft(config)
+    with own_run_dir(Path(config.run_dir), overwrite=args.overwrite):  # one run per directory, as train's
+        summary = sft(config)
     print(json.dumps(summary, indent=2, default=str), flush=True)
     val = (f"val loss {summary['val_loss']:.4f} (from {summary['val_loss_initial']:.4f} before)"
            if summary["val_loss"] is not None else f"train loss {summary['train_loss']:.4f} (no held-out split)")
@@ -430,6 +434,9 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override an SFT config field, VALUE read as YAML, e.g. --set episodes=128 (repeatable)")
     fit.add_argument("--run-dir", help="where the run writes (default runs/<env>-sft-<time>)")
+    fit.add_argument("--overwrite", action="store_true",
+                     help="fit afresh in a run dir that already holds a run, removing that run's files "
+                          "(without it, sft refuses such a directory)")
     fit.set_defaults(func=_sft)
 
     evaluate = sub.add_parser("eval", help="evaluate a checkpoint or a model: the env's headline metric on held-out "

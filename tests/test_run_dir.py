@@ -145,3 +145,17 @@ def test_a_run_dir_that_cannot_be_one_is_refused_in_one_line(tmp_path, capsys):
     (tmp_path / "lockdir" / "run.lock").mkdir(parents=True)
     code, err = _train(capsys, tmp_path / "lockdir")
     assert code == 2 and "run.lock" in err, err[-1000:]
+
+
+def test_sft_owns_its_run_directory_too(finished_run, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    before = _snapshot(run)
+    code = cli.main(["sft", "kuhn_poker_v0", "--role", "player", "--run-dir", str(run)])
+    err = capsys.readouterr().err
+    assert code == 2 and "already holds a run" in err and "--overwrite" in err and "Traceback" not in err, err[-1000:]
+    assert _snapshot(run) == before
+    with own_run_dir(tmp_path / "held"):
+        code = cli.main(["sft", "kuhn_poker_v0", "--role", "player", "--run-dir", str(tmp_path / "held")])
+    err = capsys.readouterr().err
+    assert code == 2 and f'"pid": {os.getpid()}' in err, err[-1000:]
