@@ -238,7 +238,7 @@ def _sft(args: argparse.Namespace) -> int:
         config = dataclasses.replace(config, run_dir=f"runs/{config.env}-sft-{time.strftime('%Y%m%d-%H%M%S')}")
     print(f"llm-zoo sft {config.env} --role {config.role}: run directory {config.run_dir}", file=sys.stderr,
           flush=True)
-    with own_run_dir(Path(config.run_dir), overwrite=args.overwrite):  # one run per directory, as train's
+    with own_run_dir(Path(config.run_dir), overwrite=args.overwrite, resumable=False):  # one run per directory
         summary = sft(config)
     print(json.dumps(summary, indent=2, default=str), flush=True)
     val = (f"val loss {summary['val_loss']:.4f} (from {summary['val_loss_initial']:.4f} before)"

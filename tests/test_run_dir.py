@@ -154,6 +154,7 @@ def test_sft_owns_its_run_directory_too(finished_run, tmp_path, capsys):
     code = cli.main(["sft", "kuhn_poker_v0", "--role", "player", "--run-dir", str(run)])
     err = capsys.readouterr().err
     assert code == 2 and "already holds a run" in err and "--overwrite" in err and "Traceback" not in err, err[-1000:]
+    assert "--resume" not in err  # sft has none
     assert _snapshot(run) == before
     with own_run_dir(tmp_path / "held"):
         code = cli.main(["sft", "kuhn_poker_v0", "--role", "player", "--run-dir", str(tmp_path / "held")])

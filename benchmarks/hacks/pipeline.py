@@ -430,6 +430,16 @@ def two_processes_one_run() -> Outcome:
         holder.wait()
 
 
+def sft_over_a_train_run() -> Outcome:
+    run, _ = _fresh("sft_over")
+    before = _snapshot(run)
+    outcome = _judge(_cli("sft", "kuhn_poker_v0", "--role", "player_0", "--run-dir", str(run), "--set", "episodes=4"),
+                     "--overwrite")
+    if not outcome.paid and _snapshot(run) != before:
+        return Outcome(True, 1.0, 0.0, "refused, but the run's files changed")
+    return outcome
+
+
 def symlinked_lock_file() -> Outcome:
     victim = _scratch() / "victim.txt"
     victim.write_text("precious")
@@ -491,6 +501,7 @@ HACKS: list[Hack] = [
           "nesting, bad UTF-8, truncated and fake gzip, a repeated key", quick=True),
     _hack(fresh_train_over_a_run, "run_dir", "train without --resume into a directory that holds a run"),
     _hack(two_processes_one_run, "run_dir", "a second train into a run directory a running train holds"),
+    _hack(sft_over_a_train_run, "run_dir", "llm-zoo sft into the directory of a finished train run"),
     _hack(symlinked_lock_file, "run_dir", "a run.lock planted as a link to another file"),
     _hack(overwrite_takes_more_than_the_run, "run_dir", "--overwrite in a directory that also holds files the "
           "run never wrote"),

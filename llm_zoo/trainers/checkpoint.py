@@ -437,13 +437,15 @@ def resume_dir(env: str, run_dir: str, root: Path = Path("runs")) -> Path:
 
 
 @contextlib.contextmanager
-def own_run_dir(run_dir: Path, *, resume: bool = False, overwrite: bool = False) -> Iterator[Path]:
+def own_run_dir(run_dir: Path, *, resume: bool = False, overwrite: bool = False,
+                resumable: bool = True) -> Iterator[Path]:
     """Hold ``run_dir`` for one run: an exclusive lock on ``run_dir/run.lock`` for the block's length.
 
     A fresh run (neither ``resume`` nor ``overwrite``) is refused where a run already wrote (any
     of :data:`RUN_ENTRIES` but its config, which a run refused before its first step leaves); with
     ``overwrite`` those entries are removed first (nothing else in the directory is touched). The lock is ``fcntl.flock`` on an open file: the kernel releases it
     when the file closes or the process ends, however it ends, so a crash never leaves it held.
+    ``resumable`` says whether the refusal may point to ``--resume`` (``llm-zoo sft`` has none).
 
     Raises:
         CheckpointError: Another process holds the lock (the message names its pid, host, start
@@ -474,9 +476,9 @@ def own_run_dir(run_dir: Path, *, resume: bool = False, overwrite: bool = False)
         here = sorted(e for e in RUN_ENTRIES if (run_dir / e).exists() or (run_dir / e).is_symlink())
         # a run refused before its first step (a bad init, say) left only its config: nothing to lose there
         if set(here) - {"config.json", "config.yaml"} and not (resume or overwrite):
-            raise CheckpointError(f"{run_dir}: already holds a run ({', '.join(here)}); continue it with --resume, "
-                                  f"start afresh over it with --overwrite (its files are removed), or give another "
-                                  f"--run-dir")
+            resuming = "continue it with --resume, " if resumable else ""  # sft has no --resume
+            raise CheckpointError(f"{run_dir}: already holds a run ({', '.join(here)}); {resuming}start afresh over "
+                                  f"it with --overwrite (its files are removed), or give another --run-dir")
         if overwrite and not resume:
             for entry in here:
                 target = run_dir / entry
