@@ -76,7 +76,7 @@ def run(method: str, seed: int, budget: dict[str, object], out: Path) -> dict[st
     config = run_config(method, seed, budget, out)
     run_dir = Path(config.run_dir)
     start = time.perf_counter()
-    final = train(config)
+    final = train(config, overwrite=True)  # a run whose fingerprint no longer matches is trained anew
     seconds = time.perf_counter() - start
     rows = read_metrics(run_dir)
     curve = [(r["charts/episodes"], r["eval/exploitability"]) for r in rows if "eval/exploitability" in r]

@@ -297,7 +297,7 @@ def rl_job(env: str, seed: int, method: str, init: str, overrides: Mapping[str, 
 
     config = _config(env, seed, {**_method_overrides(env, method, overrides), "init": init}, Path(out), method)
     t0 = time.perf_counter()
-    train(config)
+    train(config, overwrite=True)  # the benchmark owns its --out: a rerun trains anew
     seconds = time.perf_counter() - t0
     run_dir = Path(config.run_dir)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]

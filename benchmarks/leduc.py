@@ -138,7 +138,7 @@ def train(env: str, overrides: dict[str, Any], run_dir: Path) -> Path:
     from llm_zoo.trainers.grpo import train as run
 
     run(make_config(env, {**overrides, "run_dir": str(run_dir), "progress": False, "tensorboard": False,
-                          "checkpoint_every": 0}))
+                          "checkpoint_every": 0}), overwrite=True)  # the benchmark owns its --out
     return run_dir
 
 

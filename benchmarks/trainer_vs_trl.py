@@ -374,7 +374,7 @@ def run_ours(config) -> dict[str, Any]:
 
     SERVED.clear()
     started = time.perf_counter()
-    train(config)
+    train(config, overwrite=True)  # the benchmark owns its --out: a rerun trains anew
     wall = time.perf_counter() - started
     rows = read_metrics(config.run_dir)
     final = sorted(Path(config.run_dir).glob("checkpoints/*/policies/main")) or sorted(

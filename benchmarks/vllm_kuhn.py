@@ -64,7 +64,7 @@ def run(generation: str, seed: int, args: argparse.Namespace, root: Path) -> dic
         "eval_every": args.eval_every, "checkpoint_every": 0, "sample_every": 0, "progress": False,
         "tensorboard": False, "threads": 1, "run_dir": str(run_dir),
     })
-    train(config)
+    train(config, overwrite=True)  # the benchmark owns its --out: a rerun trains anew
     gc.collect()  # the run's engines go with it
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     curve = {row["step"]: row["eval/exploitability"] for row in rows if "eval/exploitability" in row}
