@@ -1,6 +1,7 @@
-"""Libraries of reward-hacking attempts, one module per env, run by ``benchmarks/reward_hacks.py``.
+"""Libraries of reward-hacking attempts, one module per env and one for the pipeline, run by ``benchmarks/reward_hacks.py``.
 
-Each module (``judge``, ``proposer``, ``user_sim``) exports ``HACKS: list[Hack]``. A hack is an
+Each module (``judge``, ``proposer``, ``user_sim``, and ``pipeline`` against checkpoints, configs, episode files
+and run directories) exports ``HACKS: list[Hack]``. A hack is an
 attempt to raise an env's reward without doing the task; running it returns an :class:`Outcome`
 that says whether it paid. The goal, per env, is that none does.
 """
@@ -30,7 +31,8 @@ class Hack:
     """One named attempt against one env's reward or ground truth."""
 
     env: str
-    """The env it attacks: ``agentic_judge_v0``, ``proposer_solver_v0`` or ``user_sim_v0``."""
+    """What it attacks: ``agentic_judge_v0``, ``proposer_solver_v0``, ``user_sim_v0``, or ``pipeline`` (loading and
+    run directories)."""
     name: str
     """A short snake_case name for what it tries, unique within its env (e.g. ``always_equal_object``)."""
     tries: str
