@@ -31,7 +31,10 @@ __all__ = ["DynamicLayer", "cache_argument", "enable_checkpointing", "forward_pa
 
 
 def forward_params(model: PreTrainedModel) -> Mapping[str, inspect.Parameter]:
-    """Return the parameters of ``model.forward`` (an instance's patched forward, else its class's, cached)."""
+    """Return the parameters of ``model.forward`` (an instance's patched forward, else its class's, cached); for a
+    peft model (LoRA adapters) those of the model it wraps, to which it passes every keyword argument on."""
+    if callable(getattr(type(model), "get_base_model", None)):
+        model = model.get_base_model()
     if "forward" in vars(model):  # a forward patched onto the instance (e.g. by a hook library)
         return _signature_params(model.forward)
     return _class_forward_params(type(model))

@@ -312,9 +312,10 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 _PRETRAINED_COMMON: dict[str, Any] = {
     # LoRA adapters of rank 16 on every linear layer of the blocks, and activations recomputed in the backward pass:
-    # each preset's estimated peak with SmolLM2-135M is then 1.8-3.0 GiB, within the default memory_limit_gb (full
-    # fine-tuning: 7.1-16.6 GiB, the weights, gradients and AdamW state alone 3.2 GiB). --set lora_r=0 trains every
-    # weight (at about a tenth of the rate below).
+    # each preset's estimated peak with SmolLM2-135M is then 2.0-2.6 GiB for the games, within the default
+    # memory_limit_gb, and 6.3-7.1 GiB for the agentic envs, whose prompts run to thousands of tokens (their own
+    # limits below); full fine-tuning's weights, gradients and AdamW state alone are 3.2 GiB. --set lora_r=0 trains
+    # every weight (at about a tenth of the rate below).
     "lora_r": 16,
     "lora_alpha": 32.0,
     "gradient_checkpointing": True,
@@ -344,7 +345,9 @@ KUHN_POKER_V0_PRETRAINED: dict[str, Any] = {
     "baseline_key": "agent",
     # SmolLM2's prompt at a hand's first decision is 154-187 tokens with the rules; a hand adds a few dozen
     "max_prompt_tokens": 384,
-    "max_forward_tokens": 2048,
+    # 2 rows of 392 tokens a pass: under checkpointing a LoRA backward holds about 15 hidden sizes per token and
+    # block (measured on SmolLM2-135M, trainers/memory.py's CHECKPOINT_KEPT), 2.3 GiB estimated in all
+    "max_forward_tokens": 1024,
     "steps": 20,
     "episodes_per_step": 32,
     "rollout_batch_size": 32,
@@ -369,6 +372,9 @@ AGENTIC_JUDGE_V0_PRETRAINED: dict[str, Any] = {
     # the solver's first prompt is 1025 tokens of SmolLM2's (the tools as JSON schemas); each tool call and result adds
     "max_prompt_tokens": 3072,
     "max_forward_tokens": 4096,
+    # one sequence of 3456 tokens alone holds about 3.5 GiB in a LoRA backward under checkpointing (15 hidden sizes
+    # per token and block, measured on SmolLM2-135M): 6.3 GiB estimated in all, within this CPU machine's 23 GB
+    "memory_limit_gb": 7.0,
     "steps": 8,
     "episodes_per_step": 8,
     "group_size": 4,
@@ -388,7 +394,7 @@ PROPOSER_SOLVER_V0_PRETRAINED: dict[str, Any] = {
     # writes Python in about as many
     "max_new_tokens": 256,
     "max_prompt_tokens": 512,  # the proposer's prompt is 380 tokens of SmolLM2's
-    "max_forward_tokens": 2048,
+    "max_forward_tokens": 1024,  # one row of 768 tokens a pass: 2.6 GiB estimated (Kuhn's comment)
     "algorithm": "hgrpo",
     "steps": 8,
     "episodes_per_step": 8,
@@ -409,6 +415,9 @@ USER_SIM_V0_PRETRAINED: dict[str, Any] = {
     # the assistant's first prompt is 2026 tokens of SmolLM2's (the 13 tools as JSON schemas); a conversation of 12
     # turns grows past it, up to the default 4096
     "max_forward_tokens": 4224,
+    # one sequence of 4224 tokens alone holds about 4.3 GiB in a LoRA backward under checkpointing (15 hidden sizes
+    # per token and block, measured on SmolLM2-135M): 7.1 GiB estimated in all, within this CPU machine's 23 GB
+    "memory_limit_gb": 8.0,
     "steps": 4,
     "episodes_per_step": 8,
     "group_size": 4,

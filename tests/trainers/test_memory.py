@@ -201,15 +201,16 @@ def test_the_estimate_follows_lora_checkpointing_and_dtype(tmp_path):
                                                "memory_limit_gb": 0.0, **overrides})
         return estimate(config, model_config).parts
 
-    full, lora = parts(), parts(lora_r=8)
+    full, lora = parts(lora_r=0, gradient_checkpointing=False), parts(lora_r=8, gradient_checkpointing=False)
     # LoRA drops the gradients, AdamW's moments and the reference copy of every weight (4 float32 copies)
     assert full["resident"] - lora["resident"] > 3.9 * 4 * params
     checkpointed = parts(lora_r=8, gradient_checkpointing=True)
-    assert checkpointed["update"] < lora["update"] / 4 and checkpointed["rollout"] == lora["rollout"]
+    assert checkpointed["update"] < lora["update"] / 2 and checkpointed["rollout"] == lora["rollout"]
     half = parts(lora_r=8, gradient_checkpointing=True, dtype="bfloat16")
     assert half["resident"] < checkpointed["resident"] - 1.9 * params and half["update"] < checkpointed["update"]
     # a refusal for a pretrained model names checkpointing first, the cheapest fix
-    config = make_config("kuhn_poker_v0", {"model": str(tmp_path), "lora_r": 8, "memory_limit_gb": 2.0})
+    config = make_config("kuhn_poker_v0", {"model": str(tmp_path), "lora_r": 8, "gradient_checkpointing": False,
+                                           "memory_limit_gb": 2.0})
     with pytest.raises(ValueError, match=r"Set gradient_checkpointing=true \(--set gradient_checkpointing=true\), or "
                                          r"lower max_forward_tokens"):
         preflight(config, model_config)
