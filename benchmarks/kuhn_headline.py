@@ -103,6 +103,8 @@ class Row:
     """episodes, or iterations for CFR."""
     cap: float | None = None
     """Only count a threshold reached within this many iterations (the CFR rows share one run)."""
+    failed: list[str] = field(default_factory=list)
+    """Seeds whose run failed and is left out of the row, each with its error."""
 
 
 def _credit() -> Any:
@@ -193,7 +195,7 @@ def llm_rows(budget: dict[str, Any], seeds: int, runs: Path, workers: int | None
 
     Runs go side by side, ``workers`` at a time (default one per CPU core), each in its own
     subprocess; finished runs with the same config already in ``runs`` are reused. A failed run is
-    reported and left out of its row.
+    reported and left out of its row's runs; the row names it in ``failed`` (a row may have no runs left).
     """
     from llm_zoo.trainers.logging import read_metrics
 
@@ -217,6 +219,7 @@ def llm_rows(budget: dict[str, Any], seeds: int, runs: Path, workers: int | None
         if "error" in result:
             print(f"  {result['method']} seed {result['seed']} failed and is left out: {result['error']}",
                   file=sys.stderr, flush=True)
+            rows[result["method"]].failed.append(f"seed {result['seed']}: {str(result['error'])[:200]}")
             continue
         metrics = read_metrics(runs / f"{result['method']}-seed{result['seed']}")
         curve, elapsed = [], 0.0
@@ -228,7 +231,7 @@ def llm_rows(budget: dict[str, Any], seeds: int, runs: Path, workers: int | None
             result["final"], result["payoff_vs_nash"], result["episodes"], result["seconds"], curve,
             sum(m.get("perf/prompt_tokens", 0.0) for m in metrics),
             sum(m.get("perf/completion_tokens", 0.0) for m in metrics)))
-    return [row for row in rows.values() if row.runs]
+    return list(rows.values())  # a row whose every seed failed still says so
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -297,6 +300,8 @@ def markdown(rows: list[Row], table: dict[str, dict[str, Any]]) -> str:
     for row in rows:
         f = table[row.key]
         spread = f" ± {f['spread']:.4f}" if f["seeds"] > 1 else ""
+        if row.failed:  # say how many seeds the figure stands on
+            spread += f" ({f['seeds']} of {f['seeds'] + len(row.failed)} seeds)"
         work = f["iterations"] if row.unit == "iterations" else f["episodes"]
         tokens = ("—" if f["prompt_tokens"] is None
                   else f"{_tokens(f['prompt_tokens'])} + {_tokens(f['generated_tokens'])}")
@@ -411,17 +416,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows = [*([random_row()] if "random" in systems else []), *(cfr_rows() if "cfr" in systems else []),
             *(ppo_rows(ppo_timesteps, seeds) if "ppo" in systems else []),
             *llm_rows(overrides, seeds, runs, args.workers, [m for m in LLM_METHODS if m in systems])]
+    failed = [f"{row.label}, {why}" for row in rows for why in row.failed]
+    rows = [row for row in rows if row.runs]
     table = {row.key: figures(row) for row in rows}
     text = markdown(rows, table)
     caption = (f"Kuhn poker, every system on the same machine in one run "
                f"({'--quick' if args.quick else 'full'} setting, {seeds} seed(s))")
     print(f"\n{caption}\n\n{text}\n")
     below = notes(seeds, budget, ppo_timesteps, args.quick, systems)
+    if failed:
+        below += "\n- Runs that failed and are left out of their row: " + "; ".join(failed) + "."
     print(below)
     (out / "kuhn_headline.md").write_text(f"{caption}.\n\n{text}\n\n{below}\n")
     plot(rows, out / "kuhn_headline.png")
     print(f"\ntable: {out / 'kuhn_headline.md'}\nplot: {out / 'kuhn_headline.png'}")
-    line = {"rows": table, "seeds": seeds, "systems": systems, "budget": {**budget, "ppo_timesteps": ppo_timesteps},
+    line = {"rows": table, "failed": failed, "seeds": seeds, "systems": systems, "budget": {**budget, "ppo_timesteps": ppo_timesteps},
             "quick": args.quick, "seconds": round(time.perf_counter() - started, 2)}
     print(json.dumps(line))
     return line

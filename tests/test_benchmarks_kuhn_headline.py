@@ -35,3 +35,13 @@ def test_systems_runs_only_the_rows_named(capsys, tmp_path):
     assert "per-seat policies" in table and "MaskablePPO" not in table and "CFR" not in table
     with pytest.raises(SystemExit):
         bench.main(["--quick", "--systems", "cfr", "maskable"])
+
+
+def test_a_row_that_lost_seeds_says_on_how_many_its_figure_stands():
+    bench = _load()
+    row = bench.Row("llm_per_seat", "per-seat", runs=[bench.Run(0.0046, -0.0004, 2048000, 1504.0, [(51200, 16.0, 0.09)])],
+                    failed=["seed 1: RuntimeError: boom", "seed 2: RuntimeError: boom"])
+    text = bench.markdown([row], {row.key: bench.figures(row)})
+    assert "0.0046 (1 of 3 seeds)" in text
+    whole = bench.Row("llm_per_seat", "per-seat", runs=[bench.Run(0.0046, -0.0004, 2048000, 1504.0, None)] * 3)
+    assert "seeds)" not in bench.markdown([whole], {whole.key: bench.figures(whole)})
