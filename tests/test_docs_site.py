@@ -194,7 +194,7 @@ def _ran(result: dict) -> bool:
 
 def test_every_command_the_pages_show_runs():
     batch, seen = [], set()
-    for page in sorted(DOCS.rglob("*.md")):
+    for page in [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]:  # the first page too
         preload = PRELOAD.get(page.name, [])
         for command in shown_commands(page.read_text()):
             for run in runs(command):
