@@ -22,7 +22,7 @@ class MetricsLogger:
     def __init__(self, run_dir: Path, *, resume_from: int = 0, tensorboard: bool = True) -> None:
         self.path = Path(run_dir) / "metrics.jsonl"
         if self.path.exists():
-            rows = [line for line in self.path.read_text().splitlines() if line.strip()]
+            rows = _lines(self.path)
             kept = [r for r in rows if _step(r) is not None and _step(r) <= resume_from] if resume_from else []
             with atomic_writer(self.path) as f:  # a crash here must not lose the rows being kept
                 f.write("".join(r + "\n" for r in kept))
@@ -53,20 +53,46 @@ class MetricsLogger:
             self._writer.close()
 
 
+class MetricsFormatError(ValueError):
+    """A ``metrics.jsonl`` that is not one JSON object per line; the message names the file and line."""
+
+
+def _lines(path: Path) -> list[str]:
+    """The file's non-blank lines, decoded as UTF-8 (strictly: a damaged file is refused, naming it)."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MetricsFormatError(f"{path}: not UTF-8 at byte {exc.start}; expected the JSON lines a run writes "
+                                 "(start a fresh run with --overwrite, or mend the file)") from None
+    return [line for line in text.splitlines() if line.strip()]
+
+
 def _step(line: str) -> int | None:
     try:
         return int(json.loads(line)["step"])
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return None
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
-    """Return the rows of a run's ``metrics.jsonl``."""
+    """Return the rows of a run's ``metrics.jsonl``.
+
+    Raises:
+        FileNotFoundError: the run has no metrics file.
+        MetricsFormatError: a line (other than a last one torn by a crash) is not a JSON object with a
+            ``step``, or the file is not UTF-8; the message names file and line.
+    """
     path = Path(run_dir) / "metrics.jsonl"
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    lines = _lines(path)
     if lines and _step(lines[-1]) is None:  # a row torn by a crash mid-append; every earlier row is whole
         lines.pop()
-    return [json.loads(line) for line in lines]
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if _step(line) is None:
+            raise MetricsFormatError(f"{path}:{number}: expected a JSON object with an integer 'step' "
+                                     f"(one row a step), got {line[:80]!r}")
+        rows.append(json.loads(line))
+    return rows
 
 
 def progress_bar(*, total: int, initial: int, desc: str) -> Any:

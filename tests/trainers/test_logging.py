@@ -34,3 +34,16 @@ def test_bars_turned_off_before_stay_off():
     bar = progress_bar(total=1, initial=0, desc="train x")
     bar.close()
     assert not hf_logging.is_progress_bar_enabled()
+
+
+@pytest.mark.parametrize("damage", [b"\xff\xfe not utf-8\n", b"[1, 2]\n", b"[" * 100_000 + b"\n", b'{"no_step": 1}\n'])
+def test_a_damaged_metrics_file_is_refused_naming_it(tmp_path, damage):
+    from llm_zoo.trainers.logging import MetricsFormatError, MetricsLogger, read_metrics
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(damage + b'{"step": 1, "x": 0.5}\n')
+    with pytest.raises(MetricsFormatError, match="metrics.jsonl"):
+        read_metrics(tmp_path)
+    if damage.startswith(b"\xff"):  # resuming over it says the same, never a bare UnicodeDecodeError
+        with pytest.raises(MetricsFormatError, match="not UTF-8"):
+            MetricsLogger(tmp_path, resume_from=1, tensorboard=False)
