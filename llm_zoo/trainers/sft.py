@@ -471,7 +471,8 @@ def token_nll(model: torch.nn.Module, input_ids: Sequence[Sequence[int]], loss_m
     # No attention mask: the pads come after every real token, which causal attention never lets a real
     # token see, so the real tokens' outputs are those of a masked pass; and without a padding mask
     # sdpa takes its fused causal kernel instead of a [B, T, T] mask (4x faster at 11k tokens, batch 2).
-    hidden = model.base_model(input_ids=ids).last_hidden_state  # [B, T, H]
+    causal_lm = model.get_base_model() if callable(getattr(type(model), "get_base_model", None)) else model  # peft's
+    hidden = causal_lm.base_model(input_ids=ids).last_hidden_state  # [B, T, H]; LoRA's layers are inside it
     targets_mask = mask[:, 1:]  # position t predicts token t + 1
     h = hidden[:, :-1][targets_mask]  # [N, H]
     targets = ids[:, 1:][targets_mask]  # [N]
