@@ -133,8 +133,8 @@ def test_a_directory_left_by_a_refused_start_is_not_a_run(finished_run, tmp_path
     run = tmp_path / "run"
     run.mkdir()
     shutil.copy(finished_run / "config.json", run)  # what a run refused before its first step leaves
-    with own_run_dir(run):
-        pass
+    with own_run_dir(run):  # taken without --overwrite: nothing here is a run to lose
+        assert (run / "run.lock").is_file() and str(os.getpid()) in (run / "run.lock").read_text()
 
 
 def test_a_run_dir_that_cannot_be_one_is_refused_in_one_line(tmp_path, capsys):
