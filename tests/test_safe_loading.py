@@ -56,7 +56,7 @@ def _resume(capsys, run: Path) -> tuple[int, str]:
     return _cli(capsys, "train", "kuhn_poker_v0", "--resume", "--run-dir", str(run), *SETS, "--set", "steps=3")
 
 
-def _one_line_refusal(code: int, err: str, *needles: str) -> None:
+def assert_one_line_refusal(code: int, err: str, *needles: str) -> None:
     lines = [line for line in err.splitlines() if line.startswith("llm-zoo: error:")]
     assert code == 2 and len(lines) == 1, err[-2000:]
     assert "Traceback" not in err
@@ -88,7 +88,7 @@ def test_a_pickled_payload_in_trainer_state_is_refused_and_never_runs(run, tmp_p
     torch.save({**state, "met": _Payload(marker)}, ckpt / "main.trainer.pt")
     _reseal(ckpt)  # the attacker keeps the manifest consistent: the refusal must come from the loader
     code, err = _resume(capsys, run)
-    _one_line_refusal(code, err, "main.trainer.pt", "refused", "plain data")
+    assert_one_line_refusal(code, err, "main.trainer.pt", "refused", "plain data")
     assert not marker.exists()
 
 
@@ -112,9 +112,9 @@ def test_a_damaged_model_file_is_refused_by_eval_and_resume(run, capsys, damage)
     weights.write_bytes(bytes(data))
     expect = "model.safetensors"
     code, err = _cli(capsys, "eval", "kuhn_poker_v0", "--checkpoint", str(ckpt), "--episodes", "2")
-    _one_line_refusal(code, err, expect)
+    assert_one_line_refusal(code, err, expect)
     code, err = _resume(capsys, run)
-    _one_line_refusal(code, err, expect)
+    assert_one_line_refusal(code, err, expect)
 
 
 def test_a_truncated_trainer_state_is_refused_naming_it(run, capsys):
@@ -122,7 +122,7 @@ def test_a_truncated_trainer_state_is_refused_naming_it(run, capsys):
     file = ckpt / "main.trainer.pt"
     file.write_bytes(file.read_bytes()[:300])
     code, err = _resume(capsys, run)
-    _one_line_refusal(code, err, "main.trainer.pt", "truncated")
+    assert_one_line_refusal(code, err, "main.trainer.pt", "truncated")
 
 
 def test_state_json_without_torch_rng_is_refused_naming_the_key(run, capsys):
@@ -131,14 +131,14 @@ def test_state_json_without_torch_rng_is_refused_naming_the_key(run, capsys):
     del state["torch_rng"]
     (ckpt / "state.json").write_text(json.dumps(state))
     code, err = _resume(capsys, run)
-    _one_line_refusal(code, err, "state.json", "torch_rng")
+    assert_one_line_refusal(code, err, "state.json", "torch_rng")
     for bad in ({"step": "2"}, {"step": 2.5}, {"torch_rng": [300] * 5056}, {"torch_rng": [0] * 3}):
         (ckpt / "state.json").write_text(json.dumps({**state, "torch_rng": [0] * 5056, **bad}))
         code, err = _resume(capsys, run)
-        _one_line_refusal(code, err, "state.json", next(iter(bad)))
+        assert_one_line_refusal(code, err, "state.json", next(iter(bad)))
     (ckpt / "state.json").write_text(json.dumps({**state, "torch_rng": [0] * 5056, "step": float("nan")}))
     code, err = _resume(capsys, run)
-    _one_line_refusal(code, err, "state.json", "NaN")
+    assert_one_line_refusal(code, err, "state.json", "NaN")
 
 
 def test_a_latest_pointer_outside_the_run_is_refused(run, capsys):
@@ -146,7 +146,7 @@ def test_a_latest_pointer_outside_the_run_is_refused(run, capsys):
     with pytest.raises(CheckpointError, match="expected the name of a step_N directory"):
         checkpoint.latest_checkpoint(run)
     code, err = _resume(capsys, run)
-    _one_line_refusal(code, err, "latest")
+    assert_one_line_refusal(code, err, "latest")
 
 
 def test_a_manifest_entry_outside_the_checkpoint_is_refused(run):
@@ -164,22 +164,22 @@ def test_a_yaml_tag_is_refused_naming_the_file_and_never_constructed(tmp_path, c
     config = tmp_path / "evil.yaml"
     config.write_text(f"lr: !!python/object/apply:os.mkdir [{str(marker)!r}]\n")
     code, err = _cli(capsys, "train", "kuhn_poker_v0", "--config", str(config), "--run-dir", str(tmp_path / "r"))
-    _one_line_refusal(code, err, "evil.yaml", "!!python")
+    assert_one_line_refusal(code, err, "evil.yaml", "!!python")
     assert not marker.exists() and not (tmp_path / "r").exists()
     config.write_bytes(b"lr: \xff\n")
     code, err = _cli(capsys, "train", "kuhn_poker_v0", "--config", str(config), "--run-dir", str(tmp_path / "r"))
-    _one_line_refusal(code, err, "evil.yaml", "UnicodeDecodeError")
+    assert_one_line_refusal(code, err, "evil.yaml", "UnicodeDecodeError")
 
 
 @pytest.mark.parametrize("text", ["lr=.inf", "temperature=.nan", "lr=1e999", "lr=-inf", "env_kwargs={a: [1, .nan]}"])
 def test_non_finite_numbers_in_a_config_are_refused_naming_the_field(tmp_path, capsys, text):
     field = text.split("=")[0]
     code, err = _cli(capsys, "train", "kuhn_poker_v0", "--set", text, "--run-dir", str(tmp_path / "r"))
-    _one_line_refusal(code, err, f"config.{field}", "finite")
+    assert_one_line_refusal(code, err, f"config.{field}", "finite")
     (tmp_path / "c.yaml").write_text(text.replace("=", ": ", 1) + "\n")
     code, err = _cli(capsys, "train", "kuhn_poker_v0", "--config", str(tmp_path / "c.yaml"),
                      "--run-dir", str(tmp_path / "r"))
-    _one_line_refusal(code, err, f"config.{field}", "c.yaml")
+    assert_one_line_refusal(code, err, f"config.{field}", "c.yaml")
     assert not (tmp_path / "r").exists()
 
 
@@ -260,17 +260,17 @@ def test_yaml_aliases_and_deep_nesting_are_refused_in_one_line(tmp_path, capsys)
     lines += [f"  {b}: &{b} [{', '.join(['*' + a] * 10)}]" for a, b in zip("abcdefg", "bcdefgh")]  # 10**8 numbers
     (tmp_path / "bomb.yaml").write_text("\n".join(lines) + "\n")
     code, err = _cli(capsys, "train", "kuhn_poker_v0", "--config", str(tmp_path / "bomb.yaml"))
-    _one_line_refusal(code, err, "bomb.yaml", "aliases")
+    assert_one_line_refusal(code, err, "bomb.yaml", "aliases")
     code, err = _cli(capsys, "train", "kuhn_poker_v0", "--set", "env_kwargs={a: &x [1], b: *x}")
-    _one_line_refusal(code, err, "--set env_kwargs", "aliases")
+    assert_one_line_refusal(code, err, "--set env_kwargs", "aliases")
     code, err = _cli(capsys, "train", "kuhn_poker_v0", "--set", "env_kwargs=" + "[" * 5000 + "]" * 5000)
-    _one_line_refusal(code, err, "--set env_kwargs", "recursion")
+    assert_one_line_refusal(code, err, "--set env_kwargs", "recursion")
 
 
 def test_a_damaged_run_config_beside_the_checkpoint_is_refused_by_eval(run, capsys):
     (run / "config.json").write_text('{"temperature": NaN}')
     code, err = _cli(capsys, "eval", "kuhn_poker_v0", "--checkpoint", str(_latest(run)), "--episodes", "2")
-    _one_line_refusal(code, err, "config.json", "NaN")
+    assert_one_line_refusal(code, err, "config.json", "NaN")
 
 
 def test_a_damaged_checkpoint_given_as_init_is_refused_naming_the_file(run, tmp_path, capsys):
@@ -278,14 +278,14 @@ def test_a_damaged_checkpoint_given_as_init_is_refused_naming_the_file(run, tmp_
     (ckpt / "main.trainer.pt").unlink()  # not read by init, but listed in the manifest
     code, err = _cli(capsys, "train", "kuhn_poker_v0", *SETS, "--set", f"init={ckpt}", "--run-dir",
                      str(tmp_path / "next"))
-    _one_line_refusal(code, err, "main.trainer.pt", "missing")
+    assert_one_line_refusal(code, err, "main.trainer.pt", "missing")
 
 
 def test_crossplay_env_args_refuse_non_finite_numbers_naming_the_flag(capsys):
     for value in ("NaN", "-Infinity", "[" * 100_000):
         code, err = _cli(capsys, "crossplay", "kuhn_poker_v0", "--players", "nash", "random", "--episodes", "2",
                          "--env-arg", f"num_hands={value}")
-        _one_line_refusal(code, err, "--env-arg num_hands")
+        assert_one_line_refusal(code, err, "--env-arg num_hands")
 
 
 def test_a_saved_ppo_model_with_a_pickled_payload_is_refused_and_the_real_one_loads(tmp_path):
@@ -320,7 +320,7 @@ def test_a_saved_ppo_model_with_a_pickled_payload_is_refused_and_the_real_one_lo
 def test_resuming_with_a_model_of_another_shape_is_refused_naming_the_file(run, capsys):
     code, err = _cli(capsys, "train", "kuhn_poker_v0", "--resume", "--run-dir", str(run), *SETS,
                      "--set", "model_hidden_size=64")
-    _one_line_refusal(code, err, "model.safetensors", "does not fit", "config.yaml")
+    assert_one_line_refusal(code, err, "model.safetensors", "does not fit", "config.yaml")
 
 
 def test_fifos_and_devices_are_refused_before_anything_reads_them(run, tmp_path, capsys):
@@ -328,14 +328,14 @@ def test_fifos_and_devices_are_refused_before_anything_reads_them(run, tmp_path,
     os.mkfifo(fifo)  # a reader that opened it would block until a writer came
     for config in (fifo, Path("/dev/zero"), tmp_path):
         code, err = _cli(capsys, "train", "kuhn_poker_v0", "--config", str(config), "--run-dir", str(tmp_path / "r"))
-        _one_line_refusal(code, err, str(config), "regular YAML file")
+        assert_one_line_refusal(code, err, str(config), "regular YAML file")
     (tmp_path / "big.yaml").write_text("# " + "x" * (1 << 20) + "\n")
     code, err = _cli(capsys, "train", "kuhn_poker_v0", "--config", str(tmp_path / "big.yaml"))
-    _one_line_refusal(code, err, "big.yaml", "bytes")
+    assert_one_line_refusal(code, err, "big.yaml", "bytes")
     for path in (fifo, Path("/dev/zero")):
         with pytest.raises(EpisodeFormatError, match="not a regular file"):
             read_jsonl(path)
     (run / "config.json").unlink()
     os.mkfifo(run / "config.json")
     code, err = _cli(capsys, "eval", "kuhn_poker_v0", "--checkpoint", str(_latest(run)), "--episodes", "2")
-    _one_line_refusal(code, err, "config.json", "not a regular file")
+    assert_one_line_refusal(code, err, "config.json", "not a regular file")
