@@ -184,6 +184,9 @@ class Policy(ABC):
     """
 
     name: str = "policy"
+    remote_ok: bool = False
+    """Whether the policy may act in another process (a Ray actor beside the envs): True only for a policy whose
+    whole state is plain Python that pickles (a table, a scripted player), never for one holding a model."""
 
     # ---- override these -------------------------------------------------------------------
 
@@ -257,6 +260,8 @@ class RandomPolicy(SeededPolicy):
         max_chars: Longest free-text reply.
         name: Shown in ``Reply.policy``.
     """
+
+    remote_ok = True  # plain Python state, no model: it may act in a Ray actor beside the envs
 
     _ALPHABET = string.ascii_letters + string.digits + string.punctuation + " "
 

@@ -28,6 +28,8 @@ class TabularPolicy(SeededPolicy):
         name: shown in ``Reply.policy``.
     """
 
+    remote_ok = True  # plain Python state, no model: it may act in a Ray actor beside the envs
+
     def __init__(self, table: Mapping[str, Mapping[str, float]], *, reply_format: str = "[{}]",
                  seed: int | None = None, name: str = "tabular") -> None:
         self.table = {k: dict(v) for k, v in table.items()}

@@ -8,6 +8,11 @@ episode ends is reset for the next seed. So a model-backed policy samples ``batc
 per forward pass instead of one, which is where the throughput comes from
 (``benchmarks/rollout_throughput.py`` measures it).
 
+The envs sit in numbered slots behind one interface, :class:`Envs` (start an episode on a slot,
+step a slot with a reply, call a policy hosted beside the envs, release a slot's env), and one tick
+loop drives it, whether the slots are in this process (:class:`LocalEnvs`) or in an executor's
+workers (:mod:`llm_zoo.trainers.executors`): the same arguments give the same episodes either way.
+
 Failures stay local to their episode: an env that raises (in ``reset``, ``step``, ``last``,
 ``observe``, or ``make_env`` building a replacement) marks that episode failed (with the traceback)
 and is replaced by a fresh one from ``make_env``, and a policy whose batched call raises is retried
@@ -25,9 +30,9 @@ import functools
 import gc
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from pettingzoo import AECEnv
@@ -35,7 +40,7 @@ from pettingzoo import AECEnv
 from llm_zoo.episode import Episode, Turn
 from llm_zoo.policies.base import Observation, Policy, PromptTooLong, Reply
 
-__all__ = ["collect"]
+__all__ = ["Answer", "Envs", "Failure", "Job", "LocalEnvs", "Outcome", "Waiting", "collect"]
 
 PolicyMap = Mapping[str, Policy]
 """Agent name or role -> the policy that serves it; an agent name wins over its role."""
@@ -83,9 +88,11 @@ def collect(
         max_steps: An episode still running after this many ``env.step`` calls is stopped and
             marked failed (a guard for envs without a step cap of their own).
         progress: Show a tqdm progress bar of finished episodes; a string is its description.
-        executor: Where the envs run: None steps them in this process; an executor such as
-            :class:`~llm_zoo.trainers.executors.RayExecutor` steps them (and the scripted players)
-            in its workers while model policies act here, giving the same episodes.
+        executor: Where the envs run: None steps them in this process (:class:`LocalEnvs`); an
+            executor such as :class:`~llm_zoo.trainers.executors.RayExecutor` opens them (its
+            ``open(build, env_id, env_kwargs, max_steps, policies)`` returns an :class:`Envs`) in its
+            workers, with the policies that say ``remote_ok``, while the rest act here. The tick
+            loop is the same, so are the episodes.
 
     Raises:
         ValueError: A seat with no policy, or per-episode lists whose lengths do not match.
@@ -103,137 +110,306 @@ def collect(
     build, env_id, kwargs = _env_factory(make_env, env_kwargs)
     if n == 0:
         return []
-    if executor is not None:
-        return executor.collect(build, env_id, kwargs, maps, seed_list, option_list, batch_size=batch_size,
-                                seed=seed, max_steps=max_steps, progress=progress)
-
-    envs = [build()]
+    probe = build()
     try:
-        env_id = env_id or envs[0].unwrapped.metadata.get("name", type(envs[0].unwrapped).__name__)
-        _check_policies(maps, envs[0])
+        env_id = env_id or probe.unwrapped.metadata.get("name", type(probe.unwrapped).__name__)
+        _check_policies(maps, probe)
+        possible = [(a, _role(probe, a)) for a in probe.possible_agents]
     except BaseException:
-        _close(envs[0])
+        _close(probe)
         raise
     if seed is not None:
         _reseed(maps, seed)
-    bar = _progress_bar(progress, n)
+    by_key, seats = _seats(maps, possible)
+    if executor is None:
+        envs: Envs = LocalEnvs(build, env_id, kwargs, max_steps, first=probe)  # the probe serves the first slot
+    else:
+        _close(probe)
+        envs = executor.open(build, env_id, kwargs, max_steps, by_key)
+    return _tick_loop(envs, by_key, [Job(0, i, seed_list[i], option_list[i], seats[i]) for i in range(n)],
+                      min(batch_size, n), progress)
+
+
+# ---- the tick loop -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One episode to play: on ``slot``, the ``index``-th of the collection, with its env seed, reset options and
+    seats (agent or role -> (policy key, policy name)); every field is plain data."""
+
+    slot: int
+    index: int
+    seed: int | None
+    options: Mapping[str, Any] | None
+    seats: Mapping[str, tuple[int, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """An episode awaiting a reply: the agent whose turn it is, what it observes, and the key of its policy."""
+
+    agent: str
+    observation: Observation
+    key: int
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A policy call that raised for one observation: the traceback, which ends that observation's episode."""
+
+    error: str
+
+
+Answer = Reply | str | Failure
+"""What a policy gave one observation: a reply, or the failure that ends its episode."""
+
+Outcome = Waiting | Episode
+"""What an env slot reports after a start or a step: its episode awaits a reply, or ended with this record."""
+
+
+class Envs(Protocol):
+    """The envs of one collection, in numbered slots: what :func:`_tick_loop` drives, in this process
+    (:class:`LocalEnvs`) or elsewhere (:class:`~llm_zoo.trainers.executors.RayExecutor`'s actors).
+
+    Each slot holds one env and runs one episode at a time; an env that raised is replaced by a fresh
+    one at its slot's next start. ``hosted`` are the keys of the policies that act where the envs are
+    (the rest act in the caller's process).
+    """
+
+    hosted: Collection[int]
+
+    def start(self, jobs: Sequence[Job]) -> list[tuple[int, Outcome]]:
+        """Reset each job's slot for its episode and advance it to its first reply (or its end)."""
+        ...
+
+    def step(self, moves: Sequence[tuple[int, Answer]]) -> list[tuple[int, Outcome]]:
+        """Step each slot with its reply, or end its episode failed with the policy's failure."""
+        ...
+
+    def act(self, calls: Mapping[int, list[Observation]]) -> Callable[[], tuple[dict[int, list[Answer]],
+                                                                               list[tuple[int, Outcome]]]]:
+        """Start one batched call of each hosted policy; the returned function waits for the answers (by key),
+        and for the records of any episode lost meanwhile."""
+        ...
+
+    def release(self, slots: Sequence[int]) -> list[tuple[int, str]]:
+        """Close the envs of slots that will run no more episodes; return each ``close()`` that raised."""
+        ...
+
+    def finish(self) -> None:
+        """Bring the hosted policies' state home, after a collection that ran to its end."""
+        ...
+
+    def close(self) -> None:
+        """Close every env still open (whatever raised meanwhile)."""
+        ...
+
+
+def _tick_loop(envs: Envs, policies: Mapping[int, Policy], jobs: Sequence[Job], n_slots: int,
+               progress: bool | str) -> list[Episode]:
+    """Play ``jobs`` on ``n_slots`` slots of ``envs``, one batched call per policy per tick; return the records.
+
+    The live episodes keep an order (a slot's next episode takes the place of the one it ended), and
+    each tick's batches follow it. Free slots take queued episodes in slot order, each until one awaits
+    a reply; an episode that ends at its start frees its slot for the next. So the batches depend
+    on the jobs alone, not on where the envs run.
+    """
+    n = len(jobs)
     results: list[Episode | None] = [None] * n
-    queue = iter(range(n))
-    live: list[_Run] = []
+    queue = iter(jobs)
+    index_of: dict[int, int] = {}  # slot -> the episode it runs
+    last_of: dict[int, int] = {}  # slot -> the episode it ran last
+    pending: dict[int, Waiting] = {}
+    bar = _progress_bar(progress, n)
 
-    def finish(run: _Run, error: str | None = None) -> None:
-        try:
-            results[run.index] = run.record(env_id, kwargs, error)
-        except Exception:  # an env's infos that cannot even be turned into text: keep the rest
-            run.infos = {}
-            results[run.index] = run.record(
-                env_id, kwargs, (f"{error}\n" if error else "")
-                + "the episode's record could not be built; its infos are left out:\n" + traceback.format_exc())
-        if bar is not None:
-            bar.update(1)
-
-    def close(env: AECEnv, last: _Run | None) -> None:
-        """Close ``env``; if that raises, note it on the record of ``last``, the episode it ran last."""
-        problem = _close(env)
-        if problem is not None and last is not None:
-            record = results[last.index]
-            assert record is not None
-            note = f"after this episode ended, its env's close() raised:\n{problem}"
-            record.error = note if record.error is None else f"{record.error}\n{note}"
-
-    def start(env: AECEnv | None, last: _Run | None = None) -> _Run | None:
-        """Start queued episodes on ``env`` until one awaits a reply (returned) or none are left.
-
-        ``last`` is the episode that just finished on ``env``, if any, for the record of a failing ``close()``.
-        """
-        for index in queue:
-            if env is None:
-                try:
-                    env = build()
-                except Exception:
-                    results[index] = Episode(
-                        env_id=env_id, env_kwargs=kwargs, seed=seed_list[index], options=option_list[index],
-                        failed=True, error="make_env() raised building a fresh env for this episode:\n"
-                        + traceback.format_exc())
-                    if bar is not None:
-                        bar.update(1)
-                    continue
-            run = _Run(env, index, seed_list[index], option_list[index], maps[index], time.perf_counter())
-            try:
-                env.reset(seed=run.seed, options=None if run.options is None else dict(run.options))
-                run.setup()
-                waiting = run.advance(max_steps)
-            except Exception:
-                finish(run, traceback.format_exc())
-                close(env, run)  # its state is not trusted: a fresh one replaces it
-                env, last = None, None
+    def fold(outcomes: list[tuple[int, Outcome]]) -> None:
+        for slot, outcome in outcomes:
+            if type(outcome) is Waiting:
+                pending[slot] = outcome
                 continue
-            if waiting:
-                return run
-            finish(run)
-            last = run
-        if env is not None:
-            close(env, last)
-        return None
+            pending.pop(slot, None)
+            index = last_of[slot] = index_of.pop(slot)
+            results[index] = outcome  # type: ignore[assignment]
+            if bar is not None:
+                bar.update(1)
+
+    def refill(free: list[int]) -> list[int]:
+        """Start queued episodes on ``free`` slots until each awaits a reply; return those slots, in episode order.
+
+        A round deals one episode to each free slot; the slots whose episodes ended at once take the next
+        round. The episodes that await a reply are the first ones of the queue, as if each slot in turn had
+        taken episodes until one waited, and they take their places in that order.
+        """
+        waiting: list[tuple[int, int]] = []
+        while free:
+            dealt = []
+            for slot in free:
+                job = next(queue, None)
+                if job is None:
+                    break
+                index_of[slot] = job.index
+                dealt.append(Job(slot, job.index, job.seed, job.options, job.seats))
+            if len(dealt) < len(free):  # the queue is empty: these slots' envs are done
+                for slot, problem in envs.release(free[len(dealt):]):
+                    record = results[last_of[slot]]
+                    assert record is not None
+                    record.error = _noted(record.error, _CLOSE_NOTE + problem)
+            if not dealt:
+                break
+            fold(envs.start(dealt))
+            waiting += [(job.index, job.slot) for job in dealt if job.slot in pending]
+            free = [job.slot for job in dealt if job.slot not in index_of]
+        return [slot for _, slot in sorted(waiting)]
 
     paused = _pause_collector()
     try:
-        for env in envs + [None] * (min(batch_size, n) - 1):
-            run = start(env)
-            if run is not None:
-                live.append(run)
+        live = refill(list(range(n_slots)))
         while live:
             if paused and gc.get_count()[0] >= _YOUNG_LIMIT:
                 gc.collect(0)
-            # GATHER: every live env's pending observation, grouped by the policy serving its agent.
-            groups: dict[int, tuple[Policy, list[_Run]]] = {}
-            for run in live:
-                policy = run.policy_of(run.agent)
-                groups.setdefault(id(policy), (policy, []))[1].append(run)
-            # ACT: one batched call per policy.
-            answers: dict[int, Reply | str | _Failure] = {}
-            for policy, runs in groups.values():
-                for run, answer in zip(runs, _act(policy, [r.observation for r in runs])):
-                    answers[id(run)] = answer
-            # STEP: each env with its reply, then on to its next live agent or its next episode.
-            still: list[_Run] = []
-            for run in live:
-                answer = answers[id(run)]
-                if isinstance(answer, _Failure):
-                    finish(run, answer.error)
-                    nxt = start(run.env, run)  # the policy failed, not the env: reuse it
-                else:
-                    try:
-                        run.play(answer)
-                        waiting = run.advance(max_steps)
-                    except _TooLong as exc:
-                        finish(run, str(exc))
-                        nxt = start(run.env, run)  # the env is sound, only slow to end: reuse it
-                    except Exception:
-                        finish(run, traceback.format_exc())
-                        close(run.env, run)  # its state is not trusted: a fresh one replaces it
-                        nxt = start(None)
-                    else:
-                        if waiting:
-                            nxt = run
-                        else:
-                            finish(run)
-                            nxt = start(run.env, run)
-                if nxt is not None:
-                    still.append(nxt)
-            live = still
+            # GATHER: every live episode's pending observation, grouped by the policy serving its agent.
+            groups: dict[int, list[int]] = {}
+            for slot in live:
+                groups.setdefault(pending[slot].key, []).append(slot)
+            # ACT: one batched call per policy, the hosted ones where the envs are, side by side with the rest.
+            hosted = {key: [pending[s].observation for s in slots] for key, slots in groups.items()
+                      if key in envs.hosted}
+            wait = envs.act(hosted) if hosted else None
+            answers: dict[int, Answer] = {}
+            for key, slots in groups.items():
+                if key not in hosted:
+                    answers.update(zip(slots, _act(policies[key], [pending[s].observation for s in slots])))
+            if wait is not None:
+                replies, lost = wait()
+                fold(lost)
+                for key, batch in replies.items():
+                    answers.update(zip(groups[key], batch))
+            # STEP: each env with its reply; an ended episode's slot takes the next, in its place.
+            fold(envs.step([(slot, answers[slot]) for slot in live if slot in answers and slot in pending]))
+            kept = [slot in pending for slot in live]
+            new = iter(refill([slot for slot in live if slot not in index_of]))
+            live = [s for s in (slot if keep else next(new, None) for slot, keep in zip(live, kept))
+                    if s is not None]
+        envs.finish()
     finally:
         if paused:
             if not gc.get_freeze_count():  # (a caller's own freeze is theirs to undo)
                 gc.freeze()  # with unfreeze: the collection's objects to the oldest generation
                 gc.unfreeze()
             gc.enable()
-        for run in live:  # only left when a policy broke its contract or the caller interrupted
-            _close(run.env)
+        envs.close()  # only envs left open when a policy broke its contract or the caller interrupted
         if bar is not None:
             bar.close()
     assert all(r is not None for r in results)
     return results  # type: ignore[return-value]
+
+
+class LocalEnvs:
+    """Env slots in this process: the :class:`Envs` that ``collect`` steps itself, and that each Ray actor runs.
+
+    Args:
+        build: Makes a fresh env.
+        env_id, env_kwargs: What each episode's record names.
+        max_steps: ``collect``'s ``max_steps``.
+        players: Key -> the policies hosted here (``act`` calls them).
+        first: An env already built, for the first slot.
+    """
+
+    def __init__(self, build: Callable[[], AECEnv], env_id: str, env_kwargs: Mapping[str, Any], max_steps: int,
+                 players: Mapping[int, Policy] | None = None, first: AECEnv | None = None) -> None:
+        self.build, self.env_id, self.kwargs, self.max_steps = build, env_id, env_kwargs, max_steps
+        self.players = dict(players or {})
+        self.hosted = set(self.players)
+        self.envs: dict[int, AECEnv | None] = {} if first is None else {0: first}
+        self.runs: dict[int, _Run] = {}
+
+    def start(self, jobs: Sequence[Job]) -> list[tuple[int, Outcome]]:
+        out: list[tuple[int, Outcome]] = []
+        for job in jobs:
+            slot = job.slot
+            env = self.envs.get(slot)
+            if env is None:
+                try:
+                    env = self.envs[slot] = self.build()
+                except Exception:
+                    out.append((slot, Episode(
+                        env_id=self.env_id, env_kwargs=self.kwargs, seed=job.seed, options=job.options,
+                        failed=True, error="make_env() raised building a fresh env for this episode:\n"
+                        + traceback.format_exc())))
+                    continue
+            seats = {who: _Seat(key, name) for who, (key, name) in job.seats.items()}
+            run = self.runs[slot] = _Run(env, job.index, job.seed, job.options, seats, time.perf_counter())
+            try:
+                env.reset(seed=job.seed, options=None if job.options is None else dict(job.options))
+                run.setup()
+                waiting = run.advance(self.max_steps)
+            except Exception:
+                out.append((slot, self._finish(slot, traceback.format_exc(), broken=True)))
+                continue
+            out.append((slot, self._waiting(run) if waiting else self._finish(slot, None)))
+        return out
+
+    def step(self, moves: Sequence[tuple[int, Answer]]) -> list[tuple[int, Outcome]]:
+        out: list[tuple[int, Outcome]] = []
+        for slot, answer in moves:
+            if type(answer) is Failure:
+                out.append((slot, self._finish(slot, answer.error)))  # the policy failed, not the env: reuse it
+                continue
+            run = self.runs[slot]
+            try:
+                run.play(answer)  # type: ignore[arg-type]
+                waiting = run.advance(self.max_steps)
+            except _TooLong as exc:
+                out.append((slot, self._finish(slot, str(exc))))  # the env is sound, only slow to end: reuse it
+            except Exception:
+                out.append((slot, self._finish(slot, traceback.format_exc(), broken=True)))
+            else:
+                out.append((slot, self._waiting(run) if waiting else self._finish(slot, None)))
+        return out
+
+    def act(self, calls: Mapping[int, list[Observation]]) -> Callable[[], tuple[dict[int, list[Answer]],
+                                                                               list[tuple[int, Outcome]]]]:
+        answers = {key: _act(self.players[key], observations) for key, observations in calls.items()}
+        return lambda: (answers, [])
+
+    def release(self, slots: Sequence[int]) -> list[tuple[int, str]]:
+        out = []
+        for slot in slots:
+            env = self.envs.pop(slot, None)
+            problem = None if env is None else _close(env)
+            if problem is not None:
+                out.append((slot, problem))
+        return out
+
+    def finish(self) -> None:
+        pass  # the hosted players are the caller's own objects
+
+    def close(self) -> None:
+        for env in self.envs.values():
+            if env is not None:
+                _close(env)
+        self.envs, self.runs = {}, {}
+
+    def _waiting(self, run: _Run) -> Waiting:
+        return Waiting(run.agent, run.observation, run.policy_of(run.agent).key)
+
+    def _finish(self, slot: int, error: str | None, *, broken: bool = False) -> Episode:
+        """End the slot's episode; a ``broken`` env (its state is not trusted) is closed, for a fresh one."""
+        run = self.runs.pop(slot)
+        try:
+            record = run.record(self.env_id, self.kwargs, error)
+        except Exception:  # an env's infos that cannot even be turned into text: keep the rest
+            run.infos = {}
+            record = run.record(self.env_id, self.kwargs, (f"{error}\n" if error else "")
+                                + "the episode's record could not be built; its infos are left out:\n"
+                                + traceback.format_exc())
+        if broken:
+            problem = _close(run.env)
+            self.envs[slot] = None
+            if problem is not None:
+                record.error = _noted(record.error, _CLOSE_NOTE + problem)
+        return record
 
 
 # ---- helpers -------------------------------------------------------------------------------
@@ -276,11 +452,20 @@ class _TooLong(Exception):  # noqa: N818 - names the situation, like the env's I
     """An episode ran past ``collect``'s ``max_steps``."""
 
 
-@dataclass
-class _Failure:
-    """A policy call that raised for one observation."""
+class _Seat:
+    """A policy's stand-in where the envs are: its key in the collection and the name episodes record."""
 
-    error: str
+    __slots__ = ("key", "name")
+
+    def __init__(self, key: int, name: str) -> None:
+        self.key, self.name = key, name
+
+
+_CLOSE_NOTE = "after this episode ended, its env's close() raised:\n"
+
+
+def _noted(error: str | None, note: str) -> str:
+    return note if error is None else f"{error}\n{note}"
 
 
 @dataclass(slots=True)  # slots: its fields are read and written at every turn
@@ -291,7 +476,7 @@ class _Run:
     index: int
     seed: int | None
     options: Mapping[str, Any] | None
-    policies: PolicyMap
+    policies: Mapping[str, _Seat]
     started: float
     steps: int = 0
     agent: str = ""
@@ -310,7 +495,7 @@ class _Run:
         self.roles = {a: a if role_of is None else role_of(a) for a in agents}
         self.returns = dict.fromkeys(agents, 0.0)
 
-    def policy_of(self, agent: str) -> Policy:
+    def policy_of(self, agent: str) -> _Seat:
         return _resolve(self.policies, agent, self.roles.get(agent, agent))
 
     def advance(self, max_steps: int) -> bool:
@@ -449,7 +634,7 @@ def _role(env: AECEnv, agent: str) -> str:
     return role_of(agent) if role_of is not None else agent
 
 
-def _resolve(policies: PolicyMap, agent: str, role: str) -> Policy:
+def _resolve(policies: Mapping[str, Any], agent: str, role: str) -> Any:
     if agent in policies:
         return policies[agent]
     if role in policies:
@@ -479,6 +664,29 @@ def _check_policies(maps: Sequence[PolicyMap], env: AECEnv) -> None:
                 )
 
 
+def _seats(maps: Sequence[PolicyMap], possible: Sequence[tuple[str, str]]
+           ) -> tuple[dict[int, Policy], list[dict[str, tuple[int, str]]]]:
+    """Key every distinct policy (in order of first appearance), and give each episode its seats as plain data:
+    agent or role -> (policy key, policy name), for every possible agent and every key of its mapping (an
+    agent that joins mid-episode is served by its name or its role, as in the mapping)."""
+    by_key: dict[int, Policy] = {}
+    made: dict[int, dict[str, tuple[int, str]]] = {}
+    out = []
+    for mapping in maps:
+        seats = made.get(id(mapping))
+        if seats is None:
+            seats = made[id(mapping)] = {}
+            for agent, role in possible:
+                policy = _resolve(mapping, agent, role)
+                by_key.setdefault(id(policy), policy)
+                seats[agent] = (id(policy), _name(policy))
+            for who, policy in mapping.items():
+                by_key.setdefault(id(policy), policy)
+                seats.setdefault(who, (id(policy), _name(policy)))
+        out.append(seats)
+    return by_key, out
+
+
 def _reseed(maps: Sequence[PolicyMap], seed: int) -> None:
     """Reseed every distinct policy, in order of first appearance, from independent child seeds."""
     distinct: dict[int, Policy] = {}
@@ -494,7 +702,7 @@ def _name(policy: Policy) -> str:
     return str(getattr(policy, "name", None) or type(policy).__name__)
 
 
-def _act(policy: Policy, observations: list[Observation]) -> list[Reply | str | _Failure]:
+def _act(policy: Policy, observations: list[Observation]) -> list[Reply | str | Failure]:
     """Call ``policy`` on the batch; if it raises, retry one observation at a time.
 
     A :class:`PromptTooLong` fails the rows it names, with its message (their episodes end as failed,
@@ -509,19 +717,19 @@ def _act(policy: Policy, observations: list[Observation]) -> list[Reply | str | 
                                f"batch of {len(observations)}; it must name some of the batch's rows") from exc
         rest = [i for i in range(len(observations)) if i not in rows]
         answers = dict(zip(rest, _act(policy, [observations[i] for i in rest]) if rest else []))
-        return [answers[i] if i in answers else _Failure(f"the prompt was too long for the policy: {exc}")
+        return [answers[i] if i in answers else Failure(f"the prompt was too long for the policy: {exc}")
                 for i in range(len(observations))]
     except Exception:
         if len(observations) == 1:
-            return [_Failure(traceback.format_exc())]
+            return [Failure(traceback.format_exc())]
     else:
         return _checked(policy, replies, len(observations))
-    out: list[Reply | str | _Failure] = []
+    out: list[Reply | str | Failure] = []
     for obs in observations:
         try:
             replies = policy.act([obs])
         except Exception:
-            out.append(_Failure(traceback.format_exc()))
+            out.append(Failure(traceback.format_exc()))
         else:
             out.extend(_checked(policy, replies, 1))
     return out

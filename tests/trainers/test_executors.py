@@ -16,7 +16,7 @@ import llm_zoo  # noqa: E402
 from llm_zoo import models  # noqa: E402
 from llm_zoo.policies.transformers import TransformersPolicy  # noqa: E402
 from llm_zoo.trainers import executors  # noqa: E402
-from llm_zoo.trainers.executors import RayExecutor, make_executor, scripted_player  # noqa: E402
+from llm_zoo.trainers.executors import RayExecutor, make_executor, may_run_remotely  # noqa: E402
 from llm_zoo.trainers.grpo import make_config, train  # noqa: E402
 from llm_zoo.trainers.rollout import collect  # noqa: E402
 
@@ -62,7 +62,7 @@ def _kuhn_policies():
 
 def test_ray_gives_the_in_process_episodes_with_a_model_in_the_learner(executor):
     local, remote = _kuhn_policies(), _kuhn_policies()
-    assert not scripted_player(local["player_0"]) and scripted_player(local["player_1"])
+    assert not may_run_remotely(local["player_0"]) and may_run_remotely(local["player_1"])
     seeds = list(range(100, 124))
     expected = collect("kuhn_poker_v0", local, seeds, batch_size=7, seed=11)
     got = collect("kuhn_poker_v0", remote, seeds, batch_size=7, seed=11, executor=executor)

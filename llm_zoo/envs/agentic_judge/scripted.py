@@ -90,6 +90,8 @@ class StoredSolver(SeededPolicy):
         seed: Seed of the draw among the task's solutions of the kind.
     """
 
+    remote_ok = True  # plain Python state, no model: it may act in a Ray actor beside the envs
+
     def __init__(self, which: str = "reference", seed: int | None = None) -> None:
         self.which = which
         self.name = f"stored:{which}"
@@ -721,6 +723,8 @@ class RuleJudge(Policy):
     Args:
         strict: Decide by :func:`decide_strict` instead (examples, lookup tables, every visible test; no probe).
     """
+
+    remote_ok = True  # plain Python state, no model: it may act in a Ray actor beside the envs
 
     name = "rule_judge"
 

@@ -197,6 +197,8 @@ class ScriptedProposer(SeededPolicy):
     ``difficulty`` is a plain attribute: a caller may change it between episodes (an adaptive curriculum).
     """
 
+    remote_ok = True  # plain Python state, no model: it may act in a Ray actor beside the envs
+
     def __init__(self, difficulty: int = 2, family: str | None = None, seed: int | None = None) -> None:
         if not isinstance(difficulty, int) or difficulty < 1:
             raise ValueError(f"difficulty must be an integer >= 1; got {difficulty!r}")
@@ -281,6 +283,8 @@ class AdaptiveProposer(Policy):
         family: The template family, as for :class:`ScriptedProposer` (None: any).
         seed: Seeds the task draws.
     """
+
+    remote_ok = True  # plain Python state, no model: it may act in a Ray actor beside the envs
 
     ALL = "all"
     """The controller key when one difficulty serves every mode."""
@@ -509,6 +513,8 @@ class ScriptedSolver(SeededPolicy):
 
     Each answer's budget is ``skill`` times a factor drawn uniformly from ``[1 - noise, 1 + noise]``.
     """
+
+    remote_ok = True  # plain Python state, no model: it may act in a Ray actor beside the envs
 
     def __init__(self, skill: int | None = 300, noise: float = 0.3, seed: int | None = None) -> None:
         if skill is not None and (not isinstance(skill, int) or skill < 0):

@@ -961,6 +961,8 @@ class ScriptedPolicy(SeededPolicy):
     then the stop marker after a few turns); ``seed`` seeds the random players.
     """
 
+    remote_ok = True  # plain Python state, no model: it may act in a Ray actor beside the envs
+
     def __init__(self, assistant: str = "scripted", user: str = "scripted", seed: int | None = None,
                  name: str | None = None) -> None:
         if assistant not in ("scripted", "random_tools", "none_tools", "none"):
