@@ -25,13 +25,45 @@ def _model_sampling(args: argparse.Namespace, spec: str) -> dict[str, Any]:
     return {k: v for k, v in named.items() if v is not None}
 
 
+PLAY_DEFAULTS = ("human", "nash")
+"""The players of the first two seats when ``play`` names neither them nor their roles (``--p0``, ``--p1``)."""
+
+
+def play_seats(args: argparse.Namespace, roles: dict[str, str]) -> dict[str, str]:
+    """Return agent -> policy spec for every seat of ``play``: ``--seat`` (agent or role), ``--p0`` / ``--p1``
+    (the first and second agents), then :data:`PLAY_DEFAULTS` for those two; any other seat must be named."""
+    from llm_zoo.seating import Seating
+
+    agents = list(roles)
+    written = list(args.seat)
+    for i, (flag, spec) in enumerate((("--p0", args.p0), ("--p1", args.p1))):
+        if spec is not None:
+            if i >= len(agents):
+                raise ValueError(f"play {flag}: {args.env} has {len(agents)} seat(s), {agents}; name seats with "
+                                 "--seat AGENT=SPEC")
+            written.append(f"{agents[i]}={spec}")
+    seating = Seating.parse(written, where="play --seat/--p0/--p1", default=None)
+    unknown = seating.unknown_seats(roles)
+    if unknown:
+        raise ValueError(f"play --seat names {unknown}, which {args.env} does not have; its agents are {agents} "
+                         f"and its roles {sorted(set(roles.values()))}")
+    defaults = dict(zip(agents, PLAY_DEFAULTS))
+    missing = [a for a in agents if a not in defaults and a not in seating.seats and roles[a] not in seating.seats]
+    if missing:
+        raise ValueError(f"play: {args.env} has {len(agents)} seats, {agents}, and no player for {missing}; name "
+                         f"each with --seat AGENT=SPEC or --seat ROLE=SPEC (SPEC: human, random, a scripted player, "
+                         "a model or an endpoint URL, as --p0 takes)")
+    return {a: Seating(seating.seats, defaults.get(a)).player(a, roles[a]) for a in agents}
+
+
 def _play(args: argparse.Namespace) -> int:
     from llm_zoo.policies.registry import load_policy
 
     env = llm_zoo.make_env(args.env, **({"num_hands": args.hands} if args.hands else {}),
                            **({"render_mode": "ansi"} if args.verbose else {}))
     agents = env.possible_agents
-    specs = {agents[0]: args.p0, agents[1]: args.p1}
+    role_of = getattr(env.unwrapped, "role_of", None)
+    specs = play_seats(args, {a: a if role_of is None else role_of(a) for a in agents})
     policies = {a: load_policy(s, args.env, seed=None if args.seed is None else args.seed + i,
                                **_model_sampling(args, s))
                 for i, (a, s) in enumerate(specs.items())}
@@ -396,10 +428,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     play = sub.add_parser("play", help="play an env: a person or any policy against any policy")
     play.add_argument("env", type=env_argument, help=ENV_ARGUMENT_HELP)
-    play.add_argument("--p0", default="human", help="first seat: human, random, a scripted player "
-                      "(kuhn: nash, card), a model (a directory, a catalogue name such as smollm2-135m: llm-zoo "
-                      "models; a hub name) or an endpoint URL (default: human)")
-    play.add_argument("--p1", default="nash", help="second seat, same choices (default: nash)")
+    play.add_argument("--p0", default=None, help="first seat: human, random, a scripted player "
+                      "(kuhn: nash, card; or scripted:NAME), a model (a directory, a catalogue name such as "
+                      "smollm2-135m: llm-zoo models; a hub name) or an endpoint URL (default: human)")
+    play.add_argument("--p1", default=None, help="second seat, same choices (default: nash)")
+    play.add_argument("--seat", action="append", default=[], metavar="SEAT=SPEC",
+                      help="any seat, by agent or role (judge=rule_judge, player=random), same choices; repeat it "
+                      "for each seat past the second")
     play.add_argument("--hands", type=int, default=None,
                       help=f"hands per match (Kuhn poker's num_hands; default: the env's, {_kuhn_hands()})")
     play.add_argument("--episodes", type=int, default=100, help="episodes when no human plays (default: 100)")

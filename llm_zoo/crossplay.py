@@ -310,18 +310,13 @@ _PREFIXED: dict[str, Callable[[str, int], Player]] = {
 
 def _checkpoint_player(path: Path, env: str, seed: int) -> Player:
     from llm_zoo.trainers.checkpoint import verify_checkpoint
-    from llm_zoo.trainers.evaluation import load_run_policies
+    from llm_zoo.trainers.evaluation import load_run_policies, seat_run_policies
 
     verify_checkpoint(path)  # a damaged file is refused by name (CheckpointError) before anything loads it
     config, by_name = load_run_policies(path, seed=seed)
     if config.get("env", env) != env:
         raise ValueError(f"{str(path)!r} was trained on {config['env']!r}, not {env!r}")
-    probe = llm_zoo.make_env(env, **config.get("env_kwargs", {})).unwrapped
-    mapping = config.get("policies", {})
-    seats = {}
-    for agent in probe.possible_agents:
-        wanted = mapping.get(agent, mapping.get(probe.role_of(agent), "main"))
-        seats[agent] = by_name.get(wanted) or next(iter(by_name.values()))
+    seats = seat_run_policies(env, config, by_name, seed=seed)
     run = path.parent.parent.name if path.parent.name == "checkpoints" else path.parent.name
     return Player(f"{run}/{path.name}", "", seats, env_kwargs=dict(config.get("env_kwargs", {})))
 

@@ -269,3 +269,106 @@ def test_models_lists_the_catalogue_with_what_is_installed(capsys, tmp_path, mon
     assert "smollm2-135m" in text and "not converted yet" in text and str(tmp_path) in text
     assert main(["models", "--convert", "nope"]) == 2
     assert "--convert takes a catalogue name" in capsys.readouterr().err
+
+
+# ---- play: any number of seats --------------------------------------------------------------------
+
+DEBATE = '''"""debate_seats_v0: two debaters speak once each, then a judge names the winner."""
+
+import llm_zoo
+from llm_zoo.envs.core import FastOrderEnforcingWrapper, InvalidReply, TextEnv
+from llm_zoo.policies.base import FunctionPolicy
+from llm_zoo.spec import EnvSpec
+
+
+class raw_env(TextEnv):
+    metadata = {"render_modes": ["human", "ansi"], "name": "debate_seats_v0", "is_parallelizable": False}
+    possible_agents = ["debater_0", "debater_1", "judge"]
+
+    def system_prompt(self, agent):
+        return f"You are {agent}."
+
+    def start(self, rng, options):
+        self.said = []
+        self.tell("debater_0", "Argue.")
+        return "debater_0"
+
+    def parse(self, agent, reply):
+        if agent == "judge" and reply.strip() not in ("0", "1"):
+            raise InvalidReply("Reply 0 or 1.")
+        return reply.strip()
+
+    def play(self, agent, said):
+        if agent == "judge":
+            winner = int(said)
+            self.end({f"debater_{winner}": 1.0, f"debater_{1 - winner}": -1.0, "judge": 0.0})
+            return
+        self.said.append(f"{agent} said: {said}")
+        after = "debater_1" if agent == "debater_0" else "judge"
+        for line in self.said if after == "judge" else self.said[-1:]:
+            self.tell(after, line)
+        self.pass_turn(after)
+
+
+def env(**kwargs):
+    return FastOrderEnforcingWrapper(raw_env(**kwargs))
+
+
+def longest(seed=None):
+    """A judge for the longer argument (the first on a tie)."""
+    def act(obs):
+        said = [m["content"] for m in obs["messages"] if m["content"].startswith("debater_")]
+        return "1" if len(said[1]) > len(said[0]) else "0"
+    return FunctionPolicy(act, name="longest")
+
+
+def loud(seed=None):
+    return FunctionPolicy(lambda obs: "yes yes yes", name="loud")
+
+
+def quiet(seed=None):
+    return FunctionPolicy(lambda obs: "no", name="quiet")
+
+
+SPEC = llm_zoo.register(EnvSpec(name="debate_seats_v0", env=env, roles=("debater", "judge"),
+                                scripted={"longest": longest, "loud": loud, "quiet": quiet},
+                                corpus=lambda: ["Argue."]))
+'''
+
+
+def test_play_seats_every_agent_of_a_three_seat_env(tmp_path, monkeypatch, capsys):
+    (tmp_path / "seats_debate.py").write_text(DEBATE)
+    monkeypatch.chdir(tmp_path)  # MODULE:NAME imports from the current directory
+    env = "seats_debate:debate_seats_v0"
+    assert main(["play", env, "--seat", "debater_0=quiet", "--seat", "debater_1=loud", "--seat",
+                 "judge=scripted:longest", "--episodes", "3", "--seed", "0"]) == 0
+    players = json.loads(capsys.readouterr().out)["players"]
+    assert {a: p["policy"] for a, p in players.items()} == {
+        "debater_0": "quiet", "debater_1": "loud", "judge": "scripted:longest"}
+    assert players["debater_1"]["mean_payoff"] == 1.0 and players["debater_0"]["mean_payoff"] == -1.0
+    # --p0 / --p1 name the first two seats, a role names both debaters; an agent wins over its role
+    assert main(["play", env, "--seat", "debater=loud", "--p1", "quiet", "--seat", "judge=longest",
+                 "--episodes", "1"]) == 0
+    players = json.loads(capsys.readouterr().out)["players"]
+    assert [players[a]["policy"] for a in ("debater_0", "debater_1")] == ["loud", "quiet"]
+    assert players["debater_0"]["win_rate"] == 1.0
+    # a seat without a player, a seat the env lacks, and one seat given twice are refused, naming the flag
+    assert main(["play", env, "--p0", "loud", "--p1", "quiet"]) == 2
+    assert "no player for ['judge']; name each with --seat AGENT=SPEC" in capsys.readouterr().err
+    assert main(["play", env, "--seat", "jury=longest", "--seat", "judge=longest"]) == 2
+    assert "play --seat names ['jury'], which" in capsys.readouterr().err
+    assert main(["play", env, "--p0", "loud", "--seat", "debater_0=quiet", "--seat", "judge=longest"]) == 2
+    assert "seat 'debater_0' is given two players, 'quiet' and 'loud'" in capsys.readouterr().err
+
+
+def test_play_keeps_its_two_seat_defaults(capsys):
+    args = build_parser().parse_args(["play", "kuhn_poker_v0"])
+    roles = {"player_0": "player", "player_1": "player"}
+    assert cli.play_seats(args, roles) == {"player_0": "human", "player_1": "nash"}
+    args = build_parser().parse_args(["play", "kuhn_poker_v0", "--seat", "player=card"])
+    assert cli.play_seats(args, roles) == {"player_0": "card", "player_1": "card"}
+    assert main(["play", "kuhn_poker_v0", "--p0", "scripted:card", "--episodes", "4", "--seed", "1"]) == 0
+    players = json.loads(capsys.readouterr().out)["players"]
+    assert players["player_1"]["policy"] == "nash" and players["player_0"]["policy"] == "scripted:card"
+    assert main(["play", "kuhn_poker_v0", "--p0", "scripted:nobody", "--episodes", "1"]) == 2
+    assert "unknown scripted player 'scripted:nobody' for kuhn_poker_v0" in capsys.readouterr().err

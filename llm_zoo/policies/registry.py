@@ -1,7 +1,8 @@
 """Turn a policy spec from the command line or a config into a policy.
 
 A spec is one of: ``human`` (a person at the terminal), ``random``, the name of one of the env's
-scripted players (Kuhn poker: ``nash``, ``card``), a model (loaded with transformers: a local
+scripted players (Kuhn poker: ``nash``, ``card``; also written ``scripted:nash``, as a seating in
+``train`` writes it: :mod:`llm_zoo.seating`), a model (loaded with transformers: a local
 directory, a catalogue name such as ``smollm2-135m``, or a hub name ``owner/name``), or an
 ``http(s)://`` URL of an OpenAI-compatible endpoint.
 """
@@ -15,6 +16,7 @@ from typing import Any
 from llm_zoo.catalogue import CATALOGUE
 from llm_zoo.envs.core import terminal_safe
 from llm_zoo.policies.base import FunctionPolicy, Observation, Policy, RandomPolicy
+from llm_zoo.seating import scripted_name
 
 
 def scripted_players(env_name: str) -> dict[str, Any]:
@@ -27,6 +29,12 @@ def scripted_players(env_name: str) -> dict[str, Any]:
 def load_policy(spec: str, env_name: str, *, seed: int | None = None, **kwargs: Any) -> Policy:
     """Build the policy that ``spec`` names for env ``env_name``; ``ValueError`` lists the choices."""
     scripted = scripted_players(env_name)
+    named = scripted_name(spec)
+    if named is not None:
+        if named not in scripted:
+            raise ValueError(f"unknown scripted player {spec!r} for {env_name}; its scripted players are "
+                             f"{sorted(scripted)}")
+        return scripted[named](seed=seed)
     if spec == "human":
         return human_policy()
     if spec == "random":
@@ -42,7 +50,7 @@ def load_policy(spec: str, env_name: str, *, seed: int | None = None, **kwargs: 
 
         return TransformersPolicy.from_pretrained(spec, seed=seed, **kwargs)
     raise ValueError(f"unknown policy {spec!r} for {env_name}; expected 'human', 'random', one of "
-                     f"{sorted(scripted)}, a model directory, a catalogue model ({', '.join(sorted(CATALOGUE))}), "
+                     f"{sorted(scripted)} (or scripted:NAME), a model directory, a catalogue model ({', '.join(sorted(CATALOGUE))}), "
                      "a hub name (owner/name), or an http(s):// endpoint URL")
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import llm_zoo
 from llm_zoo.policies.base import Policy
+from llm_zoo.seating import Seating, scripted_name
 from llm_zoo.spec import EVAL_SEED_BASE, EnvSpec, wilson_interval
 from llm_zoo.trainers.rollout import collect
 
@@ -195,7 +196,7 @@ def evaluate_model(env: str, model: str, *, episodes: int = 500, method: str = "
     config: dict[str, Any] = {"env": env, "env_kwargs": dict(env_kwargs if env_kwargs is not None
                                                             else defaults.get("env_kwargs", {})),
                               "policies": {k: v for k, v in defaults.get("policies", {}).items()
-                                           if str(v).startswith("scripted:")},
+                                           if scripted_name(str(v)) is not None},
                               "temperature": 1.0, "top_p": 1.0, "max_new_tokens": 64, "constrain_to_legal": False}
     config.update({k: defaults[k] for k in SAMPLING if k in defaults})
     config.update(_sampling(sampling))
@@ -236,21 +237,38 @@ def evaluate_checkpoint(env: str, checkpoint: str | Path, *, episodes: int = 500
                      headline_episodes=headline_episodes)
 
 
+def seat_run_policies(env: str, config: Mapping[str, Any], by_name: Mapping[str, Policy], *, seed: int,
+                      roles: Mapping[str, str] | None = None) -> dict[str, Policy]:
+    """Return agent -> policy as a run's ``config["policies"]`` (a :class:`~llm_zoo.seating.Seating`) seats them.
+
+    A ``scripted:NAME`` seat gets the env's scripted player NAME (a frozen seat of the run, seeded with
+    ``seed``); a seat of a learner gets its policy from ``by_name`` (name -> policy, a checkpoint's
+    ``policies/``), or the first of them when the run trained one under another name. ``roles`` (agent -> role)
+    saves building the env to read them.
+    """
+    if roles is None:
+        probe = llm_zoo.make_env(env, **config.get("env_kwargs", {})).unwrapped
+        roles = {a: probe.role_of(a) for a in probe.possible_agents}
+    players = llm_zoo.env_spec(env).scripted
+    seating = Seating.parse(config.get("policies", {}), where=f"the run's policies ({env})")
+    out: dict[str, Policy] = {}
+    for agent, name in seating.assign(roles).items():
+        scripted = scripted_name(name)
+        if scripted is not None and scripted in players:
+            out[agent] = players[scripted](seed=seed)
+        else:
+            out[agent] = by_name.get(name) or next(iter(by_name.values()))
+    return out
+
+
 def _evaluate(env: str, config: Mapping[str, Any], by_name: Mapping[str, Any], result: dict[str, Any], *,
               episodes: int, method: str, seed: int, headline_episodes: int | None) -> dict[str, Any]:
     """Seat ``by_name``'s policies as ``config["policies"]`` says, score them, and add the figures to ``result``."""
     env_kwargs = config.get("env_kwargs", {})
     probe = llm_zoo.make_env(env, **env_kwargs).unwrapped
-    mapping = config.get("policies", {})
-    spec = llm_zoo.env_spec(env)
-    players = spec.scripted
-    seat_policy: dict[str, Any] = {}
-    for agent in probe.possible_agents:
-        name = mapping.get(agent, mapping.get(probe.role_of(agent), "main"))
-        if name.startswith("scripted:") and name.removeprefix("scripted:") in players:  # a frozen seat of the run
-            seat_policy[agent] = players[name.removeprefix("scripted:")](seed=seed)
-        else:
-            seat_policy[agent] = by_name.get(name) or next(iter(by_name.values()))
+    players = llm_zoo.env_spec(env).scripted
+    seat_policy = seat_run_policies(env, config, by_name, seed=seed,
+                                    roles={a: probe.role_of(a) for a in probe.possible_agents})
     evaluate = headline_evaluator(env)
     if evaluate is not None:
         options: dict[str, Any] = {"method": method, "env_kwargs": env_kwargs}

@@ -130,7 +130,9 @@ class EnvWorker:
 
     def players_state(self) -> dict[int, bytes]:
         """Return the hosted players as they are now (pickled), for the caller's objects."""
-        return {} if self.envs is None else {key: pickle.dumps(p) for key, p in self.envs.players.items()}
+        from ray import cloudpickle  # (a class the caller sent by value goes back by value)
+
+        return {} if self.envs is None else {key: cloudpickle.dumps(p) for key, p in self.envs.players.items()}
 
     def close(self) -> None:
         """Close every env of the collection."""

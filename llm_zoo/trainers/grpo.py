@@ -42,6 +42,7 @@ from llm_zoo.episode import Episode, write_jsonl
 from llm_zoo.policies.constraints import allowed_per_position
 from llm_zoo.policies.transformers import TransformersPolicy
 from llm_zoo.scoring import completion_logprobs
+from llm_zoo.seating import Seating, scripted_name
 from llm_zoo.spec import EnvSpec
 from llm_zoo.trainers import advantages as adv
 from llm_zoo.trainers import distributed, loss_terms, presets
@@ -70,9 +71,6 @@ from llm_zoo.trainers.selfplay import (
 # ---------------------------------------------------------------------------------------------
 # CONFIG
 # ---------------------------------------------------------------------------------------------
-
-SCRIPTED_PREFIX = "scripted:"  # a policy name that seats one of the env's scripted players
-
 
 OPTIMIZERS = ("adamw", "sgd")
 """The values of ``TrainConfig.optimizer``."""
@@ -621,17 +619,15 @@ def _train(config: TrainConfig, resume: bool, device: torch.device, run_dir: Pat
     agents = list(probe.possible_agents)
     roles = {a: probe.role_of(a) for a in agents}
     learn = set(config.learn or spec.learning_roles)
-    policy_of = {a: config.policies.get(a, config.policies.get(roles[a], "main")) for a in agents}
+    seating = Seating.parse(config.policies)
+    policy_of = seating.assign(roles)
     if main:
         (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2))
         _write_yaml(run_dir / "config.yaml", dataclasses.asdict(config))
 
-    scripted = {n for n in policy_of.values() if n.startswith(SCRIPTED_PREFIX)}
     players = spec.scripted
-    for name in sorted(scripted):
-        if name[len(SCRIPTED_PREFIX):] not in players:
-            raise ValueError(f"config.policies names {name!r}, but {config.env} has no such scripted player; "
-                             f"its players are {sorted(players)}")
+    seating.check_scripted(roles, players, env=config.env)
+    scripted = {n for n in policy_of.values() if scripted_name(n) is not None}
     names = sorted(set(policy_of.values()) - scripted)
     init = {}
     if config.init == "sft" and not resume:  # a resumed run loads its own checkpoint instead
@@ -652,7 +648,7 @@ def _train(config: TrainConfig, resume: bool, device: torch.device, run_dir: Pat
     if config.generation == "vllm":  # VLLMPolicy says what is missing (vLLM, or a GPU for its CUDA build)
         acting = {name: make_vllm_generator(learner, run_dir / "vllm" / distributed.rank_name(name), config)
                   for name, learner in learners.items()}
-    acting.update({n: players[n[len(SCRIPTED_PREFIX):]](seed=config.seed) for n in scripted})
+    acting.update({n: players[scripted_name(n)](seed=config.seed) for n in scripted})
     seated = {a: learners[n].trained if n in learners else acting[n] for a, n in policy_of.items()}
     logger = (MetricsLogger(run_dir, resume_from=start, tensorboard=config.tensorboard) if main
               else distributed.NullLogger())

@@ -41,6 +41,7 @@ from torch.utils.checkpoint import checkpoint as recompute
 
 import llm_zoo
 from llm_zoo.episode import Episode, export_chat_jsonl
+from llm_zoo.seating import Seating, scripted_name
 from llm_zoo.spec import EnvSpec
 from llm_zoo.trainers import presets
 from llm_zoo.trainers.advantages import RAEState
@@ -261,12 +262,13 @@ def _agents(config: SFTConfig, spec: EnvSpec) -> tuple[dict[str, str], list[str]
 
 def policy_name(config: SFTConfig, roles: Mapping[str, str], agents: Sequence[str]) -> str:
     """Return the policy name train gives the fitted agents (``policies``: agent, then role, then "main")."""
-    names = {config.policies.get(a, config.policies.get(roles[a], "main")) for a in agents}
+    seating = Seating.parse(config.policies)
+    names = {seating.player(a, roles[a]) for a in agents}
     if len(names) != 1:
         raise ValueError(f"sft config.role {config.role!r} covers agents that config.policies maps to different "
                          f"policies {sorted(names)}; fit one policy at a time (--role one of {sorted(agents)})")
     name = names.pop()
-    if name.startswith("scripted:"):  # grpo.SCRIPTED_PREFIX: train seats a scripted player there, not a model
+    if scripted_name(name) is not None:  # train seats a scripted player there, not a model
         raise ValueError(f"sft config.policies seats the scripted player {name!r} where {sorted(agents)} play, so "
                          f"train would never load a model for them; name their policy, e.g. --set "
                          f"'policies={{{roles[agents[0]]}: {roles[agents[0]]}_model}}'")

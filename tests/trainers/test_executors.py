@@ -14,6 +14,7 @@ pytest.importorskip("transformers")
 
 import llm_zoo  # noqa: E402
 from llm_zoo import models  # noqa: E402
+from llm_zoo.policies import RandomPolicy  # noqa: E402
 from llm_zoo.policies.transformers import TransformersPolicy  # noqa: E402
 from llm_zoo.trainers import executors  # noqa: E402
 from llm_zoo.trainers.executors import RayExecutor, make_executor, may_run_remotely  # noqa: E402
@@ -152,3 +153,44 @@ def test_executor_config_is_checked(cluster, monkeypatch):
         make_config("kuhn_poker_v0", {"executor": "dask"})
     with pytest.raises(ValueError, match="env_workers must be >= 1"):
         make_config("kuhn_poker_v0", {"env_workers": 0})
+
+
+def kuhn_ending_at_reset():
+    """Kuhn poker whose episodes with a seed divisible by 3 end at reset (no agent left to act)."""
+    from pettingzoo.utils.wrappers import BaseWrapper
+
+    class EndsAtReset(BaseWrapper):
+        def reset(self, seed=None, options=None):
+            super().reset(seed=seed, options=options)
+            if seed % 3 == 0:
+                self.unwrapped.agents = []
+
+    return EndsAtReset(llm_zoo.make_env("kuhn_poker_v0"))
+
+
+class PidRandom(RandomPolicy):
+    """Random play that notes the process of each call; it says it may run remotely, though no env ships it."""
+
+    remote_ok = True
+
+    def __init__(self, seed=None):
+        super().__init__(seed=seed)
+        self.pids = []
+
+    def act(self, observations):
+        self.pids.append(os.getpid())
+        return super().act(observations)
+
+
+def test_episodes_ending_at_their_start_and_remote_ok_give_the_in_process_episodes(executor):
+    # random play shares one RNG over each batch, so the episodes show any change in the batches' make-up
+    def policies():
+        return {"player_0": PidRandom(), "player_1": RandomPolicy(name="stays")}
+
+    local, remote = policies(), policies()
+    remote["player_1"].remote_ok = False  # the policy's word decides, not its class's module
+    expected = collect(kuhn_ending_at_reset, local, list(range(30)), batch_size=4, seed=2)
+    got = collect(kuhn_ending_at_reset, remote, list(range(30)), batch_size=4, seed=2, executor=executor)
+    assert sum(not e.turns for e in expected) == 10 and _plain(got) == _plain(expected)
+    assert set(local["player_0"].pids) == {os.getpid()} and os.getpid() not in remote["player_0"].pids
+    assert remote["player_1"]._rng.getstate() == local["player_1"]._rng.getstate()  # it acted here, in step
