@@ -14,7 +14,7 @@ A player is named by a spec, optionally prefixed with a display name (`late=runs
 
 | Spec                  | Player                                                                         |
 |-----------------------|--------------------------------------------------------------------------------|
-| a scripted name       | the env's scripted player (its spec's `scripted`; Kuhn: `nash`, `random`, `card`)           |
+| a scripted name       | the env's scripted player (its spec's `scripted`; Kuhn: `nash`, `random`, `card`), bare or as `scripted:NAME` |
 | `random`              | the env's scripted `random` if it has one, else uniform over `legal_actions`   |
 | `cfr:N`, `cfr+:N`     | OpenSpiel CFR / CFR+ average strategy after N iterations (Kuhn poker)           |
 | `ppo:STEPS`           | MaskablePPO trained in self-play for STEPS decisions, seeded; its final network (Kuhn poker) |
@@ -56,6 +56,7 @@ from typing import Any
 import llm_zoo
 from llm_zoo.catalogue import CATALOGUE
 from llm_zoo.policies.base import Policy, RandomPolicy
+from llm_zoo.seating import scripted_name
 from llm_zoo.spec import ENV_ARGUMENT_HELP, env_argument
 from llm_zoo.trainers.baselines import scripted
 
@@ -193,8 +194,8 @@ def _build(spec: str, env: str, seed: int) -> Player:
         return _PREFIXED[kind](arg, seed)
     players = scripted.players(env)
     agents = _agents(env)
-    if spec in players:
-        policy = players[spec](seed=seed)
+    if (scripted_name(spec) or spec) in players:  # a seating's scripted:NAME, or the bare name
+        policy = players[scripted_name(spec) or spec](seed=seed)
         return Player(spec, spec, dict.fromkeys(agents, policy), scripted.table_of(policy))
     if spec == "random":
         return Player(spec, spec, dict.fromkeys(agents, RandomPolicy(seed=seed)))
@@ -209,7 +210,7 @@ def _build(spec: str, env: str, seed: int) -> Player:
         raise FileNotFoundError(f"player {spec!r}: no such directory; expected a checkpoint directory "
                                 "(runs/<run>/checkpoints/step_N) or a model directory")
     raise ValueError(
-        f"unknown player {spec!r} for {env}; expected one of {sorted(players) or ['random']}, "
+        f"unknown player {spec!r} for {env}; expected one of {sorted(players) or ['random']} (or scripted:NAME), "
         f"'cfr:N', 'cfr+:N' or 'ppo:STEPS_OR_PATH' ({KUHN}), a checkpoint directory "
         f"(runs/<run>/checkpoints/step_N), a model directory, a catalogue model ({', '.join(sorted(CATALOGUE))}), "
         "or an http(s):// URL"

@@ -87,6 +87,10 @@ def test_cli_crossplay_with_a_checkpoint_and_baselines(checkpoint, tmp_path, cap
 
 def test_names_and_player_specs():
     assert crossplay.resolve("eq=nash", "kuhn_poker_v0").name == "eq"
+    # a seating's scripted:NAME names the same player as the bare name
+    assert crossplay.resolve("scripted:card", "kuhn_poker_v0").table == crossplay.resolve("card", "kuhn_poker_v0").table
+    with pytest.raises(ValueError, match="unknown player 'scripted:nobody'"):
+        crossplay.resolve("scripted:nobody", "kuhn_poker_v0")
     player = crossplay.resolve("cfr:10", "kuhn_poker_v0")
     assert player.name == "cfr:10" and theory.exploitability(player.table) > 0
     with pytest.raises(ValueError, match="unknown player 'alphago'"):

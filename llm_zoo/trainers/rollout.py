@@ -40,7 +40,7 @@ from pettingzoo import AECEnv
 from llm_zoo.episode import Episode, Turn
 from llm_zoo.policies.base import Observation, Policy, PromptTooLong, Reply
 
-__all__ = ["Answer", "Envs", "Failure", "Job", "LocalEnvs", "Outcome", "Waiting", "collect"]
+__all__ = ["Answer", "Envs", "Executor", "Failure", "Job", "LocalEnvs", "Outcome", "Waiting", "collect"]
 
 PolicyMap = Mapping[str, Policy]
 """Agent name or role -> the policy that serves it; an agent name wins over its role."""
@@ -57,7 +57,7 @@ def collect(
     seed: int | None = None,
     max_steps: int = 10_000,
     progress: bool | str = False,
-    executor: Any = None,
+    executor: Executor | None = None,
 ) -> list[Episode]:
     """Play one episode per env seed, up to ``batch_size`` envs at once; return the records in seed order.
 
@@ -203,6 +203,15 @@ class Envs(Protocol):
 
     def close(self) -> None:
         """Close every env still open (whatever raised meanwhile)."""
+        ...
+
+
+class Executor(Protocol):
+    """Where a collection's envs run, other than this process (``collect``'s ``executor``)."""
+
+    def open(self, build: Callable[[], AECEnv], env_id: str, env_kwargs: Mapping[str, Any], max_steps: int,
+             policies: Mapping[int, Policy]) -> Envs:
+        """Open the collection's env slots, with ``policies`` (key -> policy): it hosts those it may."""
         ...
 
 
