@@ -551,7 +551,7 @@ def check_model_fields(config: Any, source: str = "config") -> None:
                          "checkpoints name it as the adapters' base); the tiny model trains whole: set lora_r=0")
 
 
-def build_tokenizer_and_model(config: Any, seed: int, spec: EnvSpec | None = None) -> tuple[Any, PreTrainedModel]:
+def build_tokenizer_and_model(config: Any, seed: int, spec: EnvSpec | None = None) -> tuple[Any, torch.nn.Module]:
     """Return (tokenizer, model) as ``train`` and ``sft`` build them: a model directory (or adapters over the base
     they name), or the env's tokenizer (:func:`env_tokenizer`) and a tiny model of the configured shape.
 

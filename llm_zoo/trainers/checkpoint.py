@@ -108,8 +108,9 @@ class PolicyCheckpoint:
 class Checkpoint:
     """Everything a run needs to continue after ``step`` steps: per policy its record, and the run's own state.
 
-    ``train`` and ``sft`` write it with :func:`save_checkpoint` and read it with :func:`load_checkpoint`;
-    the config it came from is the run's ``config.json`` beside ``checkpoints/``.
+    ``train`` and ``sft`` write it with :func:`save_checkpoint`; ``train --resume`` reads it back with
+    :func:`load_checkpoint` (``sft`` has no resume). The config it came from is the run's ``config.json``
+    beside ``checkpoints/``, which eval and crossplay read.
     """
 
     step: int

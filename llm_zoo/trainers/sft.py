@@ -40,9 +40,8 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint as recompute
 
 import llm_zoo
-from llm_zoo import models
 from llm_zoo.episode import Episode, export_chat_jsonl
-from llm_zoo.models import check_model_fields
+from llm_zoo.models import build_tokenizer_and_model, check_model_fields
 from llm_zoo.spec import EnvSpec
 from llm_zoo.trainers import presets
 from llm_zoo.trainers.checkpoint import Checkpoint, PolicyCheckpoint, save_checkpoint
@@ -532,7 +531,7 @@ def sft(config: SFTConfig) -> dict[str, Any]:
     clipped = _clipped_transcripts(train_eps + val_eps, fitted_agents)
 
     # TOKENS
-    tokenizer, model = models.build_tokenizer_and_model(config, seed=config.seed, spec=spec)
+    tokenizer, model = build_tokenizer_and_model(config, seed=config.seed, spec=spec)
     model.to(device)
     train_tok = tokenize_rows(tokenizer, train_rows, config.max_length)
     val_tok = tokenize_rows(tokenizer, val_rows, config.max_length)
