@@ -89,7 +89,7 @@ def cache_dir() -> Path:
 
 
 TINY_MARK = "llm_zoo_tiny"
-"""The key in ``config.json`` of the tiny model the trainer builds for an env (``trainers.sft.build_tokenizer_and_model``
+"""The key in ``config.json`` of the tiny model the trainer builds for an env (``models.build_tokenizer_and_model``
 sets it), so that a folder holding one, such as a warm start's checkpoint, is known for the env's tiny model."""
 
 

@@ -15,6 +15,9 @@ reachable there. This module builds both from code:
 - :func:`save_tiny` / :func:`make_tiny_model`: ``save_pretrained`` into a folder, which
   ``AutoTokenizer.from_pretrained`` and ``AutoModelForCausalLM.from_pretrained`` then load exactly
   as they load a downloaded checkpoint.
+- :func:`build_tokenizer_and_model`: the model a run starts from, for ``train`` and ``sft`` alike: a
+  model directory (:func:`load_pretrained`, LoRA adapters by :func:`add_lora`), or a tiny model over
+  the env's tokenizer (:func:`env_tokenizer`).
 
 Both tokenizers share the special tokens and a ChatML-style chat template::
 
@@ -29,7 +32,7 @@ import math
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -42,6 +45,9 @@ from transformers import (
     Qwen2Config,
     Qwen2ForCausalLM,
 )
+
+from llm_zoo import catalogue
+from llm_zoo.spec import EnvSpec, env_spec
 
 PAD_TOKEN = "<|pad|>"
 IM_START = "<|im_start|>"
@@ -528,3 +534,83 @@ def add_lora(model: PreTrainedModel, base: str | os.PathLike[str], *, r: int, al
     peft_model = get_peft_model(model, config)
     peft_model.peft_config["default"].base_model_name_or_path = named
     return peft_model
+
+
+# ---- the model a run builds: train and sft alike --------------------------------------------
+
+
+def check_model_fields(config: Any, source: str = "config") -> None:
+    """Refuse model fields (``dtype``, ``lora_*``) that cannot build a model, naming the field (``ValueError``)."""
+    if config.dtype not in DTYPES:
+        raise ValueError(f"{source}.dtype must be one of {DTYPES}; got {config.dtype!r}")
+    if int(config.lora_r) < 0 or not config.lora_alpha > 0 or not 0.0 <= config.lora_dropout < 1.0:
+        raise ValueError(f"{source}: lora_r must be >= 0 (0: full fine-tuning), lora_alpha > 0 and lora_dropout in "
+                         f"[0, 1); got {config.lora_r!r}, {config.lora_alpha!r} and {config.lora_dropout!r}")
+    if config.lora_r and config.model == catalogue.TINY:
+        raise ValueError(f"{source}.lora_r={config.lora_r} needs a model directory to adapt (--set model=DIR: the "
+                         "checkpoints name it as the adapters' base); the tiny model trains whole: set lora_r=0")
+
+
+def build_tokenizer_and_model(config: Any, seed: int, spec: EnvSpec | None = None) -> tuple[Any, torch.nn.Module]:
+    """Return (tokenizer, model) as ``train`` and ``sft`` build them: a model directory (or adapters over the base
+    they name), or the env's tokenizer (:func:`env_tokenizer`) and a tiny model of the configured shape.
+
+    ``config`` is any config with the model fields (``TrainConfig`` or ``SFTConfig``: ``model``, ``model_*``,
+    ``dtype``, ``device``, ``gradient_checkpointing``, ``lora_*``, ``env``); ``spec`` is the env's, looked up by
+    ``config.env`` when not given; ``seed`` seeds the tiny model's initialisation. One builder for both, so a
+    warm start's checkpoint is the model RL would have built.
+    """
+    path = model_dir(config)
+    dtype = resolve_dtype(config.dtype, pretrained=path is not None, device=config.device)
+    if path is not None:  # a model directory, or adapters over the base they name (trained on with lora_r)
+        tokenizer, model = load_pretrained(path, dtype, trainable=bool(config.lora_r))
+    else:
+        tokenizer = env_tokenizer(spec or env_spec(config.env))
+        model = build_tiny_model(tokenizer, hidden_size=config.model_hidden_size, num_layers=config.model_layers,
+                                 initializer_range=config.model_init_std, seed=seed,
+                                 zero_head=config.model_zero_head, copy_heads=config.model_copy_heads)
+        # config.json keeps the mark: a warm start's or a run's checkpoint of this model is read as the env's
+        # tiny model again (catalogue.is_pretrained), so its preset and tiny-model settings still apply
+        setattr(model.config, catalogue.TINY_MARK, True)
+        if dtype != torch.float32:
+            model.to(dtype)
+    if config.gradient_checkpointing:  # recompute each block's activations in the backward pass instead of keeping them
+        from llm_zoo.policies.compat import enable_checkpointing
+
+        enable_checkpointing(model)
+    if config.lora_r and not is_adapter_dir(path):
+        model = add_lora(model, path, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
+                         target_modules=config.lora_target_modules)
+    return tokenizer, model
+
+
+def env_tokenizer(spec: EnvSpec) -> PreTrainedTokenizerFast:
+    """Return the tokenizer a tiny model of ``spec``'s env gets: drawn from its corpus as ``spec.corpus_tokenizer``
+    says (word-level, BPE, or word-bounded BPE), or byte-level for an env without a corpus."""
+    if not spec.corpus:
+        return build_byte_tokenizer()
+    if spec.corpus_tokenizer == "words":
+        return build_word_tokenizer(spec.corpus())
+    return build_bpe_tokenizer(spec.corpus(), word_bounded=spec.corpus_tokenizer == "bpe_words")
+
+
+def model_dir(config: Any) -> Path | None:
+    """Return what ``config.model`` loads (a directory: a catalogue name's converted on first use; or a hub name),
+    or None for the tiny model; ``FileNotFoundError`` for anything else (:func:`llm_zoo.catalogue.model_source`)."""
+    if str(config.model) == catalogue.TINY:  # built for the env; any other name (a tiny checkpoint too) is loaded
+        return None
+    return Path(catalogue.model_source(config.model, field="config.model"))
+
+
+def model_config(config: Any, spec: EnvSpec | None = None) -> Any:
+    """Return the transformers config of the model ``config`` builds (what the memory preflight reads).
+
+    A local model directory's is read from disk without its weights; the tiny model is built (it
+    takes well under a second beside the tokenizer).
+    """
+    path = model_dir(config)
+    if path is not None:
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(path)
+    return build_tokenizer_and_model(config, seed=config.seed, spec=spec)[1].config

@@ -39,9 +39,8 @@ def test_a_directory_is_itself_and_tiny_is_no_model_to_load(tmp_path):
 
 def test_a_folder_holding_the_trainers_tiny_model_is_read_as_tiny(tmp_path):
     """A warm start's checkpoint of the env's tiny model keeps the tiny preset and its settings (init=sft)."""
-    from llm_zoo.models import save_tiny
+    from llm_zoo.models import build_tokenizer_and_model, save_tiny
     from llm_zoo.trainers.grpo import make_config
-    from llm_zoo.trainers.sft import build_tokenizer_and_model
 
     config = make_config("kuhn_poker_v0", {"model_hidden_size": 16, "model_layers": 1})
     tokenizer, model = build_tokenizer_and_model(config, seed=0)

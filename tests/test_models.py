@@ -335,3 +335,38 @@ def test_copy_heads_copy_a_repeated_span_before_any_training(arch):
     copying(input_ids=ids, labels=ids).loss.backward()
     silent = [n for n, p in copying.named_parameters() if p.grad is None]
     assert not silent, silent
+
+
+# ---- the model a run builds ------------------------------------------------------------------
+
+
+def test_a_run_builds_the_envs_tiny_model_over_the_envs_tokenizer_and_marks_it():
+    from llm_zoo import catalogue, env_spec
+    from llm_zoo.models import build_tokenizer_and_model, env_tokenizer, model_config
+    from llm_zoo.trainers.grpo import make_config
+
+    config = make_config("kuhn_poker_v0", {"model_hidden_size": 16, "model_layers": 1})
+    tokenizer, model = build_tokenizer_and_model(config, seed=5)
+    assert tokenizer.get_vocab() == env_tokenizer(env_spec("kuhn_poker_v0")).get_vocab()
+    assert model.config.hidden_size == 16 and model.config.num_hidden_layers == 1
+    assert getattr(model.config, catalogue.TINY_MARK) is True  # a checkpoint of it is read as the tiny model again
+    assert model_config(config).to_dict() == model.config.to_dict()  # what the memory preflight reads
+    again = build_tokenizer_and_model(config, seed=5)[1].state_dict()
+    assert all(torch.equal(v, again[k]) for k, v in model.state_dict().items())  # the seed fixes the weights
+    other = build_tokenizer_and_model(config, seed=6)[1].state_dict()
+    assert not all(torch.equal(v, other[k]) for k, v in model.state_dict().items())
+
+
+def test_model_fields_that_cannot_build_a_model_are_refused_naming_the_field():
+    from types import SimpleNamespace
+
+    from llm_zoo.models import check_model_fields
+
+    fine = {"dtype": "auto", "lora_r": 0, "lora_alpha": 16.0, "lora_dropout": 0.0, "model": "tiny"}
+    check_model_fields(SimpleNamespace(**fine))
+    with pytest.raises(ValueError, match=r"sft config\.dtype must be one of .*got 'float8'"):
+        check_model_fields(SimpleNamespace(**{**fine, "dtype": "float8"}), "sft config")
+    with pytest.raises(ValueError, match=r"lora_r=4 needs a model directory.*set lora_r=0"):
+        check_model_fields(SimpleNamespace(**{**fine, "lora_r": 4}))
+    with pytest.raises(ValueError, match=r"lora_dropout in \[0, 1\)"):
+        check_model_fields(SimpleNamespace(**{**fine, "lora_dropout": 1.0}))

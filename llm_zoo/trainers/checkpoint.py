@@ -11,6 +11,12 @@ torch's RNG) and ``manifest.json`` (each file's size and SHA-256). It is written
 temporary directory and renamed into place, then ``checkpoints/latest`` is rewritten the same way,
 so a run killed at any instant leaves either the old checkpoint or the new one, never half of one.
 
+In code a checkpoint is a :class:`Checkpoint` record: the step, the RAE state, and per policy a
+:class:`PolicyCheckpoint` (model, tokenizer, optimiser, and the trainer's extras: the trained weights
+beside their average, the reference, the pool, the prompts met). ``train`` and ``sft`` both write it
+with :func:`save_checkpoint`, and ``--resume`` reads it with :func:`load_checkpoint`; ``init``, eval,
+play, serve and crossplay read ``policies/NAME`` alone (:func:`init_checkpoint` finds them).
+
 Reading is as careful as writing, since a checkpoint is a file a user hands in. ``NAME.trainer.pt``
 holds plain data only (tensors, numbers, strings, lists, dicts) and is read with
 ``torch.load(weights_only=True)``, which refuses any pickled object that would run code; weights
@@ -26,6 +32,7 @@ or kill included) and refuses to start afresh where a run already wrote, unless 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import errno
 import fcntl
@@ -36,7 +43,8 @@ import os
 import shutil
 import socket
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +52,9 @@ import torch
 
 from llm_zoo.trainers.advantages import RAEState
 
-__all__ = ["RUN_ENTRIES", "CheckpointError", "latest_checkpoint", "latest_run", "load_checkpoint", "own_run_dir",
-           "read_json", "resume_dir", "save_checkpoint", "verify_checkpoint", "write_atomic"]
+__all__ = ["RUN_ENTRIES", "Checkpoint", "CheckpointError", "PolicyCheckpoint", "init_checkpoint", "latest_checkpoint",
+           "latest_run", "load_checkpoint", "own_run_dir", "read_json", "resume_dir", "save_checkpoint",
+           "trained_state", "verify_checkpoint", "write_atomic"]
 
 MANIFEST = "manifest.json"
 LOCK = "run.lock"
@@ -65,33 +74,81 @@ class CheckpointError(ValueError):
 
 
 # ---------------------------------------------------------------------------------------------
+# The record
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PolicyCheckpoint:
+    """One policy of a checkpoint: ``policies/NAME`` (model and tokenizer), ``NAME.trainer.pt`` and ``NAME.optimizer.pt``.
+
+    The modules and the optimiser are the live ones: :func:`save_checkpoint` reads them, and
+    :func:`load_checkpoint` fills them in place (built as the run builds them, from its config).
+    """
+
+    model: torch.nn.Module
+    """The policy delivered: ``policies/NAME`` in ``save_pretrained`` form (with LoRA the adapters alone, naming
+    their base), what eval, play, serve, crossplay and ``init`` load."""
+    tokenizer: Any
+    """Saved beside the model in ``policies/NAME``."""
+    optimizer: torch.optim.Optimizer | None = None
+    """Its state is ``NAME.optimizer.pt``, which only ``--resume`` reads; None writes (and reads) none."""
+    learner: torch.nn.Module | None = None
+    """The weights the optimiser trains when ``model`` is their average (``average_ema``), kept in
+    ``NAME.trainer.pt``; None when ``model`` is the trained model itself."""
+    reference: torch.nn.Module | None = None
+    """The frozen KL reference (``beta``), or None."""
+    pool: list[tuple[int, dict[str, torch.Tensor]]] = field(default_factory=list)
+    """The self-play pool: (step, weights) snapshots."""
+    met: dict[tuple[int, ...], tuple[str, ...]] = field(default_factory=dict)
+    """The prompts the trained turns met, with their legal replies (``unmask_steps``)."""
+
+
+@dataclass
+class Checkpoint:
+    """Everything a run needs to continue after ``step`` steps: per policy its record, and the run's own state.
+
+    ``train`` and ``sft`` write it with :func:`save_checkpoint`; ``train --resume`` reads it back with
+    :func:`load_checkpoint` (``sft`` has no resume). The config it came from is the run's ``config.json``
+    beside ``checkpoints/``, which eval and crossplay read.
+    """
+
+    step: int
+    policies: dict[str, PolicyCheckpoint]
+    """Policy name -> its record (``policies/NAME``)."""
+    rae: RAEState = field(default_factory=RAEState)
+    """The RAE baselines (``algorithm: rae``)."""
+
+
+# ---------------------------------------------------------------------------------------------
 # Writing
 # ---------------------------------------------------------------------------------------------
 
 
-def save_checkpoint(run_dir: Path, step: int, learners: Mapping[str, Any], rae_state: RAEState, keep: int) -> Path:
-    """Write everything needed to resume after ``step`` steps, atomically (temp dir, then rename).
+def save_checkpoint(run_dir: Path, checkpoint: Checkpoint, keep: int) -> Path:
+    """Write ``checkpoint`` as ``run_dir/checkpoints/step_N``, atomically (temp dir, then rename), with torch's RNG.
 
-    ``learners`` maps names to :class:`llm_zoo.trainers.grpo.Learner`; the newest ``keep``
-    checkpoints stay on disk, and only the newest keeps the optimisers' state.
+    The newest ``keep`` checkpoints stay on disk, and only the newest keeps the optimisers' state.
     """
     root = run_dir / "checkpoints"
+    step = checkpoint.step
     final = root / f"step_{step:06d}"
     tmp = root / f".tmp_step_{step:06d}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    for name, learner in learners.items():
-        learner.trained.model.save_pretrained(tmp / "policies" / name)
-        learner.policy.tokenizer.save_pretrained(tmp / "policies" / name)
+    for name, part in checkpoint.policies.items():
+        part.model.save_pretrained(tmp / "policies" / name)
+        part.tokenizer.save_pretrained(tmp / "policies" / name)
         # plain data only, so that weights_only=True reads it back
         torch.save({"optimizer": None,
-                    "pool": [[int(s), {k: v.cpu() for k, v in sd.items()}] for s, sd in learner.pool],
-                    "reference": None if learner.reference is None else learner.reference.state_dict(),
-                    "learner": None if learner.average is None else trained_state(learner.model),
-                    "met": [[list(prompt), list(replies)] for prompt, replies in learner.met.items()]},
+                    "pool": [[int(s), {k: v.cpu() for k, v in sd.items()}] for s, sd in part.pool],
+                    "reference": None if part.reference is None else part.reference.state_dict(),
+                    "learner": None if part.learner is None else trained_state(part.learner),
+                    "met": [[list(prompt), list(replies)] for prompt, replies in part.met.items()]},
                    tmp / f"{name}.trainer.pt")
-        torch.save(learner.optimizer.state_dict(), tmp / f"{name}{OPTIMIZER}")
-    state = {"step": step, "rae": rae_state.to_dict(), "policies": sorted(learners),
+        if part.optimizer is not None:
+            torch.save(part.optimizer.state_dict(), tmp / f"{name}{OPTIMIZER}")
+    state = {"step": step, "rae": checkpoint.rae.to_dict(), "policies": sorted(checkpoint.policies),
              "torch_rng": torch.get_rng_state().tolist()}
     (tmp / "state.json").write_text(json.dumps(state))
     (tmp / MANIFEST).write_text(json.dumps(_manifest(tmp), indent=1))
@@ -319,47 +376,55 @@ def _load_weights(file: Path, module: torch.nn.Module, weights: Mapping[str, tor
                               f"builds (e.g. {result.unexpected_keys[0]!r:.80}); resume with the run's own config")
 
 
-def load_checkpoint(path: Path, learners: Mapping[str, Any]) -> tuple[int, RAEState]:
-    """Restore learners in place from a checkpoint; return (the step to continue from, the RAE state).
+def load_checkpoint(path: Path, policies: Mapping[str, PolicyCheckpoint]) -> Checkpoint:
+    """Read the checkpoint at ``path`` into ``policies``' modules and optimisers, in place, and restore torch's RNG.
+
+    ``policies`` are records of the run's live policies, built from its config; the checkpoint's
+    weights go into ``model`` (and ``learner``, ``reference`` where the record has them) and its
+    optimiser state into ``optimizer``. Returns the checkpoint read: its step, RAE state, and per
+    policy the same modules with the saved ``pool`` and ``met``.
 
     Raises:
         CheckpointError: A file is missing, truncated, corrupted, holds more than plain data, or
-            does not fit the learners; the message names it. Nothing is restored until every file
+            does not fit the policies; the message names it. Nothing is restored until every file
             of the checkpoint has been read and checked.
     """
     path = Path(path)
     state = _read_state(path)  # the specific complaints first (a missing key, a damaged file), then the hashes
-    if sorted(learners) != sorted(state["policies"]):
+    if sorted(policies) != sorted(state["policies"]):
         raise CheckpointError(f"{path / 'state.json'}: the checkpoint holds policies {sorted(state['policies'])}, "
-                              f"the config trains {sorted(learners)}; resume with the run's own config.policies")
+                              f"the config trains {sorted(policies)}; resume with the run's own config.policies")
     read = {}
-    for name in learners:
+    for name, part in policies.items():
         trainer_state = _read_trainer_state(path / f"{name}.trainer.pt")
-        optimizer = trainer_state["optimizer"] or _read_trainer_state(path / f"{name}{OPTIMIZER}",
-                                                                      "the optimiser's state")
+        optimizer = trainer_state["optimizer"] or (  # older checkpoints kept it in NAME.trainer.pt
+            None if part.optimizer is None else _read_trainer_state(path / f"{name}{OPTIMIZER}", "the optimiser's state"))
         read[name] = (_read_weights(_weights_file(path / "policies" / name)), trainer_state, optimizer)
     verify_checkpoint(path)
-    for name, learner in learners.items():
+    restored = {}
+    for name, part in policies.items():
         weights, trainer_state, optimizer_state = read[name]
         file = _weights_file(path / "policies" / name)
         trainer_file = path / f"{name}.trainer.pt"
-        if learner.average is not None:  # policies/ holds the average; the learner's weights are kept apart
-            _load_weights(file, learner.average.model, weights)
-        if learner.average is not None and trainer_state["learner"]:
-            _load_weights(trainer_file, learner.model, trainer_state["learner"])
-        else:
-            _load_weights(file, learner.model, weights)
-        try:
-            learner.optimizer.load_state_dict(optimizer_state)
-        except (KeyError, ValueError, RuntimeError, TypeError) as exc:
-            raise CheckpointError(f"{trainer_file}: its optimizer state does not fit the learner ({_reason(exc)}); "
-                                  f"resume with the run's own config") from None
-        learner.pool = [(s, sd) for s, sd in trainer_state["pool"]]
-        learner.met = {tuple(prompt): tuple(replies) for prompt, replies in trainer_state["met"]}
-        if learner.reference is not None and trainer_state["reference"] is not None:
-            _load_weights(trainer_file, learner.reference, trainer_state["reference"])
+        _load_weights(file, part.model, weights)
+        if part.learner is not None:  # policies/ holds the average; the trained weights are kept apart
+            if trainer_state["learner"]:
+                _load_weights(trainer_file, part.learner, trainer_state["learner"])
+            else:
+                _load_weights(file, part.learner, weights)
+        if part.optimizer is not None:
+            try:
+                part.optimizer.load_state_dict(optimizer_state)
+            except (KeyError, ValueError, RuntimeError, TypeError) as exc:
+                raise CheckpointError(f"{trainer_file}: its optimizer state does not fit the learner "
+                                      f"({_reason(exc)}); resume with the run's own config") from None
+        if part.reference is not None and trainer_state["reference"] is not None:
+            _load_weights(trainer_file, part.reference, trainer_state["reference"])
+        restored[name] = dataclasses.replace(
+            part, pool=[(s, sd) for s, sd in trainer_state["pool"]],
+            met={tuple(prompt): tuple(replies) for prompt, replies in trainer_state["met"]})
     torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
-    return state["step"], RAEState.from_dict(state["rae"])
+    return Checkpoint(state["step"], restored, RAEState.from_dict(state["rae"]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -407,6 +472,30 @@ def _has_checkpoint(run_dir: Path) -> bool:
         return latest_checkpoint(run_dir) is not None
     except CheckpointError:
         return False
+
+
+def init_checkpoint(path: str | Path, names: Sequence[str]) -> dict[str, Path]:
+    """Return policy name -> its directory in a checkpoint, or in a run directory's latest one (``train``'s ``init``).
+
+    Raises:
+        FileNotFoundError: ``path`` is neither a checkpoint (``policies/`` inside) nor a run with one.
+        CheckpointError: A file of the checkpoint is damaged (:func:`verify_checkpoint`), before anything loads it.
+        ValueError: The checkpoint has no policy of one of ``names`` (the message lists those it has).
+    """
+    path = Path(path)
+    ckpt = path if (path / "policies").is_dir() else latest_checkpoint(path)
+    if ckpt is None:
+        raise FileNotFoundError(f"config.init: {path} is neither a checkpoint directory (with policies/ inside) nor "
+                                f"a run directory holding checkpoints/latest; give a run of `llm-zoo sft` or "
+                                f"`llm-zoo train`, or one of its checkpoints/step_N")
+    verify_checkpoint(ckpt)
+    have = sorted(p.name for p in (ckpt / "policies").iterdir() if p.is_dir())
+    missing = [n for n in names if n not in have]
+    if missing:
+        raise ValueError(f"config.init: {ckpt} has no policy named {missing} (it has {have}); the learners are "
+                         f"{sorted(names)}: fit that policy (llm-zoo sft ENV --role ROLE, whose checkpoint names it "
+                         f"policies.get(ROLE, 'main')) or map the roles to {have} with config.policies")
+    return {n: ckpt / "policies" / n for n in names}
 
 
 def resume_dir(env: str, run_dir: str, root: Path = Path("runs")) -> Path:

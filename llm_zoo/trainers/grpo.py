@@ -39,6 +39,7 @@ import torch
 
 import llm_zoo
 from llm_zoo.episode import Episode, write_jsonl
+from llm_zoo.models import build_tokenizer_and_model, model_config
 from llm_zoo.policies.constraints import allowed_per_position
 from llm_zoo.policies.transformers import TransformersPolicy
 from llm_zoo.scoring import completion_logprobs
@@ -48,6 +49,9 @@ from llm_zoo.trainers import advantages as adv
 from llm_zoo.trainers import distributed, loss_terms, presets
 from llm_zoo.trainers import sft as sft_stage
 from llm_zoo.trainers.checkpoint import (
+    Checkpoint,
+    PolicyCheckpoint,
+    init_checkpoint,
     latest_checkpoint,
     load_checkpoint,
     own_run_dir,
@@ -519,14 +523,6 @@ class Learner:
         return self.average if self.average is not None else self.policy
 
 
-def build_tokenizer_and_model(config: TrainConfig, seed: int, spec: EnvSpec | None = None):
-    """Return (tokenizer, model): a local model directory, or a tiny model built for the env (``spec``:
-    the env's spec, looked up by ``config.env`` when not given), over its corpus if it has one (word-level
-    or BPE, as the spec says). One builder for RL and the SFT warm start (:func:`llm_zoo.trainers.sft.build_tokenizer_and_model`),
-    so a warm start's checkpoint is the model RL would have built."""
-    return sft_stage.build_tokenizer_and_model(config, seed, spec)
-
-
 def make_learner(name: str, config: TrainConfig, device: torch.device, index: int,
                  spec: EnvSpec | None = None, init: Path | None = None) -> Learner:
     """Build a learner: model, sampling policy, optimiser (``config.optimizer``), and a frozen reference when ``beta > 0``
@@ -549,6 +545,21 @@ def make_learner(name: str, config: TrainConfig, device: torch.device, index: in
         reference = copy.deepcopy(policy.model).eval().requires_grad_(False)
     average = frozen_copy(policy, name) if config.average_ema else None
     return Learner(name, policy, optimizer, reference, average=average, adapters=bool(config.lora_r))
+
+
+def policy_checkpoint(learner: Learner) -> PolicyCheckpoint:
+    """Return the learner as its checkpoint records it: the policy it delivers, and what resuming needs besides."""
+    return PolicyCheckpoint(learner.trained.model, learner.policy.tokenizer, learner.optimizer,
+                            learner=learner.model if learner.average is not None else None,
+                            reference=learner.reference, pool=learner.pool, met=learner.met)
+
+
+def resume_learners(path: Path, learners: Mapping[str, Learner]) -> tuple[int, adv.RAEState]:
+    """Load a checkpoint into the learners (weights and optimisers in place, pool and met set); return (step, RAE)."""
+    loaded = load_checkpoint(path, {name: policy_checkpoint(learner) for name, learner in learners.items()})
+    for name, part in loaded.policies.items():
+        learners[name].pool, learners[name].met = part.pool, part.met
+    return loaded.step, loaded.rae
 
 
 def param_groups(model: torch.nn.Module, body_lr_scale: float) -> list[dict[str, Any]]:
@@ -632,17 +643,17 @@ def _train(config: TrainConfig, resume: bool, device: torch.device, run_dir: Pat
     init = {}
     if config.init == "sft" and not resume:  # a resumed run loads its own checkpoint instead
         if names:  # refuse a setting that cannot fit before the SFT stage runs
-            preflight(config, sft_stage.model_config(config, spec), learners=len(names))
+            preflight(config, model_config(config, spec), learners=len(names))
         # rank 0 alone fits (one fit, one writer of run_dir/sft); the other ranks wait for its checkpoint
         init = distributed.broadcast(sft_stage.warm_start(config, run_dir, policy_of, names, roles) if main else {})
     elif config.init and not resume:
-        init = sft_stage.init_checkpoint(config.init, names)
+        init = init_checkpoint(config.init, names)
     learners = {name: make_learner(name, config, device, i, spec, init.get(name)) for i, name in enumerate(names)}
     if learners:  # a setting that cannot fit is refused here, before the first step
         preflight(config, next(iter(learners.values())).model.config, learners=len(learners))
     rae_state, start = adv.RAEState(), 0
     if resume and (ckpt := latest_checkpoint(run_dir)) is not None:
-        start, rae_state = load_checkpoint(ckpt, learners)
+        start, rae_state = resume_learners(ckpt, learners)
     # Who samples each learner's turns: the learner's own policy, or a vLLM engine fed its weights.
     acting = {name: learner.policy for name, learner in learners.items()}
     if config.generation == "vllm":  # VLLMPolicy says what is missing (vLLM, or a GPU for its CUDA build)
@@ -763,7 +774,8 @@ def _train(config: TrainConfig, resume: bool, device: torch.device, run_dir: Pat
             _write_samples(run_dir / "samples" / f"step_{done:06d}.jsonl", episodes[:4])
         if (config.checkpoint_every and done % config.checkpoint_every == 0) or done == config.steps:
             if main:
-                save_checkpoint(run_dir, done, learners, rae_state, config.keep_checkpoints)
+                parts = {n: policy_checkpoint(learner) for n, learner in learners.items()}
+                save_checkpoint(run_dir, Checkpoint(done, parts, rae_state), config.keep_checkpoints)
             distributed.barrier()  # no rank runs ahead of a checkpoint it might resume from
         if bar is not None:
             bar.update(1)

@@ -16,10 +16,10 @@ The loss is the one trl's ``SFTTrainer`` computes with ``assistant_only_loss=Tru
 ``-log p(token | prefix)`` over the batch's assistant tokens divided by their count
 (``tests/trainers/test_sft.py`` checks the two agree on a batch to 1e-4).
 
-The model is built as the trainer builds it (``grpo.build_tokenizer_and_model``: a local model
-directory, or the env's tokenizer and a tiny model of the configured shape); this module sits below
-``grpo`` (the trainer runs it for ``init: sft``), so it builds with :func:`build_tokenizer_and_model`
-here, which a test holds equal to the trainer's.
+The model is built as the trainer builds it, by :func:`llm_zoo.models.build_tokenizer_and_model` (a
+local model directory, or the env's tokenizer and a tiny model of the configured shape), and the
+checkpoint is the trainer's record (:class:`~llm_zoo.trainers.checkpoint.Checkpoint`) with the fitted
+policy and its optimiser, written by the same :func:`~llm_zoo.trainers.checkpoint.save_checkpoint`.
 """
 
 from __future__ import annotations
@@ -41,18 +41,18 @@ from torch.utils.checkpoint import checkpoint as recompute
 
 import llm_zoo
 from llm_zoo.episode import Episode, export_chat_jsonl
+from llm_zoo.models import build_tokenizer_and_model, check_model_fields
 from llm_zoo.seating import Seating, scripted_name
 from llm_zoo.spec import EnvSpec
 from llm_zoo.trainers import presets
-from llm_zoo.trainers.advantages import RAEState
-from llm_zoo.trainers.checkpoint import latest_checkpoint, save_checkpoint, verify_checkpoint
+from llm_zoo.trainers.checkpoint import Checkpoint, PolicyCheckpoint, save_checkpoint
 from llm_zoo.trainers.memory import sft_preflight
 from llm_zoo.trainers.rollout import collect
 from llm_zoo.trainers.schedules import check_schedule, lr_factor
 
-__all__ = ["SFT_PRESETS", "SFTConfig", "SFTRows", "assistant_mask", "build_tokenizer_and_model", "check_stage_fields", "digit_tokens", "init_checkpoint",
-           "make_sft_config", "micro_batches", "model_config", "play_traces", "policy_name", "sft", "sft_loss", "teachers_of", "tokenize_rows",
-           "token_nll", "warm_start"]
+__all__ = ["SFT_PRESETS", "SFTConfig", "SFTRows", "assistant_mask", "check_stage_fields", "digit_tokens",
+           "make_sft_config", "micro_batches", "play_traces", "policy_name", "sft", "sft_loss", "teachers_of",
+           "tokenize_rows", "token_nll", "warm_start"]
 
 # ---------------------------------------------------------------------------------------------
 # CONFIG
@@ -212,20 +212,6 @@ SFT_PRESETS: dict[str, dict[str, Any]] = {
 """Env name -> SFT fields over the dataclass defaults (the teachers of each role)."""
 
 
-def check_model_fields(config: Any, source: str = "config") -> None:
-    """Refuse model fields (``dtype``, ``lora_*``) that cannot build a model, naming the field (``ValueError``)."""
-    from llm_zoo.models import DTYPES
-
-    if config.dtype not in DTYPES:
-        raise ValueError(f"{source}.dtype must be one of {DTYPES}; got {config.dtype!r}")
-    if int(config.lora_r) < 0 or not config.lora_alpha > 0 or not 0.0 <= config.lora_dropout < 1.0:
-        raise ValueError(f"{source}: lora_r must be >= 0 (0: full fine-tuning), lora_alpha > 0 and lora_dropout in "
-                         f"[0, 1); got {config.lora_r!r}, {config.lora_alpha!r} and {config.lora_dropout!r}")
-    if config.lora_r and config.model == "tiny":
-        raise ValueError(f"{source}.lora_r={config.lora_r} needs a model directory to adapt (--set model=DIR: the "
-                         "checkpoints name it as the adapters' base); the tiny model trains whole: set lora_r=0")
-
-
 def make_sft_config(env: str = "kuhn_poker_v0", overrides: Mapping[str, Any] | None = None) -> SFTConfig:
     """Build an SFT config: dataclass defaults, the env's training preset's shared fields, :data:`SFT_PRESETS`, ``overrides``."""
     from llm_zoo.configdoc import check_overrides
@@ -244,7 +230,7 @@ def _copy(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
-# HELPERS: who is fitted, by whom, under which name; the model; tokens and the loss
+# HELPERS: who is fitted, by whom, under which name; tokens and the loss
 # ---------------------------------------------------------------------------------------------
 
 
@@ -303,75 +289,6 @@ def teachers_of(config: SFTConfig, spec: EnvSpec, roles: Mapping[str, str]) -> d
             raise ValueError(f"sft config.teachers[{key!r}] names {missing}, not scripted players of {config.env}; "
                              f"its players are {players}")
     return out
-
-
-def build_tokenizer_and_model(config: Any, seed: int, spec: EnvSpec | None = None):
-    """Return (tokenizer, model) for RL and SFT alike (``grpo.build_tokenizer_and_model`` calls this): a local model directory, or
-    the env's tokenizer (over its corpus if it has one, word-level or BPE as the spec says, else bytes) and a tiny model.
-
-    ``config`` is any config with the model fields (``SFTConfig`` or ``TrainConfig``).
-    """
-    from llm_zoo import catalogue, models
-
-    path = _model_dir(config)
-    dtype = models.resolve_dtype(config.dtype, pretrained=path is not None, device=config.device)
-    if path is not None:  # a model directory, or adapters over the base they name (trained on with lora_r)
-        tokenizer, model = models.load_pretrained(path, dtype, trainable=bool(config.lora_r))
-    else:
-        tokenizer = env_tokenizer(spec or llm_zoo.env_spec(config.env))
-        model = models.build_tiny_model(tokenizer, hidden_size=config.model_hidden_size,
-                                        num_layers=config.model_layers, initializer_range=config.model_init_std,
-                                        seed=seed, zero_head=config.model_zero_head,
-                                        copy_heads=config.model_copy_heads)
-        # config.json keeps the mark: a warm start's or a run's checkpoint of this model is read as the env's
-        # tiny model again (catalogue.is_pretrained), so its preset and tiny-model settings still apply
-        setattr(model.config, catalogue.TINY_MARK, True)
-        if dtype != torch.float32:
-            model.to(dtype)
-    if config.gradient_checkpointing:  # recompute each block's activations in the backward pass instead of keeping them
-        from llm_zoo.policies.compat import enable_checkpointing
-
-        enable_checkpointing(model)
-    if config.lora_r and not models.is_adapter_dir(path):
-        model = models.add_lora(model, path, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
-                                target_modules=config.lora_target_modules)
-    return tokenizer, model
-
-
-def env_tokenizer(spec: EnvSpec) -> Any:
-    """Return the tokenizer a tiny model of ``spec``'s env gets: drawn from its corpus as ``spec.corpus_tokenizer``
-    says (word-level, BPE, or word-bounded BPE), or byte-level for an env without a corpus."""
-    from llm_zoo import models
-
-    if not spec.corpus:
-        return models.build_byte_tokenizer()
-    if spec.corpus_tokenizer == "words":
-        return models.build_word_tokenizer(spec.corpus())
-    return models.build_bpe_tokenizer(spec.corpus(), word_bounded=spec.corpus_tokenizer == "bpe_words")
-
-
-def _model_dir(config: Any) -> Path | None:
-    """Return what ``config.model`` loads (a directory: a catalogue name's converted on first use; or a hub name),
-    or None for the tiny model; ``FileNotFoundError`` for anything else (:func:`llm_zoo.catalogue.model_source`)."""
-    from llm_zoo import catalogue
-
-    if str(config.model) == catalogue.TINY:  # built for the env; any other name (a tiny checkpoint too) is loaded
-        return None
-    return Path(catalogue.model_source(config.model, field="config.model"))
-
-
-def model_config(config: Any, spec: EnvSpec | None = None) -> Any:
-    """Return the transformers config of the model ``config`` builds (what the memory preflight reads).
-
-    A local model directory's is read from disk without its weights; the tiny model is built (it
-    takes well under a second beside the tokenizer).
-    """
-    path = _model_dir(config)
-    if path is not None:
-        from transformers import AutoConfig
-
-        return AutoConfig.from_pretrained(path)
-    return build_tokenizer_and_model(config, seed=config.seed, spec=spec)[1].config
 
 
 @dataclass
@@ -552,27 +469,6 @@ def digit_tokens(tokenizer: Any) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Fitted:
-    """The fitted policy as :func:`~llm_zoo.trainers.checkpoint.save_checkpoint` reads a learner."""
-
-    model: torch.nn.Module
-    tokenizer: Any
-    optimizer: torch.optim.Optimizer
-    reference: None = None
-    average: None = None
-    pool: list = field(default_factory=list)
-    met: dict = field(default_factory=dict)
-
-    @property
-    def policy(self) -> _Fitted:
-        return self
-
-    @property
-    def trained(self) -> _Fitted:
-        return self
-
-
 def play_traces(config: SFTConfig, teachers: Mapping[str, Sequence[str]] | None = None) -> list[Episode]:
     """Play ``config.episodes`` episodes with every seat a scripted player (:func:`teachers_of`); return them all.
 
@@ -650,7 +546,7 @@ def sft(config: SFTConfig) -> dict[str, Any]:
     steps = config.epochs * steps_per_epoch
     logger = MetricsLogger(run_dir, tensorboard=config.tensorboard)
     bar = progress_bar(total=steps, initial=0, desc=f"sft {config.env}:{name}") if config.progress else None
-    fitted = _Fitted(model, tokenizer, optimizer)
+    fitted = {name: PolicyCheckpoint(model, tokenizer, optimizer)}
 
     digits = digit_tokens(tokenizer)
 
@@ -702,7 +598,7 @@ def sft(config: SFTConfig) -> dict[str, Any]:
             logger.log(step, metrics)
             last.update(metrics)
             if (config.checkpoint_every and step % config.checkpoint_every == 0) and step != steps:
-                save_checkpoint(run_dir, step, {name: fitted}, RAEState(), config.keep_checkpoints)
+                save_checkpoint(run_dir, Checkpoint(step, fitted), config.keep_checkpoints)
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix({"loss": f"{loss:.3f}", **({"val": f"{last['losses/val']:.3f}"}
@@ -711,7 +607,7 @@ def sft(config: SFTConfig) -> dict[str, Any]:
         bar.close()
     logger.close()
     model.eval()
-    ckpt = save_checkpoint(run_dir, step, {name: fitted}, RAEState(), config.keep_checkpoints)
+    ckpt = save_checkpoint(run_dir, Checkpoint(step, fitted), config.keep_checkpoints)
     summary = {"run_dir": str(run_dir), "checkpoint": str(ckpt), "policy": name, "role": config.role,
                "agents": fitted_agents, "steps": step,
                "train_loss": last.get("losses/train"), "val_loss_initial": first.get("losses/val"),
@@ -763,31 +659,8 @@ def _write_config(run_dir: Path, config: SFTConfig) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# STARTING TRAIN FROM A CHECKPOINT (train's init field)
+# THE SFT STAGE OF TRAIN (init: sft)
 # ---------------------------------------------------------------------------------------------
-
-
-def init_checkpoint(path: str | Path, names: Sequence[str]) -> dict[str, Path]:
-    """Return learner name -> its policy directory in a checkpoint (or a run directory's latest checkpoint).
-
-    Raises:
-        FileNotFoundError: ``path`` is neither a checkpoint (``policies/`` inside) nor a run with one.
-        ValueError: The checkpoint has no policy of one of ``names`` (the message lists those it has).
-    """
-    path = Path(path)
-    ckpt = path if (path / "policies").is_dir() else latest_checkpoint(path)
-    if ckpt is None:
-        raise FileNotFoundError(f"config.init: {path} is neither a checkpoint directory (with policies/ inside) nor "
-                                f"a run directory holding checkpoints/latest; give a run of `llm-zoo sft` or "
-                                f"`llm-zoo train`, or one of its checkpoints/step_N")
-    verify_checkpoint(ckpt)  # a damaged file is refused by name (CheckpointError) before anything loads it
-    have = sorted(p.name for p in (ckpt / "policies").iterdir() if p.is_dir())
-    missing = [n for n in names if n not in have]
-    if missing:
-        raise ValueError(f"config.init: {ckpt} has no policy named {missing} (it has {have}); the learners are "
-                         f"{sorted(names)}: fit that policy (llm-zoo sft ENV --role ROLE, whose checkpoint names it "
-                         f"policies.get(ROLE, 'main')) or map the roles to {have} with config.policies")
-    return {n: ckpt / "policies" / n for n in names}
 
 
 STAGE_OWN = ("env", "role", "run_dir")

@@ -12,11 +12,11 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import llm_zoo  # noqa: E402
+from llm_zoo.models import build_tokenizer_and_model  # noqa: E402
 from llm_zoo.trainers import grpo, sft  # noqa: E402
+from llm_zoo.trainers.checkpoint import init_checkpoint  # noqa: E402
 from llm_zoo.trainers.rollout import collect  # noqa: E402
 from llm_zoo.trainers.sft import (  # noqa: E402
-    build_tokenizer_and_model,
-    init_checkpoint,
     make_sft_config,
     micro_batches,
     play_traces,
@@ -210,11 +210,9 @@ def test_the_run_directory_has_trains_layout(kuhn_run):
     assert (ckpt / "main.trainer.pt").is_file() and (ckpt / "state.json").is_file()
 
     # the trainer's loader reads it (into a learner built as train builds one)
-    from llm_zoo.trainers.checkpoint import load_checkpoint
-
     tconfig = grpo.make_config("kuhn_poker_v0", {"policies": {}})
     learner = grpo.make_learner("main", tconfig, torch.device("cpu"), 0)
-    step, _ = load_checkpoint(ckpt, {"main": learner})
+    step, _ = grpo.resume_learners(ckpt, {"main": learner})
     assert step == summary["steps"]
     from safetensors.torch import load_file
 
@@ -236,7 +234,7 @@ def test_the_tiny_model_is_the_one_train_builds(env):
     config = make_sft_config(env)
     tconfig = grpo.make_config(env)
     tok_a, model_a = build_tokenizer_and_model(config, seed=3)
-    tok_b, model_b = grpo.build_tokenizer_and_model(tconfig, seed=3)
+    tok_b, model_b = build_tokenizer_and_model(tconfig, seed=3)
     assert tok_a.get_vocab() == tok_b.get_vocab() and tok_a.chat_template == tok_b.chat_template
     state_b = model_b.state_dict()
     assert all(torch.equal(v, state_b[k]) for k, v in model_a.state_dict().items())

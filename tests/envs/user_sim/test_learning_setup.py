@@ -9,9 +9,9 @@ from llm_zoo import models, user_sim_v0
 from llm_zoo.envs.core import parse_tool_calls
 from llm_zoo.envs.user_sim import scripted as sc
 from llm_zoo.envs.user_sim import text
+from llm_zoo.models import env_tokenizer
 from llm_zoo.spec import EVAL_SEED_BASE
 from llm_zoo.trainers.evaluation import headline
-from llm_zoo.trainers.sft import env_tokenizer
 
 
 def _system(agent, **kwargs):
