@@ -7,15 +7,10 @@ way, so a defence that also stopped real work would show here.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
+from benchmarks.hacks import judge as judge_hacks
 from llm_zoo.sandbox import sandbox_info
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
-from hacks import judge as judge_hacks  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not sandbox_info().available,
                                 reason="bubblewrap is not installed (apt-get install bubblewrap); CI installs it")

@@ -3,24 +3,16 @@
 from __future__ import annotations
 
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
+from benchmarks.hacks import Hack, proposer
 
 
 @pytest.fixture(scope="module")
 def hacks():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        from hacks import Hack
-        from hacks.proposer import HACKS
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    assert all(isinstance(h, Hack) for h in HACKS)
-    return HACKS
+    assert all(isinstance(h, Hack) for h in proposer.HACKS)
+    return proposer.HACKS
 
 
 def test_the_library_is_named_and_large_enough(hacks):
