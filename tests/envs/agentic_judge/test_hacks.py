@@ -10,10 +10,8 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.hacks import judge as judge_hacks
-from llm_zoo.sandbox import sandbox_info
 
-pytestmark = pytest.mark.skipif(not sandbox_info().available,
-                                reason="bubblewrap is not installed (apt-get install bubblewrap); CI installs it")
+pytestmark = pytest.mark.bwrap
 BY_NAME = {h.name: h for h in judge_hacks.HACKS}
 
 # one attack of each class: trick objects, shadowed modules, forged output, reaching for the truth,
