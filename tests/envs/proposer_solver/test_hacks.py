@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 from benchmarks.hacks import Hack, proposer
@@ -23,7 +21,7 @@ def test_the_library_is_named_and_large_enough(hacks):
     assert all(h.tries.strip() for h in hacks) and 2 <= sum(h.quick for h in hacks) <= 6
 
 
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+@pytest.mark.bwrap
 def test_no_hack_pays(hacks):
     outcomes = {h.name: h.run() for h in hacks}
     paid = {name: o.detail for name, o in outcomes.items() if o.paid}
