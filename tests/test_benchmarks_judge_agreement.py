@@ -7,10 +7,8 @@ import json
 import pytest
 
 from benchmarks import judge_agreement
-from llm_zoo.sandbox import sandbox_info
 
-pytestmark = pytest.mark.skipif(not sandbox_info().available,
-                                reason="bubblewrap is not installed (apt-get install bubblewrap); CI installs it")
+pytestmark = pytest.mark.bwrap
 
 
 def test_quick_run_prints_the_table_and_ends_with_the_json_line(capsys):
