@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
 from benchmarks import learnability
 
 
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+@pytest.mark.bwrap
 def test_quick_run_prints_the_tables_and_ends_with_the_json_line(capsys, tmp_path):
     figures = learnability.main(["--quick", "--difficulties", "1,6", "--out", str(tmp_path)])
     out = capsys.readouterr().out.strip().splitlines()
