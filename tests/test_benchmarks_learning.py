@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -41,7 +40,7 @@ def test_quick_run_prints_every_stage_and_ends_with_the_json_line(capsys, tmp_pa
 
 
 # the proposer_solver rows: every row runs, the JSON line's proposer keys agree with the rows, both plots are written
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+@pytest.mark.bwrap
 def test_quick_proposer_rows_and_the_json_keys(capsys, tmp_path):
     figures, out = _quick(capsys, tmp_path, "proposer_solver_v0")
     rows = figures["rows"]["proposer_solver_v0"]
@@ -105,7 +104,7 @@ def test_a_run_that_dies_is_reported_and_its_row_goes_on_without_it(capsys, tmp_
 
 
 # the agentic_judge rows: the three rewards' rows, the cross-play and the blind spots, and the JSON line's judge keys
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+@pytest.mark.bwrap
 def test_quick_judge_rows_and_the_json_keys(capsys, tmp_path):
     figures, out = _quick(capsys, tmp_path, "agentic_judge_v0")
     rows = figures["rows"]["agentic_judge_v0"]
