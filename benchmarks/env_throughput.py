@@ -21,8 +21,8 @@ per episode, and 6.75 steps an episode, near tictactoe's 7.6, so that resets wei
 hand is 2.25 steps, and its reset and the finished agents' None steps take over a third of its
 time; that row is shown beside it, with its ratios.
 
-    python benchmarks/env_throughput.py            # 3 s per env
-    python benchmarks/env_throughput.py --quick    # 0.5 s per env
+    python -m benchmarks.env_throughput            # 3 s per env
+    python -m benchmarks.env_throughput --quick    # 0.5 s per env
 
 The last line printed is a JSON object: ``kuhn_steps_per_s`` (the comparison setting, whose number
 of hands is ``kuhn_hands``), ``kuhn_1hand_steps_per_s``, ``kuhn_3hands_steps_per_s``,
@@ -34,14 +34,14 @@ least TextArena, in the comparison setting.
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from benchmarks import _harness as harness
 
 GOAL_VS_TICTACTOE = 2.0
 GOAL_VS_TEXTARENA = 1.0
@@ -196,13 +196,10 @@ def _goal_line(other: str, ratio: float, ratio_1hand: float, goal: float) -> str
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     """Run the benchmark, print the table and the JSON line, and return the JSON's figures."""
     started = time.perf_counter()  # the JSON line's wall-clock "seconds"
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=3.0, help="wall-clock budget per env")
-    parser.add_argument("--quick", action="store_true", help="0.5 s per env (the test's setting)")
+    parser = harness.parser(__doc__, quick="0.5 s per env (the test's setting)")
+    parser.add_argument("--seconds", type=harness.positive, default=3.0, help="wall-clock budget per env")
     args = parser.parse_args(argv)
     seconds = 0.5 if args.quick else args.seconds
-    if seconds <= 0:
-        parser.error(f"--seconds must be > 0; got {seconds!r}")
 
     compared = f"kuhn_poker_v0 ({COMPARED_HANDS} hands) *"
     episodes = {
@@ -241,8 +238,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     print()
     print("\n".join(goals))
     figures["seconds"] = round(time.perf_counter() - started, 2)
-    print(json.dumps(figures))
-    return figures
+    return harness.emit(figures)
 
 
 if __name__ == "__main__":

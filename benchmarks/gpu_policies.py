@@ -21,8 +21,8 @@ Two measurements:
   teacher-forced pass) in bfloat16 and in float32; max and mean |difference| over all tokens.
 - throughput: generated tokens per second of ``act`` on the batch, for each backend.
 
-    python benchmarks/gpu_policies.py            # 0.5B model, batch 256, 64 new tokens, 3 rounds
-    python benchmarks/gpu_policies.py --quick    # a small model, batch 16, 16 new tokens, 1 round
+    python -m benchmarks.gpu_policies            # 0.5B model, batch 256, 64 new tokens, 3 rounds
+    python -m benchmarks.gpu_policies --quick    # a small model, batch 16, 16 new tokens, 1 round
 
 The last line printed is a JSON object: ``vllm_tokens_per_s``, ``transformers_tokens_per_s``,
 ``speedup``, ``logprob_max_abs_diff_bf16``, ``logprob_mean_abs_diff_bf16`` (and ``_fp32``),
@@ -32,18 +32,17 @@ The last line printed is a JSON object: ``vllm_tokens_per_s``, ``transformers_to
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import _harness as harness
 from llm_zoo.policies.vllm import missing_requirements  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small model, batch 16, 16 new tokens, 1 round")
+    parser = harness.parser(__doc__, quick="small model, batch 16, 16 new tokens, 1 round")
     parser.add_argument("--batch", type=int, default=256, help="observations per act call")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="longest reply, in tokens")
     parser.add_argument("--rounds", type=int, default=3, help="timed act calls per backend")
@@ -120,10 +119,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     missing = missing_requirements()
     if missing is not None:
-        print(f"gpu_policies: skipped, {missing}.")
-        figures: dict[str, Any] = {"skipped": missing}
-        print(json.dumps(figures))
-        return figures
+        return harness.skipped("gpu_policies", missing)
 
     import torch
     import vllm
@@ -199,8 +195,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"{'bfloat16':<13} {bf16_max:>11.5f} {bf16_mean:>12.5f}")
     print(f"{'float32':<13} {fp32_max:>11.5f} {fp32_mean:>12.5f}")
     figures["seconds"] = round(time.perf_counter() - started, 2)
-    print(json.dumps(figures))
-    return figures
+    return harness.emit(figures)
 
 
 if __name__ == "__main__":

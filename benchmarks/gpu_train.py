@@ -34,8 +34,8 @@ Figures (over the counted steps):
 - the mean |log-prob| gap between the engine and the trainer's model after the last sync, on
   fresh replies: small (bfloat16 rounding) when the sync carried the weights.
 
-    python benchmarks/gpu_train.py            # 0.5B model, 256 episodes, 64 new tokens, 3 steps + 1 warm-up
-    python benchmarks/gpu_train.py --quick    # a small model, 16 episodes, 16 new tokens, 2 steps + 1
+    python -m benchmarks.gpu_train            # 0.5B model, 256 episodes, 64 new tokens, 3 steps + 1 warm-up
+    python -m benchmarks.gpu_train --quick    # a small model, 16 episodes, 16 new tokens, 2 steps + 1
 
 The last line printed is a JSON object with those figures and the setting.
 """
@@ -43,12 +43,13 @@ The last line printed is a JSON object with those figures and the setting.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from benchmarks import _harness as harness
 
 ENV = "kuhn_poker_v0"
 ENV_KWARGS = {"rules_in_prompt": True, "max_retries": 0}
@@ -58,10 +59,7 @@ from llm_zoo.policies.vllm import missing_requirements  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--quick", action="store_true", help="small model, 16 episodes, 16 new tokens, 2 steps"
-    )
+    parser = harness.parser(__doc__, quick="small model, 16 episodes, 16 new tokens, 2 steps")
     parser.add_argument("--steps", type=int, default=3, help="counted steps (after one warm-up step)")
     parser.add_argument("--episodes", type=int, default=256, help="episodes per step")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="longest reply, in tokens")
@@ -128,10 +126,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     missing = missing_requirements()
     if missing is not None:
-        print(f"gpu_train: skipped, {missing}.")
-        figures: dict[str, Any] = {"skipped": missing}
-        print(json.dumps(figures))
-        return figures
+        return harness.skipped("gpu_train", missing)
 
     import torch
     import vllm
@@ -280,8 +275,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"after the last sync, mean |log-prob gap| engine vs trainer: {figures['logprob_mean_abs_diff_after_sync']}"
     )
     figures["seconds"] = round(time.perf_counter() - started, 2)
-    print(json.dumps(figures))
-    return figures
+    return harness.emit(figures)
 
 
 if __name__ == "__main__":

@@ -19,15 +19,13 @@ judge's dict holding `agreement`, `false_pass`, `false_fail`, `abstain`, `brittl
 `weak_agreement`.
 
 Usage:
-    python benchmarks/judge_agreement.py                 # every task x stored solution
-    python benchmarks/judge_agreement.py --quick         # 3 tasks, a few seconds
-    python benchmarks/judge_agreement.py --judge http://localhost:8000/v1   # and a served model
+    python -m benchmarks.judge_agreement                 # every task x stored solution
+    python -m benchmarks.judge_agreement --quick         # 3 tasks, a few seconds
+    python -m benchmarks.judge_agreement --judge http://localhost:8000/v1   # and a served model
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import time
 from collections.abc import Sequence
@@ -35,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from benchmarks import _harness as harness
 from llm_zoo import agentic_judge_v0
 from llm_zoo.envs.agentic_judge.tasks import load_tasks
 from llm_zoo.policies.base import Policy
@@ -116,18 +115,15 @@ def table(rows: dict[str, dict[str, float]], counts: dict[str, int]) -> str:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Judge every case with every judge, print the table and the JSON line, and return the figures."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help=f"only the tasks {', '.join(QUICK_TASKS)} (seconds)")
+    parser = harness.parser(__doc__, quick=f"only the tasks {', '.join(QUICK_TASKS)} (seconds)")
     parser.add_argument("--tasks", nargs="+", default=None, help="task ids to use (default: all)")
     parser.add_argument("--judge", action="append", default=[], metavar="PATH_OR_URL",
                         help="also evaluate this judge policy (a model directory or an http(s):// endpoint); repeatable")
-    parser.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1),
+    harness.add_workers(parser, default=min(4, os.cpu_count() or 1),
                         help="episodes run in this many threads for the scripted judge (sandbox runs overlap)")
-    parser.add_argument("--policy-workers", type=int, default=1,
+    parser.add_argument("--policy-workers", type=harness.count, default=1,
                         help="threads for --judge policies (1 unless the policy is safe to call from threads)")
     args = parser.parse_args(argv)
-    if args.workers < 1 or args.policy_workers < 1:
-        parser.error("--workers and --policy-workers must be >= 1")
     known = load_tasks()
     task_ids = args.tasks or (list(QUICK_TASKS) if args.quick else list(known))
     unknown = [t for t in task_ids if t not in known]
@@ -157,8 +153,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print("scripted judge disagrees on: " + ", ".join(f"{c.task}/{c.solution} ({c.verdict})" for c in misses))
     result = {"cases": len(cases), "tasks": len(task_ids), "visible_tests": rows["visible tests"],
               "scripted_judge": rows["scripted judge"], "policies": policies, "seconds": round(seconds, 2)}
-    print(json.dumps(result))
-    return result
+    return harness.emit(result)
 
 
 if __name__ == "__main__":

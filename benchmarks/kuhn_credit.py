@@ -5,10 +5,10 @@ step) and the same seeds; the exact exploitability of each model's strategy is r
 log-probs every ``eval_every`` steps. Prints a table of the final exploitability (mean ± spread over
 seeds), draws exploitability against episodes, and ends with a JSON line.
 
-    python benchmarks/kuhn_credit.py                 # the full comparison (3 seeds), runs side by side on every core
-    python benchmarks/kuhn_credit.py --quick         # seconds: a smoke run of every method
-    python benchmarks/kuhn_credit.py --workers 1     # one run at a time
-    python benchmarks/kuhn_credit.py --runs-dir DIR  # keep the runs in DIR; a run already finished there is reused
+    python -m benchmarks.kuhn_credit                 # the full comparison (3 seeds), runs side by side on every core
+    python -m benchmarks.kuhn_credit --quick         # seconds: a smoke run of every method
+    python -m benchmarks.kuhn_credit --workers 1     # one run at a time
+    python -m benchmarks.kuhn_credit --runs-dir DIR  # keep the runs in DIR; a run already finished there is reused
 
 Each run is its own subprocess (``--workers`` at once, default one per CPU core, each on the
 trainer's one torch thread), so a run that crashes is reported as failed and the others go on. A
@@ -33,6 +33,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks import _harness as harness
+
+ROOT = Path(__file__).resolve().parents[1]
+"""The checkout: its docs/ folder, and where a run's subprocess starts."""
 SHARED: dict[str, str] = {}
 """``policies`` for one model in both seats (every role gets the policy "main")."""
 METHODS: dict[str, dict[str, object]] = {
@@ -132,10 +136,10 @@ def run_all(jobs: Sequence[tuple[str, int]], budget: dict[str, object], out: Pat
             index = pending.pop(0)
             method, seed = jobs[index]
             log = out / f"{method}-seed{seed}.log"
-            argv = [sys.executable, __file__, "--one", method, str(seed), "--budget", json.dumps(budget),
-                    "--runs-dir", str(out)]
-            with log.open("w") as f:
-                running[index] = (subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT), log)
+            argv = [sys.executable, "-m", "benchmarks.kuhn_credit", "--one", method, str(seed), "--budget",
+                    json.dumps(budget), "--runs-dir", str(out.resolve())]
+            with log.open("w") as f:  # from the checkout's root, where the benchmarks package is
+                running[index] = (subprocess.Popen(argv, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT), log)
         time.sleep(0.5)
         for index, (proc, log) in list(running.items()):
             if proc.poll() is None:
@@ -183,16 +187,16 @@ def plot(results: list[dict[str, object]], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> dict[str, object]:
     started = time.perf_counter()  # the JSON line's wall-clock "seconds"
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a smoke run: tiny budget, one seed")
-    parser.add_argument("--seeds", type=int, default=3, help="seeds per method (default 3)")
-    parser.add_argument("--steps", type=int, default=None, help="training steps per run (default: the main job's)")
+    parser = harness.parser(__doc__, quick="a smoke run: tiny budget, one seed")
+    harness.add_seeds(parser, default=3, help="seeds per method (default 3)")
+    parser.add_argument("--steps", type=harness.count, default=None,
+                        help="training steps per run (default: the main job's)")
     parser.add_argument("--methods", nargs="*", default=list(METHODS), choices=list(METHODS))
-    parser.add_argument("--out", default=None, help="folder for the table's files and the plot (default: a temp "
-                        "folder; the plot also goes to docs/kuhn_credit.png)")
-    parser.add_argument("--runs-dir", default=None, help="folder of the runs (default: OUT); finished runs with the "
-                        "same config found there are reused")
-    parser.add_argument("--workers", type=int, default=None, help="runs at once (default: one per CPU core)")
+    harness.add_out(parser, "folder for the table's files and the plot (default: a temp folder; the plot also goes "
+                    "to docs/kuhn_credit.png)")
+    harness.add_runs_dir(parser, "folder of the runs (default: OUT); finished runs with the same config found there "
+                         "are reused")
+    harness.add_workers(parser, default=None, help="runs at once (default: one per CPU core)")
     parser.add_argument("--one", nargs=2, metavar=("METHOD", "SEED"), help=argparse.SUPPRESS)
     parser.add_argument("--budget", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -200,8 +204,6 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         method, seed = args.one
         run(method, int(seed), json.loads(args.budget or "{}"), Path(args.runs_dir))
         return {}
-    if args.seeds < 1 or (args.workers is not None and args.workers < 1):
-        parser.error(f"--seeds and --workers must be >= 1; got {args.seeds} and {args.workers}")
     budget: dict[str, object] = {}
     if args.quick:
         budget = {"steps": 2, "episodes_per_step": 8, "rollout_batch_size": 8, "eval_every": 1,
@@ -251,7 +253,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     figure = out / "kuhn_credit.png"
     plot(finished, figure)
     if not args.quick:
-        docs = Path(__file__).resolve().parents[1] / "docs"
+        docs = ROOT / "docs"
         docs.mkdir(exist_ok=True)
         plot(finished, docs / "kuhn_credit.png")
     print(f"\nplot: {figure}")
@@ -259,8 +261,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     line = {**summary, "episodes": finished[0]["episodes"], "seeds": args.seeds, "workers": workers,
             "failed_runs": len(results) - len(finished)}
     line["seconds"] = round(time.perf_counter() - started, 2)
-    print(json.dumps(line))
-    return line
+    return harness.emit(line)
 
 
 if __name__ == "__main__":

@@ -31,9 +31,9 @@ line is a JSON object: ``rows`` (per system: ``exploitability``, ``spread``, ``e
 "seconds", "seeds"}`` or null, ``prompt_tokens``, ``generated_tokens``), ``seeds``, ``systems`` (the
 rows run: ``--systems``, all by default), ``budget`` and ``seconds``.
 
-    python benchmarks/kuhn_headline.py            # the main job's budget, 3 seeds: hours on 2 CPU cores (below)
-    python benchmarks/kuhn_headline.py --quick    # tiny budgets, 1 seed: about 15 s
-    python benchmarks/kuhn_headline.py --systems random cfr per_seat   # the main job's row and the exact ones
+    python -m benchmarks.kuhn_headline            # the main job's budget, 3 seeds: hours on 2 CPU cores (below)
+    python -m benchmarks.kuhn_headline --quick    # tiny budgets, 1 seed: about 15 s
+    python -m benchmarks.kuhn_headline --systems random cfr per_seat   # the main job's row and the exact ones
 
 The full run's time is almost all training: 4 LLM methods x 3 seeds x the main job's budget, two
 runs at a time (one per core; ``--workers``), after MaskablePPO's 3 seeds, each given as many
@@ -46,9 +46,6 @@ minute. After each LLM run the script prints an estimate of the rest.
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
-import json
 import statistics
 import sys
 import tempfile
@@ -57,6 +54,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from benchmarks import _harness as harness
 
 THRESHOLDS = (0.1, 0.05)
 """Exploitability levels whose cost (episodes and seconds to reach) the table reports."""
@@ -105,15 +104,6 @@ class Row:
     """Only count a threshold reached within this many iterations (the CFR rows share one run)."""
     failed: list[str] = field(default_factory=list)
     """Seeds whose run failed and is left out of the row, each with its error."""
-
-
-def _credit() -> Any:
-    """Load benchmarks/kuhn_credit.py, whose ``run`` trains one LLM method with one seed."""
-    spec = importlib.util.spec_from_file_location("kuhn_credit", Path(__file__).with_name("kuhn_credit.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def first_reach(curve: list[tuple[float, float, float]], threshold: float,
@@ -197,9 +187,8 @@ def llm_rows(budget: dict[str, Any], seeds: int, runs: Path, workers: int | None
     subprocess; finished runs with the same config already in ``runs`` are reused. A failed run is
     reported and left out of its row's runs; the row names it in ``failed`` (a row may have no runs left).
     """
+    from benchmarks import kuhn_credit as credit  # its run_all trains one LLM method with one seed per run
     from llm_zoo.trainers.logging import read_metrics
-
-    credit = _credit()
     jobs = [(method, seed) for method in methods for seed in range(seeds)]
     if not jobs:
         return []
@@ -308,13 +297,7 @@ def markdown(rows: list[Row], table: dict[str, dict[str, Any]]) -> str:
         lines.append([row.label, f"{f['exploitability']:.4f}{spread}", _count(work, row.unit),
                       _seconds(f["seconds"]), f"{f['payoff_vs_nash']:+.4f}",
                       *(_reach_cell(f, t, row.unit) for t in THRESHOLDS), tokens])
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *lines)]
-
-    def fmt(cells: list[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
-
-    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    return "\n".join([fmt(header), rule, *map(fmt, lines)])
+    return harness.table(header, lines)
 
 
 def notes(seeds: int, budget: dict[str, Any], ppo_timesteps: int, quick: bool,
@@ -382,23 +365,21 @@ def plot(rows: list[Row], path: Path) -> None:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run every system, print the table and the JSON line, write the Markdown and the plot; return the figures."""
     started = time.perf_counter()
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny budgets, one seed (about 15 s)")
-    parser.add_argument("--seeds", type=int, default=None, help="seeds per trained system (default 3; --quick: 1)")
-    parser.add_argument("--steps", type=int, default=None, help="LLM training steps (default: the main job's)")
-    parser.add_argument("--out", default=None, help="folder for the runs, kuhn_headline.md and kuhn_headline.png "
-                        "(default: a temporary folder)")
-    parser.add_argument("--runs-dir", default=None, help="folder of the LLM runs (default: OUT); finished runs with the "
-                        "same config found there are reused, e.g. kuhn_credit.py's with the same --runs-dir")
-    parser.add_argument("--workers", type=int, default=None, help="LLM runs at once (default: one per CPU core)")
+    parser = harness.parser(__doc__, quick="tiny budgets, one seed (about 15 s)")
+    harness.add_seeds(parser, default=None, help="seeds per trained system (default 3; --quick: 1)")
+    parser.add_argument("--steps", type=harness.count, default=None,
+                        help="LLM training steps (default: the main job's)")
+    harness.add_out(parser, "folder for the runs, kuhn_headline.md and kuhn_headline.png (default: a temporary "
+                    "folder)")
+    harness.add_runs_dir(parser, "folder of the LLM runs (default: OUT); finished runs with the same config found "
+                         "there are reused, e.g. kuhn_credit's with the same --runs-dir")
+    harness.add_workers(parser, default=None, help="LLM runs at once (default: one per CPU core)")
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS, metavar="SYSTEM",
                         help=f"the rows to run (default: all): {', '.join(SYSTEMS)}; e.g. `--systems random cfr "
                         "per_seat` re-measures the main job's row beside the exact baselines without PPO's and the "
                         "other LLM methods' runs")
     args = parser.parse_args(argv)
     seeds = args.seeds if args.seeds is not None else 1 if args.quick else 3
-    if seeds < 1 or (args.steps is not None and args.steps < 1) or (args.workers is not None and args.workers < 1):
-        parser.error(f"--seeds, --steps and --workers must be >= 1; got {seeds}, {args.steps} and {args.workers}")
     from llm_zoo.trainers.grpo import make_config
 
     overrides = dict(QUICK_BUDGET) if args.quick else {}
@@ -432,8 +413,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"\ntable: {out / 'kuhn_headline.md'}\nplot: {out / 'kuhn_headline.png'}")
     line = {"rows": table, "failed": failed, "seeds": seeds, "systems": systems, "budget": {**budget, "ppo_timesteps": ppo_timesteps},
             "quick": args.quick, "seconds": round(time.perf_counter() - started, 2)}
-    print(json.dumps(line))
-    return line
+    return harness.emit(line)
 
 
 if __name__ == "__main__":

@@ -31,9 +31,9 @@ steers the mean to 1/2 at a middling difficulty yet earns less than the best fix
 pass rate is lower; one controller per mode pays a longer warm-up (four controllers to climb) and
 then earns the most (its second-half column).
 
-    python benchmarks/learnability.py                    # 160 episodes per proposer: 2-2.5 min on 2 busy cores
-    python benchmarks/learnability.py --quick            # 8 episodes per proposer: about 10 s
-    python benchmarks/learnability.py --out results/     # also learnability.png (histograms, difficulty)
+    python -m benchmarks.learnability                    # 160 episodes per proposer: 2-2.5 min on 2 busy cores
+    python -m benchmarks.learnability --quick            # 8 episodes per proposer: about 10 s
+    python -m benchmarks.learnability --out results/     # also learnability.png (histograms, difficulty)
 
 The last line printed is a JSON object: ``fixed_mean_learnability`` (the best fixed difficulty's
 mean, that difficulty in ``fixed_best_difficulty``, every one in ``fixed_mean_learnability_by_difficulty``),
@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import re
 import sys
 import time
@@ -57,6 +56,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from benchmarks import _harness as harness
 
 DIFFICULTIES = (1, 3, 6, 9)
 """Fixed difficulties compared by default: from easy for every solver to hard for all but the strongest."""
@@ -229,25 +230,21 @@ def _ints(text: str) -> list[int]:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the benchmark; print the tables and the JSON line; write the plot under ``--out``; return the figures."""
     started = time.perf_counter()  # the JSON line's wall-clock "seconds"
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--episodes", type=int, default=160, help="episodes per proposer (default 160)")
-    parser.add_argument("--quick", action="store_true", help="8 episodes per proposer: seconds")
+    parser = harness.parser(__doc__, quick="8 episodes per proposer: seconds")
+    parser.add_argument("--episodes", type=harness.count, default=160, help="episodes per proposer (default 160)")
     parser.add_argument("--difficulties", type=_ints, default=list(DIFFICULTIES),
                         help="fixed difficulties to compare, comma-separated (default 1,3,6,9)")
     parser.add_argument("--solvers", default=",".join(PANEL), help="the solver panel, comma-separated names of "
                         f"proposer_solver_v0.SPEC.scripted (default {','.join(PANEL)})")
-    parser.add_argument("--window", type=int, default=4, help="episodes the adaptive controller averages "
+    parser.add_argument("--window", type=harness.count, default=4, help="episodes the adaptive controller averages "
                         "(of each mode, per mode; default 4)")
-    parser.add_argument("--batch-size", type=int, default=4, help="envs run side by side, and the episodes "
+    parser.add_argument("--batch-size", type=harness.count, default=4, help="envs run side by side, and the episodes "
                         "between two updates of an adaptive proposer (default 4)")
     parser.add_argument("--seed", type=int, default=0, help="first env seed, and the seed of every policy (default 0)")
-    parser.add_argument("--out", default=None, help="folder for learnability.png (default: no plot)")
+    harness.add_out(parser, "folder for learnability.png (default: no plot)")
     args = parser.parse_args(argv)
     episodes = 8 if args.quick else args.episodes
     window = args.window
-    if episodes < 1 or window < 1 or args.batch_size < 1:
-        parser.error(f"--episodes, --window and --batch-size must be >= 1; got {episodes}, {window} "
-                     f"and {args.batch_size}")
 
     from llm_zoo import proposer_solver_v0
     from llm_zoo.envs.proposer_solver.scripted import MAX_DIFFICULTY, AdaptiveProposer, ScriptedProposer
@@ -300,8 +297,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "window": window,
     }
     figures["seconds"] = round(time.perf_counter() - started, 2)
-    print(json.dumps(figures))
-    return figures
+    return harness.emit(figures)
 
 
 if __name__ == "__main__":

@@ -46,8 +46,8 @@ Runs go two at a time (``--jobs``), each in a process of its own, one torch thre
 ``threads``); a run that fails (or is killed) is reported on stderr and in the JSON line's ``failed_jobs``, and
 its row goes on with the other seeds.
 
-    python benchmarks/learning.py --out results/     # 3 seeds x (warm start + 3 methods): 31.5 min on 2 busy cores
-    python benchmarks/learning.py --quick            # 1 seed, one step of everything: about a minute
+    python -m benchmarks.learning --out results/     # 3 seeds x (warm start + 3 methods): 31.5 min on 2 busy cores
+    python -m benchmarks.learning --quick            # 1 seed, one step of everything: about a minute
 
 The last line printed is a JSON object with one headline number per env (``user_sim_v0``: the
 final RAE policy's mean success rate on the evaluation seeds) and the figures behind it under
@@ -59,7 +59,6 @@ options, and the overrides of its quick setting.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import multiprocessing
@@ -71,6 +70,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from benchmarks import _harness as harness
 
 QUICK_JUDGE_TASKS = ("balance", "caesar", "binary_search")
 """agentic_judge's tasks in the quick setting: one brittle, one weak, one of neither kind."""
@@ -539,19 +540,16 @@ def _failure(env: str, stage: str, seed: int, error: str) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the benchmark; print the tables and the JSON line; write the plot under ``--out``; return the figures."""
     started = time.perf_counter()
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="1 seed, the smallest setting: about a minute")
-    parser.add_argument("--seeds", type=int, default=3, help="training seeds (default 3)")
+    parser = harness.parser(__doc__, quick="1 seed, the smallest setting: about a minute")
+    harness.add_seeds(parser, default=3, help="training seeds (default 3)")
     parser.add_argument("--envs", default=",".join(ENVS), help=f"envs, comma-separated (default {','.join(ENVS)})")
-    parser.add_argument("--jobs", type=int, default=2, help="runs side by side, one process each (default 2)")
-    parser.add_argument("--out", default=None, help="folder for the runs and learning.png (default: a temporary one)")
+    parser.add_argument("--jobs", type=harness.count, default=2, help="runs side by side, one process each (default 2)")
+    harness.add_out(parser, "folder for the runs and learning.png (default: a temporary one)")
     args = parser.parse_args(argv)
     envs = [e.strip() for e in args.envs.split(",") if e.strip()]
     unknown = [e for e in envs if e not in ENVS]
     if unknown or not envs:
         parser.error(f"--envs takes names of {sorted(ENVS)}; got {args.envs!r}")
-    if args.seeds < 1 or args.jobs < 1:
-        parser.error(f"--seeds and --jobs must be >= 1; got {args.seeds} and {args.jobs}")
     seeds = [0] if args.quick else list(range(args.seeds))
     import tempfile
 
@@ -613,8 +611,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     figures["seeds"] = len(seeds)
     figures["failed_jobs"] = failed
     figures["seconds"] = round(time.perf_counter() - started, 1)
-    print(json.dumps(figures))
-    return figures
+    return harness.emit(figures)
 
 
 if __name__ == "__main__":

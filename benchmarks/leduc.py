@@ -31,15 +31,14 @@ for Kuhn's ``llm``, ``llm_last`` and ``cfr+``), ``ratio`` (per system, ``llm``, 
 ``cfr+``, per fraction: Leduc's ``work`` and ``seconds`` over Kuhn's, and ``lower_bound``),
 ``load_average`` and ``seconds``.
 
-    python benchmarks/leduc.py                          # the preset's budget: about 16 min on 2 shared cores
-    python benchmarks/leduc.py --trainer-run RUN_DIR    # reuse a finished `llm-zoo train leduc_poker_v0` run
-    python benchmarks/leduc.py --steps 300              # a longer LLM run than the preset's (and PPO to match)
-    python benchmarks/leduc.py --quick                  # tiny budgets: under a minute
+    python -m benchmarks.leduc                          # the preset's budget: about 16 min on 2 shared cores
+    python -m benchmarks.leduc --trainer-run RUN_DIR    # reuse a finished `llm-zoo train leduc_poker_v0` run
+    python -m benchmarks.leduc --steps 300              # a longer LLM run than the preset's (and PPO to match)
+    python -m benchmarks.leduc --quick                  # tiny budgets: under a minute
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -48,6 +47,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from benchmarks import _harness as harness
 
 FRACTIONS = (0.5, 0.25)
 """Fractions of uniform's exploitability whose cost (episodes and seconds to reach) the table reports."""
@@ -231,12 +232,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
               *(f"to {f:.0%} of uniform: episodes, seconds" for f in FRACTIONS)]
     lines = [[r["label"], f"{r['exploitability']:.4f}", _work(r["work"], r["unit"]), _seconds(r["seconds"]),
               *(_reach_cell(r, f"to_{f:.0%}") for f in FRACTIONS)] for r in rows]
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *lines)]
-
-    def fmt(cells: list[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
-
-    return "\n".join([fmt(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(fmt, lines)])
+    return harness.table(header, lines)
 
 
 def plot(curves: list[Curve], uniform: float, path: Path) -> None:
@@ -272,17 +268,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run every system, print the table, the ratio and the JSON line; write the Markdown and the plot."""
     started = time.perf_counter()
     load = os.getloadavg()
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny budgets (a smoke run, not a result)")
-    parser.add_argument("--out", default=None, help="folder for the runs, leduc.md and leduc.png (default: a temporary one)")
+    parser = harness.parser(__doc__, quick="tiny budgets (a smoke run, not a result)")
+    harness.add_out(parser, "folder for the runs, leduc.md and leduc.png (default: a temporary one)")
     parser.add_argument("--trainer-run", default=None, help="reuse this finished `llm-zoo train leduc_poker_v0` run "
                         "(its config must be the preset's) instead of training again")
-    parser.add_argument("--kuhn-steps", type=int, default=None, help="steps of the Kuhn run (default: Leduc's)")
+    parser.add_argument("--kuhn-steps", type=harness.count, default=None, help="steps of the Kuhn run (default: Leduc's)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the trained systems (default 0)")
-    parser.add_argument("--steps", type=int, default=None, help="LLM training steps on Leduc (default: the preset's)")
+    parser.add_argument("--steps", type=harness.count, default=None,
+                        help="LLM training steps on Leduc (default: the preset's)")
     args = parser.parse_args(argv)
-    if (args.kuhn_steps is not None and args.kuhn_steps < 1) or (args.steps is not None and args.steps < 1):
-        parser.error(f"--kuhn-steps and --steps must be >= 1; got {args.kuhn_steps} and {args.steps}")
     from llm_zoo.envs.kuhn_poker import theory as kuhn_theory
     from llm_zoo.envs.leduc_poker import theory
     from llm_zoo.trainers.grpo import make_config
@@ -355,8 +349,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                        "ppo_timesteps": episodes, "cfr_iterations": grid[-1]},
             "quick": args.quick, "load_average": [round(x, 2) for x in load],
             "seconds": round(time.perf_counter() - started, 2)}
-    print(json.dumps(line))
-    return line
+    return harness.emit(line)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,8 @@ their sandboxes), untimed; then one collection of ``--episodes`` is timed. The e
 setting are compared with the in-process ones (``Episode.to_dict`` without timings): ``same_episodes``.
 On a machine with 2 cores, shared with this process's own tick loop, 2 workers cannot reach 2x.
 
-    python benchmarks/ray_envs.py              # 24 episodes, 8 envs side by side
-    python benchmarks/ray_envs.py --quick      # 2 episodes (the test's setting)
+    python -m benchmarks.ray_envs              # 24 episodes, 8 envs side by side
+    python -m benchmarks.ray_envs --quick      # 2 episodes (the test's setting)
 
 The last line printed is a JSON object: ``local_eps_per_s``, ``ray1_eps_per_s``, ``ray2_eps_per_s``
 (episodes per second), ``speedup_ray2_vs_ray1``, ``speedup_ray2_vs_local``, ``same_episodes``,
@@ -25,11 +25,11 @@ The last line printed is a JSON object: ``local_eps_per_s``, ``ray1_eps_per_s``,
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import time
 from collections.abc import Sequence
+
+from benchmarks import _harness as harness
 
 ENV = "agentic_judge_v0"
 
@@ -60,15 +60,12 @@ def _timed(seeds: list[int], batch_size: int, executor) -> tuple[float, list]:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, object]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--episodes", type=int, default=24, help="episodes per setting (default 24)")
-    parser.add_argument("--batch-size", type=int, default=8, help="envs side by side (default 8)")
-    parser.add_argument("--quick", action="store_true", help="2 episodes, 2 side by side (the test's setting)")
+    parser = harness.parser(__doc__, quick="2 episodes, 2 side by side (the test's setting)")
+    parser.add_argument("--episodes", type=harness.count, default=24, help="episodes per setting (default 24)")
+    parser.add_argument("--batch-size", type=harness.count, default=8, help="envs side by side (default 8)")
     args = parser.parse_args(argv)
     if args.quick:
         args.episodes, args.batch_size = 2, 2
-    if args.episodes < 1 or args.batch_size < 1:
-        parser.error(f"--episodes and --batch-size must be >= 1; got {args.episodes} and {args.batch_size}")
     try:
         import ray
     except ImportError:
@@ -104,8 +101,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
                "same_episodes": all(same for *_, same in rows), "episodes": args.episodes,
                "batch_size": args.batch_size, "cpus": os.cpu_count(),
                "seconds": round(time.perf_counter() - start, 1)}
-    print(json.dumps(figures))
-    return figures
+    return harness.emit(figures)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Reward hacks: how many attempts to raise an env's reward without doing the task pay (the goal: none).
 
-The attempts live in ``benchmarks/hacks/``, one library per env (``hacks.judge`` against
+The attempts live in :mod:`benchmarks.hacks`, one library per env (``hacks.judge`` against
 agentic_judge_v0's hidden tests and judge, ``hacks.proposer`` against proposer_solver_v0's
 validation and grading, ``hacks.user_sim`` against user_sim_v0's world-state reward, and
 ``hacks.pipeline`` against what surrounds the envs: checkpoints, configs and episode files a user
@@ -15,8 +15,8 @@ rest go on. A library that is missing, or fails to import, is a row that says so
 Per env it prints a table (name, what it tries, paid?, reward vs baseline, detail), then a summary
 (per env: attempts, paid, errors).
 
-    python benchmarks/reward_hacks.py            # every attempt
-    python benchmarks/reward_hacks.py --quick    # the few each library marks quick: seconds
+    python -m benchmarks.reward_hacks            # every attempt
+    python -m benchmarks.reward_hacks --quick    # the few each library marks quick: seconds
 
 The last line printed is a JSON object: ``judge_hacks_paid``, ``proposer_hacks_paid``,
 ``user_sim_hacks_paid``, ``pipeline_hacks_paid`` (attempts that paid, per env; null where the library
@@ -29,12 +29,9 @@ could not be loaded), ``per_env`` (attempts, paid, errors and the names that pai
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib
-import json
 import signal
-import sys
 import threading
 import time
 import traceback
@@ -43,14 +40,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the hacks package sits beside this script
+from benchmarks import _harness as harness
+from benchmarks.hacks import Hack, Outcome
 
-from hacks import Hack, Outcome  # noqa: E402 - needs the path above
-
-LIBRARIES = (("agentic_judge_v0", "hacks.judge", "judge_hacks_paid"),
-             ("proposer_solver_v0", "hacks.proposer", "proposer_hacks_paid"),
-             ("user_sim_v0", "hacks.user_sim", "user_sim_hacks_paid"),
-             ("pipeline", "hacks.pipeline", "pipeline_hacks_paid"))
+LIBRARIES = (("agentic_judge_v0", "benchmarks.hacks.judge", "judge_hacks_paid"),
+             ("proposer_solver_v0", "benchmarks.hacks.proposer", "proposer_hacks_paid"),
+             ("user_sim_v0", "benchmarks.hacks.user_sim", "user_sim_hacks_paid"),
+             ("pipeline", "benchmarks.hacks.pipeline", "pipeline_hacks_paid"))
 """Env, the module of its attempts, and the JSON key of how many paid."""
 TIMEOUT_S = 300.0
 """Default limit on one attempt (``--timeout``)."""
@@ -191,13 +187,10 @@ def by_kind(libraries: Sequence[Library]) -> dict[str, dict[str, int]]:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--quick", action="store_true", help="only the attempts each library marks quick")
-    parser.add_argument("--timeout", type=float, default=TIMEOUT_S,
+    parser = harness.parser(__doc__, quick="only the attempts each library marks quick")
+    parser.add_argument("--timeout", type=harness.positive, default=TIMEOUT_S,
                         help=f"seconds one attempt may run before it is an error (default {TIMEOUT_S:g})")
     args = parser.parse_args(argv)
-    if args.timeout <= 0:
-        parser.error(f"--timeout must be > 0 seconds; got {args.timeout!r}")
     start = time.perf_counter()
     libraries = []
     for env, module, key in LIBRARIES:
@@ -222,8 +215,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "quick": args.quick,
         "seconds": round(time.perf_counter() - start, 2),
     })
-    print(json.dumps(result))
-    return result
+    return harness.emit(result)
 
 
 if __name__ == "__main__":

@@ -29,11 +29,11 @@ per ``collect`` call), the env's own calls (reset, step, last, observe), the pol
 and tokenisation (``encode_prompts``), the rest of ``act`` (sampling: the model's forward passes,
 plus decoding), and ``collect``'s own bookkeeping (the rest).
 
-    python benchmarks/rollout_throughput.py                    # both settings, 10 rounds of 256 (batch 64) and 64 (batch 1) episodes
-    python benchmarks/rollout_throughput.py --quick            # 1 round of 64 and 4 episodes: seconds
-    python benchmarks/rollout_throughput.py --setting trainer  # one setting only (trainer or long)
-    python benchmarks/rollout_throughput.py --threads 2        # torch threads (default 1; see --help)
-    python benchmarks/rollout_throughput.py --no-share-prefix  # run every prompt whole (see TransformersPolicy)
+    python -m benchmarks.rollout_throughput                    # both settings, 10 rounds of 256 (batch 64) and 64 (batch 1) episodes
+    python -m benchmarks.rollout_throughput --quick            # 1 round of 64 and 4 episodes: seconds
+    python -m benchmarks.rollout_throughput --setting trainer  # one setting only (trainer or long)
+    python -m benchmarks.rollout_throughput --threads 2        # torch threads (default 1; see --help)
+    python -m benchmarks.rollout_throughput --no-share-prefix  # run every prompt whole (see TransformersPolicy)
 
 The last line printed is a JSON object with the first setting's figures: ``episodes_per_s_b1``,
 ``episodes_per_s_b64``, ``ratio`` (b64 / b1), ``tokens_per_s_b1``, ``tokens_per_s_b64`` (generated
@@ -46,12 +46,13 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from benchmarks import _harness as harness
 
 GOAL_RATIO = 15.0
 PARTS = ("make_env", "env", "template", "sampling", "collect")
@@ -237,22 +238,21 @@ def figures_of(small: Result, large: Result, setting: Setting, args: argparse.Na
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the benchmark, print the tables and the JSON line, and return the JSON's figures."""
     started = time.perf_counter()  # the JSON line's wall-clock "seconds"
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="1 round of 64 and 4 episodes (the test's setting)")
+    parser = harness.parser(__doc__, quick="1 round of 64 and 4 episodes (the test's setting)")
     parser.add_argument("--setting", choices=("both", "trainer", "long"), default="both",
                         help="trainer: presets.KUHN_POKER_V0 (no rules in the prompt, 1-token replies); "
                              "long: the rules in the prompt and up to 8 tokens; both: trainer, then long")
-    parser.add_argument("--rounds", type=int, default=10, help="alternating rounds of batch 64 and batch 1")
-    parser.add_argument("--episodes", type=int, default=256, help="episodes per round at batch 64")
-    parser.add_argument("--episodes-b1", type=int, default=64, help="episodes per round at batch 1")
-    parser.add_argument("--batch", type=int, default=64, help="the large batch size")
-    parser.add_argument("--max-new-tokens", type=int, default=None,
+    parser.add_argument("--rounds", type=harness.count, default=10, help="alternating rounds of batch 64 and batch 1")
+    parser.add_argument("--episodes", type=harness.count, default=256, help="episodes per round at batch 64")
+    parser.add_argument("--episodes-b1", type=harness.count, default=64, help="episodes per round at batch 1")
+    parser.add_argument("--batch", type=harness.count, default=64, help="the large batch size")
+    parser.add_argument("--max-new-tokens", type=harness.count, default=None,
                         help="longest reply, in tokens, for every setting (default: the setting's)")
     parser.add_argument("--hidden-size", type=int, default=None,
                         help="tiny llama width (default: the trainer's, presets.KUHN_POKER_V0['model_hidden_size'])")
     parser.add_argument("--layers", type=int, default=None,
                         help="tiny llama depth (default: the trainer's, TrainConfig.model_layers)")
-    parser.add_argument("--threads", type=int, default=1,
+    parser.add_argument("--threads", type=harness.count, default=1,
                         help="torch intra-op threads for both settings; 1 by default because extra threads "
                              "that must wait for a busy core slow small ops down many times over")
     parser.add_argument("--no-share-prefix", action="store_true",
@@ -261,11 +261,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.episodes, args.episodes_b1 = 1, args.batch, 4
-    for name in ("rounds", "episodes", "episodes_b1", "batch", "threads"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1; got {getattr(args, name)!r}")
-    if args.max_new_tokens is not None and args.max_new_tokens < 1:
-        parser.error(f"--max-new-tokens must be >= 1; got {args.max_new_tokens!r}")
 
     import torch
 
@@ -306,8 +301,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         else:
             figures = figures_of(small, large, setting, args, model)
     figures["seconds"] = round(time.perf_counter() - started, 2)
-    print(json.dumps(figures))
-    return figures
+    return harness.emit(figures)
 
 
 if __name__ == "__main__":

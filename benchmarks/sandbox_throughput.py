@@ -13,20 +13,19 @@ the ratios. The systems:
 The last line printed is a JSON object with the headline figures.
 
 Usage:
-    python benchmarks/sandbox_throughput.py            # 200 runs per system
-    python benchmarks/sandbox_throughput.py --quick    # 12 runs per system, a few seconds
+    python -m benchmarks.sandbox_throughput            # 200 runs per system
+    python -m benchmarks.sandbox_throughput --quick    # 12 runs per system, a few seconds
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 
+from benchmarks import _harness as harness
 from llm_zoo.sandbox import SandboxPool, Workspace, run_python, sandbox_info
 from llm_zoo.sandbox._bwrap import discover_runtime
 
@@ -43,17 +42,12 @@ def _check(stdout: str | bytes) -> None:
 def main(argv: list[str] | None = None) -> dict[str, float]:
     """Measure every system, print the table and the JSON line, and return the headline figures."""
     started = time.perf_counter()  # the JSON line's wall-clock "seconds"
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--quick", action="store_true", help="12 runs per system instead of 200 (a few seconds)"
-    )
-    parser.add_argument("--runs", type=int, default=None, help="runs per system (overrides --quick)")
+    parser = harness.parser(__doc__, quick="12 runs per system instead of 200 (a few seconds)")
+    parser.add_argument("--runs", type=harness.count, default=None, help="runs per system (overrides --quick)")
     parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds the runs are split into")
     args = parser.parse_args(argv)
     runs = args.runs if args.runs is not None else (12 if args.quick else 200)
     rounds = max(1, min(args.rounds, runs))
-    if runs <= 0:
-        parser.error(f"--runs must be positive, got {runs}")
     info = sandbox_info()
     if not info.available:
         raise SystemExit(f"the sandbox is unavailable here: {info.problem}")
@@ -117,10 +111,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         f"sandbox: {info.version}; {' '.join(info.namespaces)}; per-workspace uid: {info.per_workspace_uid}"
     )
     print()
-    print(f"| {'system':<28} | {'runs/s':>8} | {'ms/run':>8} | {'bare / this':>11} |")
-    print(f"|{'-' * 30}|{'-' * 10}|{'-' * 10}|{'-' * 13}|")
-    for name, r in rate.items():
-        print(f"| {name:<28} | {r:>8.1f} | {1000 / r:>8.2f} | {bare_rate / r:>11.2f} |")
+    print(harness.table(["system", "runs/s", "ms/run", "bare / this"],
+                        [[name, f"{r:.1f}", f"{1000 / r:.2f}", f"{bare_rate / r:.2f}"] for name, r in rate.items()]))
     print()
     pooled_name = next(name for name in systems if name.startswith("sandbox pooled"))
     headline = {
@@ -136,8 +128,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         "workers": workers,
     }
     headline["seconds"] = round(time.perf_counter() - started, 2)
-    print(json.dumps(headline))
-    return headline
+    return harness.emit(headline)
 
 
 if __name__ == "__main__":

@@ -19,9 +19,9 @@ a turn early, so most replies are that long).
 The two alternate in rounds, after a warm-up of each, so a busy neighbour slows both alike; the
 ratio (new / legacy) is the figure to read.
 
-    python benchmarks/serve_throughput.py             # concurrency 1, 8 and 32; 3 rounds of 64 requests each
-    python benchmarks/serve_throughput.py --quick     # concurrency 8; 1 round of 16 short requests: seconds
-    python benchmarks/serve_throughput.py --concurrency 4 16 --rounds 5
+    python -m benchmarks.serve_throughput             # concurrency 1, 8 and 32; 3 rounds of 64 requests each
+    python -m benchmarks.serve_throughput --quick     # concurrency 8; 1 round of 16 short requests: seconds
+    python -m benchmarks.serve_throughput --concurrency 4 16 --rounds 5
 
 The last line printed is a JSON object: ``requests_per_s_new``, ``requests_per_s_legacy``,
 ``tokens_per_s_new``, ``tokens_per_s_legacy`` and ``ratio`` (requests/s, new / legacy) at the
@@ -31,9 +31,7 @@ highest concurrency, then ``by_concurrency`` with the same figures for each leve
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
-import json
 import random
 import sys
 import tempfile
@@ -43,6 +41,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from benchmarks import _harness as harness
 
 LEGACY = Path(__file__).resolve().parent / "_legacy_serve.py"
 WORDS = "the cat sat on a mat and looked at the dog who ran past with a ball in its mouth".split()
@@ -131,12 +131,7 @@ class Servers:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the benchmark; print the table and the JSON line, and return the figures."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="concurrency 8, 1 round of 16 requests of 2-8 tokens (the test's setting)",
-    )
+    parser = harness.parser(__doc__, quick="concurrency 8, 1 round of 16 requests of 2-8 tokens (the test's setting)")
     parser.add_argument(
         "--concurrency", type=int, nargs="+", default=[1, 8, 32], help="requests in flight (default: 1 8 32)"
     )
@@ -227,8 +222,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     }
     figures["seconds"] = round(time.perf_counter() - began, 1)
     print()
-    print(json.dumps(figures))
-    return figures
+    return harness.emit(figures)
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ steps' or the samples').
 
 Two checks say the two run the same work, besides ``same_prompts`` and ``same_prompt_ids``:
 :func:`loss_gradient_check` feeds one batch (same tokens, same advantages) to our
-:func:`~llm_zoo.trainers.grpo.update` and to TRL's ``_compute_loss``: the gradients agree to
+:func:`~llm_zoo.trainers.grpo.update` and to TRL's ``compute_loss``: the gradients agree to
 float rounding (relative difference 2e-6 at the full setting); and the two samplers draw from one
 distribution (measured once, 3600 replies of the initial model each: llm_zoo's sampler 11.0% legal
 replies, mean reward -1.784; ``model.generate`` 10.9%, -1.779). So the curves differ by sampling
@@ -83,10 +83,10 @@ What the comparison cannot remove:
 - randomness: each samples from its own random stream, so the completions differ; the rewards,
   prompts and initial weights do not.
 
-    python benchmarks/trainer_vs_trl.py             # the full setting, 3 seeds: 9-14 min on 2 busy cores
-    python benchmarks/trainer_vs_trl.py --seeds 1   # one seed: 3-5 min
-    python benchmarks/trainer_vs_trl.py --quick     # the smallest setting, one seed: seconds
-    python benchmarks/trainer_vs_trl.py --out DIR   # where the plot and the figures go (default: a temp folder)
+    python -m benchmarks.trainer_vs_trl             # the full setting, 3 seeds: 9-14 min on 2 busy cores
+    python -m benchmarks.trainer_vs_trl --seeds 1   # one seed: 3-5 min
+    python -m benchmarks.trainer_vs_trl --quick     # the smallest setting, one seed: seconds
+    python -m benchmarks.trainer_vs_trl --out DIR   # where the plot and the figures go (default: a temp folder)
 
 Prints the settings, the move values, a table per seed and pooled (seconds per step, completions
 per second, the reward over the last quarter of completions, the final sampled reward), where each
@@ -101,7 +101,6 @@ the same rewards to the last digit.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import math
@@ -119,6 +118,7 @@ from pathlib import Path
 from typing import Any
 
 import llm_zoo
+from benchmarks import _harness as harness
 from llm_zoo.envs.core import FastOrderEnforcingWrapper, InvalidReply, TextEnv
 from llm_zoo.envs.kuhn_poker import text, theory
 from llm_zoo.envs.kuhn_poker.rules import CARDS, Hand, Move
@@ -404,9 +404,14 @@ def run_trl(config, setting: Setting, seeds: Sequence[Sequence[int]], out: Path)
     dataset = Dataset.from_list(rows)
     tokenizer, model = build_tokenizer_and_model(config, seed=config.seed)  # our learner "main" is built with seed + 0
     generate_s: list[float] = []
+    fed: set[tuple[int, ...]] = set()
     generate = model.generate
 
     def timed_generate(*args: Any, **kwargs: Any) -> Any:  # where TRL's step goes: its sampling, and the rest
+        # and the prompts' token ids as TRL fed them (left-padded rows, less their padding)
+        ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
+        if ids is not None and mask is not None:
+            fed.update(tuple(t for t, m in zip(row, keep) if m) for row, keep in zip(ids.tolist(), mask.tolist()))
         t0 = time.perf_counter()
         try:
             return generate(*args, **kwargs)
@@ -452,20 +457,11 @@ def run_trl(config, setting: Setting, seeds: Sequence[Sequence[int]], out: Path)
     wall = time.perf_counter() - started
     del model.generate  # back to the class's method
     return {"wall_s": wall, "step_s": step_s, "sample_s": generate_s, "rewards": step_rewards, "model": trainer.model,
-            "tokenizer": tokenizer, "seen": seen, "prompt_ids": _trl_prompt_ids(trainer)}
-
-
-def _trl_prompt_ids(trainer) -> list[list[int]] | None:
-    """Return the token ids TRL feeds its model for each decision's prompt (None if its private API moved)."""
-    try:
-        ids = trainer._tokenize_prompts([list(decision_messages(d, ENV_KWARGS)) for d in range(len(DECISIONS))])[0]
-    except (AttributeError, TypeError, ValueError):
-        return None
-    return [list(map(int, row)) for row in ids]
+            "tokenizer": tokenizer, "seen": seen, "prompt_ids": sorted(fed) or None}
 
 
 def our_prompt_ids(policy) -> list[list[int]]:
-    """Return the token ids our sampler feeds the model for each decision's prompt."""
+    """Return the token ids our sampler feeds the model for each decision's prompt, by decision."""
     return policy.encode_prompts([{"messages": decision_messages(d, ENV_KWARGS)} for d in range(len(DECISIONS))])
 
 
@@ -474,8 +470,8 @@ def loss_gradient_check(setting: Setting, seed: int, out: Path) -> float | None:
 
     One batch sampled from the initial model (every prompt, a group each), with our GRPO advantages;
     our side is :func:`llm_zoo.trainers.grpo.update` itself (with an optimiser of learning rate 0,
-    its gradient read back from before its clip at norm 1), TRL's side its ``GRPOTrainer._compute_loss``
-    on the same tokens and advantages. Equal to float rounding means the same loss: the
+    its gradient read back from before its clip at norm 1), TRL's side its ``GRPOTrainer.compute_loss``
+    (the public method ``Trainer.training_step`` calls) on the same tokens and advantages. Equal to float rounding means the same loss: the
     same log-probs, ratio, clipping and token-level normalisation.
     """
     import torch
@@ -514,9 +510,9 @@ def loss_gradient_check(setting: Setting, seed: int, out: Path) -> float | None:
     try:
         if not hasattr(trainer, "current_gradient_accumulation_steps"):  # set by Trainer's loop, which is not running
             trainer.current_gradient_accumulation_steps = 1
-        trainer._compute_loss(model, inputs).backward()
+        trainer.compute_loss(model, inputs).backward()
     except (AttributeError, KeyError, TypeError) as exc:
-        print(f"loss gradient check skipped: TRL's _compute_loss changed ({type(exc).__name__}: {exc})")
+        print(f"loss gradient check skipped: TRL's compute_loss changed ({type(exc).__name__}: {exc})")
         return None
     finally:
         model.eval()
@@ -601,7 +597,9 @@ def run_seed(setting: Setting, seed: int, out: Path, trl_first: bool) -> dict[st
     same_prompts = (Counter(ours["served"]) == Counter({s: n * setting.group_size for s, n in planned.items()})
                     and [sorted(x) for x in theirs["seen"]]
                     == [sorted(d for d in step for _ in range(setting.group_size)) for step in decisions])
-    same_prompt_ids = None if theirs["prompt_ids"] is None else theirs["prompt_ids"] == ours["prompt_ids"]
+    # every prompt TRL fed its model is our tokenization of one of the decisions it saw, and each of those is fed
+    same_prompt_ids = None if theirs["prompt_ids"] is None else (
+        set(theirs["prompt_ids"]) == {tuple(ours["prompt_ids"][d]) for step in decisions for d in step})
     per_step = setting.completions_per_step
     rows = {}
     for name in ("llm_zoo", "trl"):
@@ -621,30 +619,23 @@ def _paired(diffs: Sequence[float]) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     started = time.perf_counter()  # the JSON line's wall-clock "seconds"
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="the smallest setting: a few steps of a smaller model, "
-                        "one seed")
-    parser.add_argument("--steps", type=int, default=None, help="training steps of each trainer")
-    parser.add_argument("--group-size", type=int, default=None, help="completions per prompt (GRPO's group)")
-    parser.add_argument("--prompts-per-step", type=int, default=None, help="groups per step")
-    parser.add_argument("--lr", type=float, default=None, help="learning rate of both")
-    parser.add_argument("--seeds", type=int, default=None, help="seeds (model init, prompts, samplers), each run by "
-                        "both trainers, the first to run alternating; default 3, 1 with --quick")
-    parser.add_argument("--out", default=None, help="folder for the runs, the plot and figures.json "
-                        "(default: a temp folder)")
+    parser = harness.parser(__doc__, quick="the smallest setting: a few steps of a smaller model, one seed")
+    parser.add_argument("--steps", type=harness.count, default=None, help="training steps of each trainer")
+    parser.add_argument("--group-size", type=int, default=None, help="completions per prompt (GRPO's group), >= 2")
+    parser.add_argument("--prompts-per-step", type=harness.count, default=None, help="groups per step")
+    parser.add_argument("--lr", type=harness.positive, default=None, help="learning rate of both")
+    harness.add_seeds(parser, default=None, help="seeds (model init, prompts, samplers), each run by both trainers, "
+                      "the first to run alternating; default 3, 1 with --quick")
+    harness.add_out(parser, "folder for the runs, the plot and figures.json (default: a temp folder)")
     args = parser.parse_args(argv)
     base = SETTINGS["quick" if args.quick else "full"]
     overrides = {k: v for k, v in (("steps", args.steps), ("group_size", args.group_size),
                                    ("prompts_per_step", args.prompts_per_step), ("lr", args.lr)) if v is not None}
-    for name, value in overrides.items():
-        if name != "lr" and value < (2 if name == "group_size" else 1):
-            parser.error(f"--{name.replace('_', '-')} must be >= {2 if name == 'group_size' else 1}; got {value}")
+    if args.group_size is not None and args.group_size < 2:
+        parser.error(f"--group-size must be >= 2 (GRPO's advantages compare completions of one prompt); "
+                     f"got {args.group_size}")
     setting = Setting(**{**base.__dict__, **overrides})
-    if not setting.lr > 0:
-        parser.error(f"--lr must be > 0; got {setting.lr}")
     n_seeds = args.seeds if args.seeds is not None else (1 if args.quick else 3)
-    if n_seeds < 1:
-        parser.error(f"--seeds must be >= 1; got {n_seeds}")
 
     import torch
 
@@ -756,8 +747,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "trl_loss_type": "dapo", "threads": 1, "load_average": round(load, 2)}
     (out / "figures.json").write_text(json.dumps({**line, "runs": runs, "total": total}))
     line["seconds"] = round(time.perf_counter() - started, 2)
-    print(json.dumps(line))
-    return line
+    return harness.emit(line)
 
 
 if __name__ == "__main__":

@@ -20,9 +20,9 @@ Per assistant it prints the success rate, the turns (messages between user and a
 tool calls per episode, then the success rate by scenario group: the kind of the first task, and
 ``no change`` for the scenarios whose policies forbid the request.
 
-    python benchmarks/user_sim_success.py                      # every scenario x 3 seeds
-    python benchmarks/user_sim_success.py --quick              # every scenario x 1 seed: seconds
-    python benchmarks/user_sim_success.py --assistant http://localhost:8000/v1 --seeds 1
+    python -m benchmarks.user_sim_success                      # every scenario x 3 seeds
+    python -m benchmarks.user_sim_success --quick              # every scenario x 1 seed: seconds
+    python -m benchmarks.user_sim_success --assistant http://localhost:8000/v1 --seeds 1
 
 The last line printed is a JSON object: ``scripted_success``, ``paraphrase_success``, ``random_success``,
 ``floor_success`` (success rates; also ``_turns`` and ``_tool_calls`` of each),
@@ -33,14 +33,14 @@ episode), ``episodes`` (per assistant), and for ``--assistant`` the same figures
 
 from __future__ import annotations
 
-import argparse
 import functools
-import json
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from benchmarks import _harness as harness
 
 
 @dataclass
@@ -131,15 +131,12 @@ def print_tables(results: Sequence[Result], seeds: Sequence[int]) -> None:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the benchmark; print the tables and the JSON line; return the figures."""
     started = time.perf_counter()  # the JSON line's wall-clock "seconds"
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, default=3, help="env seeds per scenario (default 3)")
-    parser.add_argument("--quick", action="store_true", help="one seed per scenario: seconds")
+    parser = harness.parser(__doc__, quick="one seed per scenario: seconds")
+    harness.add_seeds(parser, default=3, help="env seeds per scenario (default 3)")
     parser.add_argument("--assistant", default=None, help="another assistant: a model directory, an http(s):// "
                         "endpoint, or a policy name load_policy knows (random, scripted)")
-    parser.add_argument("--batch-size", type=int, default=64, help="envs run side by side (default 64)")
+    parser.add_argument("--batch-size", type=harness.count, default=64, help="envs run side by side (default 64)")
     args = parser.parse_args(argv)
-    if args.seeds < 1 or args.batch_size < 1:
-        parser.error(f"--seeds and --batch-size must be >= 1; got {args.seeds} and {args.batch_size}")
     seeds = list(range(1 if args.quick else args.seeds))
 
     from llm_zoo import user_sim_v0
@@ -166,8 +163,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             figures["assistant"] = label
             figures["assistant_failed"] = r.failed
     figures["seconds"] = round(time.perf_counter() - started, 2)
-    print(json.dumps(figures))
-    return figures
+    return harness.emit(figures)
 
 
 if __name__ == "__main__":

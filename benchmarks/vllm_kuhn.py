@@ -13,8 +13,8 @@ the weights in place after every update (``VLLMPolicy.sync_from``). The runs sam
 is the learning: the exact exploitability at each evaluation, within the seed-to-seed spread of
 the transformers runs.
 
-    python benchmarks/vllm_kuhn.py            # 100 steps x 64 episodes, seeds 0-2, both generations
-    python benchmarks/vllm_kuhn.py --quick    # 4 steps x 16 episodes, seed 0
+    python -m benchmarks.vllm_kuhn            # 100 steps x 64 episodes, seeds 0-2, both generations
+    python -m benchmarks.vllm_kuhn --quick    # 4 steps x 16 episodes, seed 0
 
 The last line printed is a JSON object: per generation the exploitability of each seed at the last
 step, its mean and range, ``mean_gap`` (vLLM's mean minus transformers'), ``within_spread`` (every
@@ -33,14 +33,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import _harness as harness
 from llm_zoo.policies.vllm import missing_requirements
 
 GENERATIONS = ("transformers", "vllm")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="4 steps x 16 episodes, seed 0")
+    parser = harness.parser(__doc__, quick="4 steps x 16 episodes, seed 0")
     parser.add_argument("--steps", type=int, default=100, help="updates per run")
     parser.add_argument("--episodes", type=int, default=64, help="episodes per step")
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 of each generation")
@@ -77,10 +77,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     missing = missing_requirements(gpu=False)
     if missing is not None:
-        print(f"vllm_kuhn: skipped, {missing}.")
-        figures: dict[str, Any] = {"skipped": missing}
-        print(json.dumps(figures))
-        return figures
+        return harness.skipped("vllm_kuhn", missing)
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout holds the tables and the JSON line
 
     results: dict[str, list[dict[str, Any]]] = {g: [] for g in GENERATIONS}
@@ -115,8 +112,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
           f"vllm {figures['vllm_mean']:.4f} (range {figures['vllm_range']:.4f}); every vLLM seed within the "
           f"transformers range widened by half its width: {within}")
     figures["seconds"] = round(time.perf_counter() - started, 2)
-    print(json.dumps(figures))
-    return figures
+    return harness.emit(figures)
 
 
 if __name__ == "__main__":

@@ -25,8 +25,8 @@ Three measurements, in one run, so the machine's noise falls on both sides of ea
 - parity: the replies vLLM sampled, rescored by ``TransformersPolicy.logprobs_of``; max |difference|
   before and after a push of perturbed weights (rescored with the perturbed model).
 
-    python benchmarks/vllm_throughput.py            # small llama, batch 64, 32 new tokens, 3 rounds
-    python benchmarks/vllm_throughput.py --quick    # tiny llama, batch 8, 8 new tokens, 1 round
+    python -m benchmarks.vllm_throughput            # small llama, batch 64, 32 new tokens, 3 rounds
+    python -m benchmarks.vllm_throughput --quick    # tiny llama, batch 8, 8 new tokens, 1 round
 
 The last line printed is a JSON object: ``vllm_tokens_per_s``, ``transformers_tokens_per_s``,
 ``ratio`` (vLLM over transformers), ``push_s``, ``disk_reload_s``, ``logprob_max_abs_diff``,
@@ -37,7 +37,6 @@ and ``seconds``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
@@ -45,6 +44,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import _harness as harness
 from llm_zoo.policies.vllm import missing_requirements
 
 SHAPES = {
@@ -55,8 +55,7 @@ SHAPES = {
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="tiny llama, batch 8, 8 new tokens, 1 round, 2 pushes")
+    parser = harness.parser(__doc__, quick="tiny llama, batch 8, 8 new tokens, 1 round, 2 pushes")
     parser.add_argument("--batch", type=int, default=64, help="observations per act call")
     parser.add_argument("--max-new-tokens", type=int, default=32, help="longest reply, in tokens")
     parser.add_argument("--rounds", type=int, default=3, help="timed act calls per backend")
@@ -130,10 +129,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     missing = missing_requirements(gpu=False)
     if missing is not None:
-        print(f"vllm_throughput: skipped, {missing}.")
-        figures: dict[str, Any] = {"skipped": missing}
-        print(json.dumps(figures))
-        return figures
+        return harness.skipped("vllm_throughput", missing)
 
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout holds the tables and the JSON line
     import torch
@@ -226,8 +222,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"weights, against the perturbed model: {after:.2e}"
     )
     figures["seconds"] = round(time.perf_counter() - started, 2)
-    print(json.dumps(figures))
-    return figures
+    return harness.emit(figures)
 
 
 if __name__ == "__main__":

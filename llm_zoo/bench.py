@@ -31,8 +31,10 @@ The README is left alone: it quotes figures from this page and links to the sect
 (``tests/test_readme_figures.py`` fails when a quoted figure is not on the section it links to), so a
 rerun that changes a figure shows up there instead of being pasted over.
 
-The scripts' contract (see DESIGN.md, Benchmarks): each takes ``--quick``, prints readable tables,
-and ends with one line, a JSON object of its headline figures, including ``seconds``, its wall-clock.
+The scripts' contract (``benchmarks/_harness.py``, which they share): each takes ``--quick``, prints readable
+tables, and ends with one line, a JSON object of its headline figures, including ``seconds``, its wall-clock. The
+checkout's ``benchmarks`` is a package: its modules run as ``python -m benchmarks.NAME`` from the checkout's root;
+a folder passed by ``--benchmarks`` that is not one runs each file as ``python FILE``.
 """
 
 from __future__ import annotations
@@ -134,8 +136,20 @@ def discover(scripts_dir: Path = BENCHMARKS) -> dict[str, Path]:
 
 
 def _takes(script: Path, option: str) -> bool:
-    """True when the script declares ``option`` (e.g. ``--out``: its plots and tables then go where we say)."""
-    return re.search(rf"""add_argument\(\s*["']{re.escape(option)}["']""", script.read_text()) is not None
+    """True when the script declares ``option`` (e.g. ``--out``: its plots and tables then go where we say): an
+    ``add_argument("--out", ...)``, or the harness's ``add_out(...)`` (``benchmarks/_harness.py``)."""
+    helper = "add_" + option.lstrip("-").replace("-", "_")
+    return re.search(rf"""add_argument\(\s*["']{re.escape(option)}["']|\b{helper}\(""", script.read_text()) is not None
+
+
+def _launch(script: Path) -> list[str]:
+    """The arguments that start ``script``: ``-m benchmarks.NAME`` for a module of a package in the checkout (the
+    checkout's ``benchmarks``, run from its root), else the file's path (a folder of scripts passed by
+    ``--benchmarks``)."""
+    folder = script.resolve().parent
+    if (folder / "__init__.py").is_file() and folder.parent == ROOT:
+        return ["-m", f"{folder.name}.{script.stem}"]
+    return [str(script)]
 
 
 def _python(script: Path) -> str:
@@ -170,15 +184,17 @@ def run_script(script: Path, *, quick: bool, timeout_s: float, assets: Path, pag
         extra: More arguments for the script, after ``--quick`` (``--args``: a part of a long benchmark).
     """
     name = script.stem
-    argv = [_python(script), str(script), *(["--quick"] if quick else []), *extra]
+    launch = _launch(script)
+    argv = [_python(script), *launch, *(["--quick"] if quick else []), *extra]
     with tempfile.TemporaryDirectory(prefix=f"bench_{name}_") as tmp:
         out = Path(tmp) / "out"
         if _takes(script, "--out"):
             argv += ["--out", str(out)]
         if runs is not None and _takes(script, "--runs-dir"):
             argv += ["--runs-dir", str(runs)]
-        shown = shlex.join(["python", os.path.relpath(script, ROOT) if script.is_relative_to(ROOT) else str(script),
-                            *argv[2:]]).replace(str(out), "OUT")
+        where = launch if launch[0] == "-m" else [os.path.relpath(script, ROOT) if script.is_relative_to(ROOT)
+                                                  else str(script)]
+        shown = shlex.join(["python", *where, *argv[1 + len(launch):]]).replace(str(out), "OUT")
         before = _pngs(docs)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg"}
         start = time.perf_counter()

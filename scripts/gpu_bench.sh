@@ -20,7 +20,7 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, torch.cuda.get_devic
 status=0
 for script in gpu_policies gpu_train vllm_throughput; do
     echo "== $script"
-    timeout 600 "$PY" "benchmarks/$script.py" > "$OUT/$script.txt" 2> "$OUT/$script.err" || status=$?
+    timeout 600 "$PY" -m "benchmarks.$script" > "$OUT/$script.txt" 2> "$OUT/$script.err" || status=$?
     tail -1 "$OUT/$script.txt"
 done
 LLM_ZOO_REQUIRE_VLLM=1 timeout 900 "$PY" -m pytest -q -p no:cacheprovider -m vllm tests/policies/test_vllm.py \

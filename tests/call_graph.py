@@ -22,10 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from test_imports import layer_of  # noqa: E402
+from tests.test_imports import layer_of  # the checkout's root is on PYTHONPATH (above)
 
 
 def module_of(filename: str, package_root: Path) -> str | None:

@@ -53,7 +53,8 @@ def test_every_script_has_a_quick_setting_and_ends_with_a_json_line_holding_its_
     assert list(results) == list(scripts) and next(iter(results)) == bench.HEADLINE
     assert seconds < 600, f"bench --quick took {seconds:.0f} s; it must stay under 10 minutes"
     for name, script in scripts.items():
-        assert "--quick" in script.read_text(), f"{name} has no --quick setting"
+        # the harness's parser adds --quick (benchmarks/_harness.py); the run above passed it
+        assert "harness.parser(" in script.read_text(), f"{name} has no --quick setting"
         r = results[name]
         if MISSING.get(name):
             continue

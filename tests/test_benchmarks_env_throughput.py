@@ -4,25 +4,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "env_throughput.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("env_throughput", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+from benchmarks import env_throughput
 
 
 def test_quick_run_prints_the_table_and_ends_with_the_json_line(capsys):
     pytest.importorskip("pygame", reason="PettingZoo's tictactoe_v3 imports pygame; pip install 'pygame-ce>=2.3'")
-    figures = _load().main(["--quick"])
+    figures = env_throughput.main(["--quick"])
     out = capsys.readouterr().out.strip().splitlines()
     assert json.loads(out[-1]) == figures
     assert any(line.startswith("kuhn_poker_v0 (1 hand)") for line in out)
@@ -38,4 +28,4 @@ def test_quick_run_prints_the_table_and_ends_with_the_json_line(capsys):
 
 def test_bad_budget_is_refused():
     with pytest.raises(SystemExit):
-        _load().main(["--seconds", "0"])
+        env_throughput.main(["--seconds", "0"])

@@ -37,7 +37,8 @@ def _has_gpu_and_vllm() -> bool:
 )
 def test_script_exits_0_and_ends_with_its_json_line(script, keys):
     run = subprocess.run(
-        [sys.executable, str(BENCHMARKS / script), "--quick"], capture_output=True, text=True, timeout=900
+        [sys.executable, "-m", f"benchmarks.{Path(script).stem}", "--quick"], cwd=BENCHMARKS.parent,
+        capture_output=True, text=True, timeout=900
     )
     assert run.returncode == 0, run.stderr[-2000:]
     lines = run.stdout.strip().splitlines()

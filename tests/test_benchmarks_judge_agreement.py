@@ -2,30 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-from llm_zoo.sandbox import sandbox_info
+from benchmarks import judge_agreement
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "judge_agreement.py"
-pytestmark = pytest.mark.skipif(not sandbox_info().available,
-                                reason="bubblewrap is not installed (apt-get install bubblewrap); CI installs it")
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("judge_agreement", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+pytestmark = pytest.mark.bwrap
 
 
 def test_quick_run_prints_the_table_and_ends_with_the_json_line(capsys):
-    figures = _load().main(["--quick", "--workers", "2"])
+    figures = judge_agreement.main(["--quick", "--workers", "2"])
     out = capsys.readouterr().out.strip().splitlines()
     assert json.loads(out[-1]) == figures
     assert any(line.startswith("| visible tests |") for line in out)
@@ -41,11 +28,11 @@ def test_quick_run_prints_the_table_and_ends_with_the_json_line(capsys):
 
 
 def test_a_judge_policy_is_evaluated_beside_them(capsys):
-    figures = _load().main(["--tasks", "mean", "--judge", "random", "--workers", "1"])
+    figures = judge_agreement.main(["--tasks", "mean", "--judge", "random", "--workers", "1"])
     assert figures["policies"]["random"]["abstain"] == 1.0  # random text is never a verdict
     assert "| policy random |" in capsys.readouterr().out
 
 
 def test_unknown_tasks_are_refused():
     with pytest.raises(SystemExit):
-        _load().main(["--tasks", "no_such_task"])
+        judge_agreement.main(["--tasks", "no_such_task"])

@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "kuhn_headline.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("kuhn_headline_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+from benchmarks import kuhn_headline
 
 
 def test_systems_runs_only_the_rows_named(capsys, tmp_path):
     pytest.importorskip("torch")
-    bench = _load()
+    bench = kuhn_headline
     figures = bench.main(["--quick", "--out", str(tmp_path), "--workers", "1", "--systems", "random", "per_seat"])
     out = capsys.readouterr().out.strip().splitlines()
     assert json.loads(out[-1]) == figures
@@ -38,7 +27,7 @@ def test_systems_runs_only_the_rows_named(capsys, tmp_path):
 
 
 def test_a_row_that_lost_seeds_says_on_how_many_its_figure_stands():
-    bench = _load()
+    bench = kuhn_headline
     row = bench.Row("llm_per_seat", "per-seat", runs=[bench.Run(0.0046, -0.0004, 2048000, 1504.0, [(51200, 16.0, 0.09)])],
                     failed=["seed 1: RuntimeError: boom", "seed 2: RuntimeError: boom"])
     text = bench.markdown([row], {row.key: bench.figures(row)})

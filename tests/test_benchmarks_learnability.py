@@ -2,28 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import shutil
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "learnability.py"
+from benchmarks import learnability
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("learnability", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+@pytest.mark.bwrap
 def test_quick_run_prints_the_tables_and_ends_with_the_json_line(capsys, tmp_path):
-    figures = _load().main(["--quick", "--difficulties", "1,6", "--out", str(tmp_path)])
+    figures = learnability.main(["--quick", "--difficulties", "1,6", "--out", str(tmp_path)])
     out = capsys.readouterr().out.strip().splitlines()
     assert json.loads(out[-1]) == figures
     by_difficulty = figures["fixed_mean_learnability_by_difficulty"]
@@ -45,7 +33,7 @@ def test_quick_run_prints_the_tables_and_ends_with_the_json_line(capsys, tmp_pat
 
 
 def test_bad_settings_are_refused():
-    module = _load()
+    module = learnability
     for argv in (["--episodes", "0"], ["--difficulties", "0,2"], ["--solvers", "proposer"]):
         with pytest.raises(SystemExit):
             module.main(argv)

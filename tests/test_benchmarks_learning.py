@@ -2,30 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "learning.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("learning", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+from benchmarks import learning
 
 
 def _quick(capsys, tmp_path: Path, *envs: str) -> tuple[dict, list[str]]:
     """Run the script's quick setting (on ``envs``, else its default envs) in this process; return (its figures, its
     printed lines), having checked that the last line is the JSON of those figures."""
-    figures = _load().main(["--quick", *(["--envs", *envs] if envs else []), "--jobs", "1", "--out", str(tmp_path)])
+    figures = learning.main(["--quick", *(["--envs", *envs] if envs else []), "--jobs", "1", "--out", str(tmp_path)])
     out = capsys.readouterr().out.strip().splitlines()
     assert json.loads(out[-1]) == figures
     return figures, out
@@ -51,7 +40,7 @@ def test_quick_run_prints_every_stage_and_ends_with_the_json_line(capsys, tmp_pa
 
 
 # the proposer_solver rows: every row runs, the JSON line's proposer keys agree with the rows, both plots are written
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+@pytest.mark.bwrap
 def test_quick_proposer_rows_and_the_json_keys(capsys, tmp_path):
     figures, out = _quick(capsys, tmp_path, "proposer_solver_v0")
     rows = figures["rows"]["proposer_solver_v0"]
@@ -77,7 +66,6 @@ def test_quick_proposer_rows_and_the_json_keys(capsys, tmp_path):
 def test_each_job_runs_in_a_fresh_process_and_one_that_dies_fails_alone():
     import multiprocessing
 
-    learning = _load()
     jobs = learning.Isolated(multiprocessing.get_context("fork"), 2)
     for i in range(3):
         jobs.submit(("pid", i), os.getpid)
@@ -103,7 +91,6 @@ def _rae_dies(env, seed, method, *args):
 
 def test_a_run_that_dies_is_reported_and_its_row_goes_on_without_it(capsys, tmp_path, monkeypatch):
     global _REAL_RL_JOB
-    learning = _load()
     _REAL_RL_JOB = learning.rl_job
     monkeypatch.setattr(learning, "rl_job", _rae_dies)
     figures = learning.main(["--quick", "--envs", "proposer_solver_v0", "--jobs", "2", "--out", str(tmp_path)])
@@ -117,7 +104,7 @@ def test_a_run_that_dies_is_reported_and_its_row_goes_on_without_it(capsys, tmp_
 
 
 # the agentic_judge rows: the three rewards' rows, the cross-play and the blind spots, and the JSON line's judge keys
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+@pytest.mark.bwrap
 def test_quick_judge_rows_and_the_json_keys(capsys, tmp_path):
     figures, out = _quick(capsys, tmp_path, "agentic_judge_v0")
     rows = figures["rows"]["agentic_judge_v0"]
@@ -144,5 +131,5 @@ def test_quick_judge_rows_and_the_json_keys(capsys, tmp_path):
     configs = {r["stage"]: json.loads((tmp_path / f"agentic_judge_v0-s0-{r['stage']}" / "config.json").read_text())
                for r in results if r["stage"] in ("judge", "visible", "hidden")}
     assert {s: c["env_kwargs"]["solver_reward"] for s, c in configs.items()} == {s: s for s in configs}
-    assert all(c["env_kwargs"]["tasks"] == list(_load().QUICK_JUDGE_TASKS) for c in configs.values())
+    assert all(c["env_kwargs"]["tasks"] == list(learning.QUICK_JUDGE_TASKS) for c in configs.values())
     assert (tmp_path / "learning.png").stat().st_size > 0

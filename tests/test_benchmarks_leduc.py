@@ -2,24 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "leduc.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("leduc_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+from benchmarks import leduc as bench
 
 
 def test_quick_run_prints_the_table_and_ends_with_the_json_line(capsys, tmp_path):
-    bench = _load()
     figures = bench.main(["--quick", "--out", str(tmp_path)])
     out = capsys.readouterr().out.strip().splitlines()
     assert json.loads(out[-1]) == figures
@@ -44,7 +32,6 @@ def test_quick_run_prints_the_table_and_ends_with_the_json_line(capsys, tmp_path
 
 
 def test_ratio_is_a_lower_bound_when_leduc_never_reaches_the_fraction():
-    bench = _load()
     kuhn = {"to_50%": {"work": 100, "seconds": 2.0}, "to_25%": {"work": 400, "seconds": 8.0}}
     leduc = {"work": 10_000, "seconds": 50.0, "to_50%": {"work": 1_000, "seconds": 10.0}, "to_25%": None}
     ratio = bench.ratios(leduc, kuhn)

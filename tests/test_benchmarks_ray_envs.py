@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "ray_envs.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("ray_envs", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from benchmarks import ray_envs
 
 
 def test_quick_run_prints_the_table_and_ends_with_the_json_line(capsys):
     pytest.importorskip("ray")
-    figures = _load().main(["--quick"])
+    figures = ray_envs.main(["--quick"])
     out = capsys.readouterr().out.strip().splitlines()
     assert json.loads(out[-1]) == figures
     assert any(line.startswith("ray, 2 workers") for line in out)
@@ -38,4 +27,4 @@ def test_quick_run_prints_the_table_and_ends_with_the_json_line(capsys):
 
 def test_bad_budget_is_refused():
     with pytest.raises(SystemExit):
-        _load().main(["--episodes", "0"])
+        ray_envs.main(["--episodes", "0"])

@@ -6,25 +6,16 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-SCRIPT = BENCHMARKS / "reward_hacks.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("reward_hacks", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)  # puts benchmarks/ on sys.path, for the hacks package
-    return module
+from benchmarks import reward_hacks
+from benchmarks.hacks import Hack, Outcome, pipeline, user_sim
 
 
 @pytest.fixture(scope="module")
 def script():
-    return _load()
+    return reward_hacks
 
 
 def _available(module: str) -> bool:
@@ -38,8 +29,6 @@ def test_quick_run_prints_a_table_per_env_a_summary_and_ends_with_the_json_line(
     figures = script.main(["--quick"])
     out = capsys.readouterr().out.strip().splitlines()
     assert json.loads(out[-1]) == figures
-    from hacks import user_sim
-
     quick = [h for h in user_sim.HACKS if h.quick]
     assert 3 <= len(quick) < len(user_sim.HACKS)
     assert figures["user_sim_hacks_paid"] == 0 and figures["per_env"]["user_sim_v0"]["attempts"] == len(quick)
@@ -60,8 +49,6 @@ def test_quick_run_prints_a_table_per_env_a_summary_and_ends_with_the_json_line(
 
 
 def test_an_attempt_that_raises_returns_junk_or_hangs_is_an_error_and_the_rest_go_on(script, capsys):
-    from hacks import Hack, Outcome
-
     def raises():
         raise RuntimeError("the attacker tripped")
 
@@ -103,16 +90,7 @@ def test_bad_timeout_is_refused(script):
         script.main(["--timeout", "0"])
 
 
-def _user_sim_hacks():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        from hacks.user_sim import HACKS
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return HACKS
-
-
-USER_SIM_HACKS = _user_sim_hacks()
+USER_SIM_HACKS = user_sim.HACKS
 
 
 def test_the_user_sim_library_is_at_least_ten_distinct_attempts():
@@ -128,16 +106,7 @@ def test_no_user_sim_attempt_pays(hack):
     assert outcome.reward <= outcome.baseline + 1e-9 and outcome.detail
 
 
-def _pipeline_hacks():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        from hacks.pipeline import HACKS
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return HACKS
-
-
-PIPELINE_HACKS = _pipeline_hacks()
+PIPELINE_HACKS = pipeline.HACKS
 
 
 def test_the_pipeline_library_is_at_least_ten_distinct_attempts_of_both_classes():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -12,16 +11,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("openai")
+from benchmarks import serve_throughput  # noqa: E402
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "serve_throughput.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("serve_throughput", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_quick_run_prints_the_table_and_ends_with_the_json_line():
@@ -31,7 +23,8 @@ def test_quick_run_prints_the_table_and_ends_with_the_json_line():
     # the rest of the suite with it, and a benchmark that closed its own stdout would still fail here.
     import subprocess
 
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick"], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.serve_throughput", "--quick"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout.strip().splitlines()
     figures = json.loads(out[-1])
@@ -47,10 +40,10 @@ def test_quick_run_prints_the_table_and_ends_with_the_json_line():
 
 
 def test_the_legacy_baseline_is_the_stdlib_server():
-    legacy = _load().load_legacy()
+    legacy = serve_throughput.load_legacy()
     assert legacy.ChatServer.__mro__[1].__name__ == "ThreadingHTTPServer" and legacy.BATCH_WAIT_S == 0.005
 
 
 def test_bad_setting_is_refused():
     with pytest.raises(SystemExit):
-        _load().main(["--requests", "0"])
+        serve_throughput.main(["--requests", "0"])

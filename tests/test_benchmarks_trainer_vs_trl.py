@@ -2,30 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import warnings
-from pathlib import Path
 
 import pytest
 
+from benchmarks import trainer_vs_trl
 from llm_zoo.envs.kuhn_poker import theory
 from llm_zoo.envs.kuhn_poker.rules import CARDS, Move
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "trainer_vs_trl.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("trainer_vs_trl", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_move_values_agree_with_the_theory_modules_best_response():
-    bench = _load()
+    bench = trainer_vs_trl
     by_decision = dict(zip(bench.DECISIONS, bench.VALUES))
     # player_0: each card with probability 1/3, then the better first move
     first = sum(max(by_decision[0, c, ()].values()) for c in range(3)) / 3
@@ -44,7 +32,7 @@ def test_move_values_agree_with_the_theory_modules_best_response():
 
 
 def test_no_unreadable_reply_pays_more_than_a_legal_move():
-    bench = _load()
+    bench = trainer_vs_trl
     worst_legal = min(min(v.values()) for v in bench.VALUES)
     assert bench.INVALID_REWARD <= worst_legal
     first_k = bench.DECISIONS.index((0, 2, ()))
@@ -56,7 +44,7 @@ def test_no_unreadable_reply_pays_more_than_a_legal_move():
 def test_the_one_turn_env_passes_pettingzoo_tests_and_shows_the_kuhn_envs_prompts():
     from pettingzoo.test import api_test, seed_test
 
-    bench = _load()
+    bench = trainer_vs_trl
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # api_test warns about Text spaces it cannot sample well
         api_test(bench.env(), num_cycles=5)
@@ -73,7 +61,7 @@ def test_the_one_turn_env_passes_pettingzoo_tests_and_shows_the_kuhn_envs_prompt
 
 
 def test_quick_run_trains_both_on_the_same_prompts_and_ends_with_the_json_line(capsys, tmp_path):
-    figures = _load().main(["--quick", "--out", str(tmp_path)])
+    figures = trainer_vs_trl.main(["--quick", "--out", str(tmp_path)])
     out = capsys.readouterr().out.strip().splitlines()
     assert json.loads(out[-1]) == figures
     keys = ("speedup", "speedup_end_to_end", "llm_zoo_completions_per_s", "trl_completions_per_s",
@@ -100,8 +88,8 @@ def test_quick_run_trains_both_on_the_same_prompts_and_ends_with_the_json_line(c
 
 def test_bad_setting_is_refused():
     with pytest.raises(SystemExit):
-        _load().main(["--steps", "0"])
+        trainer_vs_trl.main(["--steps", "0"])
     with pytest.raises(SystemExit):
-        _load().main(["--group-size", "1"])
+        trainer_vs_trl.main(["--group-size", "1"])
     with pytest.raises(SystemExit):
-        _load().main(["--seeds", "0"])
+        trainer_vs_trl.main(["--seeds", "0"])

@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "user_sim_success.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("user_sim_success", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+from benchmarks import user_sim_success
 
 
 def test_quick_run_prints_the_tables_and_ends_with_the_json_line(capsys):
-    figures = _load().main(["--quick", "--assistant", "scripted"])
+    figures = user_sim_success.main(["--quick", "--assistant", "scripted"])
     out = capsys.readouterr().out.strip().splitlines()
     assert json.loads(out[-1]) == figures
     assert figures["scripted_success"] == 1.0 and figures["assistant_success"] == 1.0
@@ -37,4 +26,4 @@ def test_quick_run_prints_the_tables_and_ends_with_the_json_line(capsys):
 
 def test_bad_setting_is_refused():
     with pytest.raises(SystemExit):
-        _load().main(["--seeds", "0"])
+        user_sim_success.main(["--seeds", "0"])

@@ -22,7 +22,6 @@ pytest.importorskip("transformers")
 from llm_zoo.policies.vllm import missing_requirements  # noqa: E402
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "vllm_throughput.py"
-KUHN = SCRIPT.with_name("vllm_kuhn.py")
 
 
 @pytest.mark.vllm
@@ -30,7 +29,8 @@ def test_quick_run_measures_both_backends_and_the_push():
     missing = missing_requirements(gpu=False)
     if missing is not None and os.environ.get("LLM_ZOO_REQUIRE_VLLM") == "1":
         pytest.fail(f"LLM_ZOO_REQUIRE_VLLM=1 (scripts/test.sh's vLLM stage) but this environment {missing}")
-    run = subprocess.run([sys.executable, str(SCRIPT), "--quick"], capture_output=True, text=True, timeout=600)
+    run = subprocess.run([sys.executable, "-m", "benchmarks.vllm_throughput", "--quick"], cwd=SCRIPT.parents[1],
+                         capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.strip().splitlines()
     figures = json.loads(lines[-1])
@@ -51,7 +51,8 @@ def test_kuhn_quick_run_trains_and_evaluates_both_generations():
     missing = missing_requirements(gpu=False)
     if missing is not None and os.environ.get("LLM_ZOO_REQUIRE_VLLM") == "1":
         pytest.fail(f"LLM_ZOO_REQUIRE_VLLM=1 (scripts/test.sh's vLLM stage) but this environment {missing}")
-    run = subprocess.run([sys.executable, str(KUHN), "--quick"], capture_output=True, text=True, timeout=600)
+    run = subprocess.run([sys.executable, "-m", "benchmarks.vllm_kuhn", "--quick"], cwd=SCRIPT.parents[1],
+                         capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.strip().splitlines()
     figures = json.loads(lines[-1])
@@ -67,7 +68,8 @@ def test_kuhn_quick_run_trains_and_evaluates_both_generations():
 
 
 def test_bad_setting_is_refused():
-    run = subprocess.run([sys.executable, str(SCRIPT), "--batch", "0"], capture_output=True, text=True, timeout=120)
+    run = subprocess.run([sys.executable, "-m", "benchmarks.vllm_throughput", "--batch", "0"], cwd=SCRIPT.parents[1],
+                         capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "--batch must be >= 1" in run.stderr
 
 

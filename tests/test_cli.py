@@ -208,11 +208,9 @@ def test_formatter_adds_a_default_only_where_the_help_lacks_one():
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
+def tiny_dir(tiny_model_dir):
     """A tiny model built in code and saved as a model directory (byte tokenizer: a move is several tokens)."""
-    from llm_zoo.models import make_tiny_model
-
-    return make_tiny_model(tmp_path_factory.mktemp("model") / "tiny", hidden_size=16, num_layers=1, num_heads=2)
+    return tiny_model_dir("tiny", shape="smallest")
 
 
 def test_eval_takes_a_model_with_the_sampling_options(tiny_dir, capsys):

@@ -136,13 +136,15 @@ def test_a_broken_link_anchor_source_link_or_page_outside_the_nav_fails_the_buil
 # ---------------------------------------------------------------------------------------------
 
 
-COMMAND = re.compile(r"\s*(llm-zoo\b|python -m llm_zoo\b|torchrun\b.* -m llm_zoo\b|(python )?benchmarks/\w+\.py( |$))")
+COMMAND = re.compile(r"\s*(llm-zoo\b|python -m llm_zoo\b|torchrun\b.* -m llm_zoo\b|(python )?benchmarks/\w+\.py( |$)"
+                     r"|python -m benchmarks\.\w+( |$))")
 
 
 def shown_commands(text: str) -> list[str]:
     """Return the command lines a page shows: each line of its shell blocks, and each inline code span,
     that runs llm_zoo (``llm-zoo``, ``python -m llm_zoo``, ``torchrun ... -m llm_zoo``) or a benchmark
-    script (``python benchmarks/NAME.py ...``; ``benchmarks/NAME.py --flag`` in a sentence)."""
+    script (``python -m benchmarks.NAME ...``, ``python benchmarks/NAME.py ...``; ``benchmarks/NAME.py --flag`` in a
+    sentence)."""
     lines = [line for info, body in FENCE.findall(text) if info.strip() in SHELL for line in body.splitlines()]
     prose = FENCE.sub("", text)
     lines += [" ".join(span.split()) for span in SPAN.findall(prose)]
@@ -162,6 +164,8 @@ def runs(command: str) -> list[dict]:
     for shown, value in PLACEHOLDERS.items():
         command = re.sub(shown, value, command)
     words = [w for w in shlex.split(command, comments=True) if w != "..."]
+    if words[:2] == ["python", "-m"] and words[2].startswith("benchmarks."):  # the package's module: its file
+        words = ["benchmarks/" + words[2].removeprefix("benchmarks.") + ".py", *words[3:]]
     if words[0] == "python" and words[1].startswith("benchmarks/"):
         words = words[1:]
     if words[0].startswith("benchmarks/"):
@@ -244,6 +248,8 @@ def test_the_check_fails_on_an_option_field_env_or_script_that_does_not_exist():
     assert runs("llm-zoo play / train") == [{"argv": ["play", "--help"]}, {"argv": ["train", "--help"]}]
     assert runs("llm-zoo eval ENV --checkpoint DIR") == [{"argv": ["eval", "kuhn_poker_v0", "--checkpoint", SHOWN_DIR]}]
     assert runs("python benchmarks/kuhn_headline.py --out OUT") == [
+        {"script": "benchmarks/kuhn_headline.py", "argv": ["--out", "out"]}]
+    assert runs("python -m benchmarks.kuhn_headline --out OUT") == [
         {"script": "benchmarks/kuhn_headline.py", "argv": ["--out", "out"]}]
     page = ("Run `llm-zoo\ntrain ENV` (see `benchmarks/x.py`).\n```bash\nllm-zoo eval  # a comment\n```\n"
             "```text\nllm-zoo x\n```\n")

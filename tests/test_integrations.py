@@ -230,13 +230,13 @@ def test_episodes_export_to_a_conversational_dataset_trl_formats():
     assert text.rstrip().endswith(row["messages"][-1]["content"] + "<|im_end|>")
 
 
-def test_trl_sft_trainer_takes_the_dataset_for_a_few_steps(tmp_path):
+def test_trl_sft_trainer_takes_the_dataset_for_a_few_steps(tmp_path, tiny_model):
     from trl import SFTConfig, SFTTrainer
 
-    from llm_zoo.models import build_byte_tokenizer, build_tiny_model
+    from llm_zoo.models import build_byte_tokenizer
 
     tokenizer = build_byte_tokenizer()
-    model = build_tiny_model(tokenizer, hidden_size=32)
+    model = tiny_model(tokenizer, hidden_size=32)
     before = {k: v.clone() for k, v in model.named_parameters()}
     args = SFTConfig(output_dir=str(tmp_path), max_steps=3, per_device_train_batch_size=4, learning_rate=1e-2,
                      report_to=[], logging_steps=1, save_strategy="no", use_cpu=True, max_length=2048,

@@ -9,7 +9,6 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from llm_zoo.models import build_byte_tokenizer, build_tiny_model  # noqa: E402
 from llm_zoo.policies import TransformersPolicy  # noqa: E402
 from llm_zoo.policies.base import PromptTooLong  # noqa: E402
 from llm_zoo.scoring import (  # noqa: E402
@@ -27,13 +26,13 @@ TOLERANCE = 5e-5  # float32 on a CPU, log-probs down to -17: the same attention 
 
 
 @pytest.fixture(scope="module")
-def tok():
-    return build_byte_tokenizer()
+def tok(byte_tokenizer):
+    return byte_tokenizer
 
 
 @pytest.fixture(scope="module")
-def model(tok):
-    return build_tiny_model(tok, seed=3, initializer_range=0.2)
+def model(tok, tiny_model):
+    return tiny_model(tok, seed=3, initializer_range=0.2)
 
 
 def batch(seed: int = 0):

@@ -51,10 +51,8 @@ USER = [{"role": "user", "content": "Hello"}]
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from llm_zoo.models import make_tiny_model
-
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny-bytes", tokenizer="bytes", hidden_size=32)
+def model_dir(tiny_model_dir) -> Path:
+    return tiny_model_dir("tiny-bytes", tokenizer="bytes", hidden_size=32)
 
 
 @pytest.fixture(scope="module")

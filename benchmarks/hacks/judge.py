@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from hacks import Hack, Outcome
+from benchmarks.hacks import Hack, Outcome
 from llm_zoo import agentic_judge_v0
 from llm_zoo.envs.agentic_judge import grading
 from llm_zoo.envs.agentic_judge.tasks import load_tasks

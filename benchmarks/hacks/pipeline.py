@@ -39,7 +39,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from hacks import Hack, Outcome
+from benchmarks.hacks import Hack, Outcome
 
 ENV = "pipeline"
 TINY = {"steps": 1, "episodes_per_step": 8, "rollout_batch_size": 8, "model_hidden_size": 32, "eval_every": 0,

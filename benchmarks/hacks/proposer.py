@@ -30,7 +30,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from hacks import Hack, Outcome
+from benchmarks.hacks import Hack, Outcome
 
 ENV = "proposer_solver_v0"
 TRIES = 4
@@ -460,8 +460,8 @@ HACKS: list[Hack] = [
 
 
 def main() -> None:
-    """Run every attempt and print one line each, then a JSON summary: with benchmarks/ on sys.path,
-    ``python -c "from hacks.proposer import main; main()"``."""
+    """Run every attempt and print one line each, then a JSON summary:
+    ``python -c "from benchmarks.hacks.proposer import main; main()"``."""
     paid = 0
     for hack in HACKS:
         outcome = hack.run()

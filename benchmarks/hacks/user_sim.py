@@ -33,7 +33,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from hacks import Hack, Outcome
+from benchmarks.hacks import Hack, Outcome
 from llm_zoo import user_sim_v0
 from llm_zoo.envs.core import ENV_MARK, parse_tool_calls
 from llm_zoo.envs.user_sim import text, world

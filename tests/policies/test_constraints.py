@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 
 from llm_zoo.envs.kuhn_poker import text  # noqa: E402
 from llm_zoo.envs.kuhn_poker.evaluate import info_set_observation  # noqa: E402
-from llm_zoo.models import build_byte_tokenizer, build_tiny_model, build_word_tokenizer  # noqa: E402
+from llm_zoo.models import build_byte_tokenizer, build_word_tokenizer  # noqa: E402
 from llm_zoo.policies.constraints import allowed_next, allowed_per_position, legal_paths  # noqa: E402
 from llm_zoo.policies.transformers import TransformersPolicy  # noqa: E402
 from llm_zoo.scoring import completion_logprobs  # noqa: E402
@@ -38,23 +38,23 @@ def test_legal_paths_end_with_eos_when_the_budget_allows():
         legal_paths(tok, [], tok.eos_token_id, 2)
 
 
-def test_a_legal_reply_longer_than_the_budget_is_refused_not_cut():
+def test_a_legal_reply_longer_than_the_budget_is_refused_not_cut(tiny_model):
     """Cut to one byte, [check] and [bet] would both be "[": the mask would sample a reply the env cannot read."""
     tok = build_byte_tokenizer()
     assert legal_paths(tok, ["[bet]", "[check]"], tok.eos_token_id, 7) == [(*b"[bet]", tok.eos_token_id), (*b"[check]",)]
     with pytest.raises(ValueError, match=r"'\[check\]' is 7 tokens of this tokenizer, more than max_new_tokens=6.*"
                                          r"config\.max_new_tokens.*at least 7"):
         legal_paths(tok, ["[bet]", "[check]"], tok.eos_token_id, 6)
-    policy = TransformersPolicy(build_tiny_model(tok, hidden_size=16, num_layers=1, num_heads=2), tok, max_new_tokens=1,
+    policy = TransformersPolicy(tiny_model(tok, shape="smallest"), tok, max_new_tokens=1,
                                 constrain=True, seed=0)
     with pytest.raises(ValueError, match="max_new_tokens=1"):
         policy.act([{"messages": [{"role": "user", "content": "move"}], "legal_actions": ["[bet]", "[check]"]}])
 
 
 @pytest.mark.parametrize(("tokenizer", "budget"), [("words", 1), ("words", 3), ("bytes", 10)])
-def test_constrained_sampling_gives_legal_replies_with_exact_logprobs(tokenizer, budget):
+def test_constrained_sampling_gives_legal_replies_with_exact_logprobs(tokenizer, budget, tiny_model):
     tok = build_word_tokenizer(text.corpus()) if tokenizer == "words" else build_byte_tokenizer()
-    model = build_tiny_model(tok, hidden_size=32, initializer_range=0.125)
+    model = tiny_model(tok, hidden_size=32, initializer_range=0.125)
     policy = TransformersPolicy(model, tok, max_new_tokens=budget, constrain=True, seed=0)
     observations = [info_set_observation(i) for i in INFO_SETS] * 6
     replies = policy.act(observations)
@@ -75,9 +75,9 @@ def test_constrained_sampling_gives_legal_replies_with_exact_logprobs(tokenizer,
     assert sum(math.exp(sum(row)) for row in lp.tolist()) == pytest.approx(1.0, abs=1e-5)
 
 
-def test_unconstrained_observations_pass_through():
+def test_unconstrained_observations_pass_through(tiny_model):
     tok = build_byte_tokenizer()
-    model = build_tiny_model(tok, hidden_size=32)
+    model = tiny_model(tok, hidden_size=32)
     policy = TransformersPolicy(model, tok, max_new_tokens=4, constrain=True, seed=0)
     replies = policy.act([{"messages": ({"role": "user", "content": "hi"},)}] * 3)
     assert all(isinstance(r, str) and r.completion_ids for r in replies)

@@ -376,15 +376,14 @@ def test_served_tool_calls_come_back_as_tool_call_text(no_api_key: None) -> None
     assert [(c.name, c.arguments) for c in parse_tool_calls(reply)] == [("read", {"path": "b.txt"})]
 
 
-def test_against_a_served_tiny_model(no_api_key: None, tmp_path: Any) -> None:
+def test_against_a_served_tiny_model(no_api_key: None, tmp_path: Any, tiny_model_dir) -> None:
     pytest.importorskip("torch")
     import torch
 
-    from llm_zoo.models import make_tiny_model
     from llm_zoo.policies.transformers import TransformersPolicy
     from llm_zoo.serve import make_server
 
-    model = TransformersPolicy.from_pretrained(make_tiny_model(tmp_path / "tiny", hidden_size=32))
+    model = TransformersPolicy.from_pretrained(tiny_model_dir("tiny", hidden_size=32))
     observations = [{"messages": ({"role": "user", "content": f"say {i}"},)} for i in range(5)]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a tiny model's decode steps are slower, not faster, on two threads

@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from llm_zoo.models import build_byte_tokenizer, build_tiny_model, make_tiny_model  # noqa: E402
+from llm_zoo.models import build_byte_tokenizer, build_tiny_model  # noqa: E402
 from llm_zoo.policies import Reply, TransformersPolicy  # noqa: E402
 from llm_zoo.scoring import (  # noqa: E402
     TreeRows,
@@ -70,13 +70,13 @@ BATCHES = {"one prefix": SHARED_BATCH, "two prefixes": TWO_PREFIX_BATCH, "no pre
 
 
 @pytest.fixture(scope="module")
-def tok():
-    return build_byte_tokenizer()
+def tok(byte_tokenizer):
+    return byte_tokenizer
 
 
 @pytest.fixture(scope="module")
-def model(tok):
-    return build_tiny_model(tok, seed=0)
+def model(tok, tiny_model):
+    return tiny_model(tok, seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -333,8 +333,8 @@ def rows_of(prompts, runs):
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])
 @pytest.mark.parametrize("which", list(BATCHES))
 @pytest.mark.parametrize("layout", ["one trie", "a trie per seat", "a row per prompt"])
-def test_token_tries_give_each_prompt_the_logits_of_a_whole_pass(tok, which, attention, layout):
-    model = build_tiny_model(tok, seed=0)
+def test_token_tries_give_each_prompt_the_logits_of_a_whole_pass(tok, which, attention, layout, tiny_model):
+    model = tiny_model(tok, seed=0)
     model.set_attn_implementation(attention)
     prompts = list(dict.fromkeys(map(tuple, TransformersPolicy(model, tok).encode_prompts(BATCHES[which]))))
     prompts.append(prompts[0][:-3])  # a prompt that is the prefix of another ends inside the tree
@@ -373,7 +373,7 @@ def test_prompts_that_part_early_run_as_a_trie_per_row():
     assert tree_rows(apart, order, common, pair_cost=0.01)[1] == [[i] for i in order]
 
 
-def test_one_token_sampling_runs_a_token_tree_when_prompts_share_prefixes(tok, model):
+def test_one_token_sampling_runs_a_token_tree_when_prompts_share_prefixes(tok, model, tiny_model):
     policy = TransformersPolicy(model, tok, seed=0, max_new_tokens=1)
     prompts = list(dict.fromkeys(map(tuple, policy.encode_prompts(SHARED_BATCH))))
     with ForwardSpy(model) as spy:
@@ -398,7 +398,7 @@ def test_one_token_sampling_runs_a_token_tree_when_prompts_share_prefixes(tok, m
     apart = [tuple(range(k * 100, k * 100 + 90)) for k in range(8)]
     assert plan_tree(model, apart) is None
     # A model whose attention may not read the tree's mask as given runs the other plans.
-    windowed = build_tiny_model(tok, seed=0)
+    windowed = tiny_model(tok, seed=0)
     windowed.config.sliding_window = 16
     assert plan_tree(windowed, prompts) is None
 
@@ -441,14 +441,14 @@ def pairs(tok, batch, completions):
 
 @pytest.mark.parametrize("which", list(BATCHES))
 @pytest.mark.parametrize("with_entropy", [False, True])
-def test_shared_prefix_scoring_matches_logprobs_and_gradients(tok, which, with_entropy):
+def test_shared_prefix_scoring_matches_logprobs_and_gradients(tok, which, with_entropy, tiny_model):
     batch = BATCHES[which]
     texts = ["[check]", "[bet]", "", "I bet.", "[call]<|im_end|>", "[bet]", "x", "[fold]"]
     prompts, completions = pairs(tok, batch, texts[: len(batch)])
     prompts, completions = prompts + prompts[:2], completions + completions[:2]  # repeated pairs too
 
     def run(share_prefix):
-        model = build_tiny_model(tok, seed=3).train()
+        model = tiny_model(tok, seed=3).train()
         with ForwardSpy(model) as spy:
             out = completion_logprobs(
                 model,
@@ -480,9 +480,9 @@ def test_shared_prefix_scoring_matches_logprobs_and_gradients(tok, which, with_e
 
 
 @pytest.mark.parametrize("constrained", [False, True])
-def test_one_token_scoring_runs_a_token_tree_with_the_same_logprobs_and_gradients(tok, constrained):
+def test_one_token_scoring_runs_a_token_tree_with_the_same_logprobs_and_gradients(tok, constrained, tiny_model):
     # The trainer's Kuhn setting: one-token completions of prompts that share most of their tokens.
-    prompts = TransformersPolicy(build_tiny_model(tok, seed=0), tok).encode_prompts(SHARED_BATCH)
+    prompts = TransformersPolicy(tiny_model(tok, seed=0), tok).encode_prompts(SHARED_BATCH)
     completions = [[t] for t in tok.encode("cbcfb", add_special_tokens=False)]
     assert len(completions) == len(prompts)
     prompts, completions = prompts * 3, completions + completions[::-1] + completions  # repeated prompts
@@ -490,7 +490,7 @@ def test_one_token_scoring_runs_a_token_tree_with_the_same_logprobs_and_gradient
     allowed = [[legal] if constrained and i % 2 else None for i in range(len(prompts))]
 
     def run(share_prefix):
-        model = build_tiny_model(tok, seed=3).train()
+        model = tiny_model(tok, seed=3).train()
         with ForwardSpy(model) as spy:
             logps, mask, entropy, all_logps = completion_logprobs(
                 model, prompts, completions, pad_token_id=tok.pad_token_id, temperature=0.8,
@@ -519,9 +519,9 @@ def test_one_token_scoring_runs_a_token_tree_with_the_same_logprobs_and_gradient
         assert (grad - ref).norm() <= 1e-5 * ref.norm(), name
 
 
-def test_scoring_falls_back_to_one_pass_under_gradient_checkpointing(tok):
+def test_scoring_falls_back_to_one_pass_under_gradient_checkpointing(tok, tiny_model):
     prompts, completions = pairs(tok, SHARED_BATCH, ["[check]", "[bet]", "x", "[call]", "[bet]"])
-    model = build_tiny_model(tok, seed=3)
+    model = tiny_model(tok, seed=3)
     # activation_checkpointing_enable is the transformers >= 5.2x name of gradient_checkpointing_enable
     enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
     enable()
@@ -584,13 +584,13 @@ def test_act_leaves_global_rng_and_training_flag_alone(tok, model):
 # ---- loading and errors -----------------------------------------------------------------------
 
 
-def test_from_pretrained_matches_the_in_memory_model(tmp_path, tok, monkeypatch):
+def test_from_pretrained_matches_the_in_memory_model(tmp_path, tok, monkeypatch, tiny_model, tiny_model_dir):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    path = make_tiny_model(tmp_path / "tiny", seed=11)
+    path = tiny_model_dir("tiny", seed=11)
     loaded = TransformersPolicy.from_pretrained(path, seed=4, max_new_tokens=12, name="loaded")
     assert loaded.device.type in ("cpu", "cuda") and loaded.name == "loaded"
     in_memory = TransformersPolicy(
-        build_tiny_model(tok, seed=11), tok, seed=4, max_new_tokens=12, device="cpu"
+        tiny_model(tok, seed=11), tok, seed=4, max_new_tokens=12, device="cpu"
     )
     if loaded.device.type == "cpu":
         assert loaded.model.dtype == torch.float32
@@ -687,13 +687,13 @@ def judge_observation():
     return obs
 
 
-def test_the_envs_tools_go_to_a_template_that_takes_them(judge_observation):
+def test_the_envs_tools_go_to_a_template_that_takes_them(judge_observation, tiny_model):
     from llm_zoo.policies.transformers import split_declared_tools, template_takes_tools
 
     tok = build_byte_tokenizer()
     tok.chat_template = TOOLS_TEMPLATE
     assert template_takes_tools(TOOLS_TEMPLATE)
-    policy = TransformersPolicy(build_tiny_model(tok, hidden_size=16, num_layers=1, num_heads=2), tok, seed=0)
+    policy = TransformersPolicy(tiny_model(tok, shape="smallest"), tok, seed=0)
     assert policy.template_takes_tools
     system = judge_observation["messages"][0]["content"]
     head, tools = split_declared_tools(system)
@@ -709,12 +709,12 @@ def test_the_envs_tools_go_to_a_template_that_takes_them(judge_observation):
     assert judge_observation["messages"][0]["content"] == system  # the observation is left as it was
 
 
-def test_a_template_without_tools_keeps_the_envs_text(judge_observation):
+def test_a_template_without_tools_keeps_the_envs_text(judge_observation, tiny_model):
     from llm_zoo.policies.transformers import template_takes_tools
 
     tok = build_byte_tokenizer()  # the tiny models' template (SmolLM2's takes no tools either)
     assert not template_takes_tools(tok.chat_template)
-    policy = TransformersPolicy(build_tiny_model(tok, hidden_size=16, num_layers=1, num_heads=2), tok, seed=0)
+    policy = TransformersPolicy(tiny_model(tok, shape="smallest"), tok, seed=0)
     prompt = tok.decode(policy.encode_prompts([judge_observation])[0])
     assert "<tools>\n" in prompt and "You may call functions" in prompt
 

@@ -306,9 +306,9 @@ def test_a_seeded_policy_gives_each_request_a_seed_and_replays(fake_engine, mode
     assert first == second and len(set(first)) == len(OBSERVATIONS)
 
 
-def test_sync_from_reloads_every_parameter_by_name_and_resets_the_prefix_cache(fake_engine, model_dir):
+def test_sync_from_reloads_every_parameter_by_name_and_resets_the_prefix_cache(fake_engine, model_dir, tiny_model):
     policy = VLLMPolicy(model_dir)
-    model = build_tiny_model(build_byte_tokenizer(), hidden_size=32, num_layers=1)
+    model = tiny_model(hidden_size=32, num_layers=1)
     policy.sync_from(model)
     worker = policy.llm.worker
     assert worker.reloads == [{"path": None, "checkpoint_format": True}]  # weights given, not a path
@@ -509,8 +509,8 @@ def test_the_legal_replies_processor_masks_all_but_the_continuations():
 
 
 @pytest.mark.vllm
-def test_a_head_size_the_cpu_kernels_lack_is_refused_before_the_engine_starts(tmp_path, peaked_dir):
-    tiny = make_tiny_model(tmp_path / "head16", hidden_size=64, num_layers=1, num_heads=4)  # heads of 16
+def test_a_head_size_the_cpu_kernels_lack_is_refused_before_the_engine_starts(tmp_path, peaked_dir, tiny_model_dir):
+    tiny = tiny_model_dir("head16", hidden_size=64, num_layers=1, num_heads=4)  # heads of 16
     match = r"head sizes \[32, .*head size 16 \(hidden_size 64 / 4 heads\).*model_hidden_size=128"
     with pytest.raises(ValueError, match=match):
         vllm_policy._check_cpu_head_size(tiny)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "sandbox_throughput.py"
+from benchmarks import sandbox_throughput
 
 
 @pytest.mark.skipif(
@@ -17,11 +15,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "sandbox_throughpu
     reason="bubblewrap is not installed (apt-get install bubblewrap); CI installs it, so this runs there",
 )
 def test_quick_benchmark_ends_with_positive_json_figures(capsys):
-    spec = importlib.util.spec_from_file_location("sandbox_throughput", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    returned = module.main(["--quick"])
+    returned = sandbox_throughput.main(["--quick"])
     lines = capsys.readouterr().out.strip().splitlines()
     assert any(line.startswith("| sandbox ") for line in lines)
     figures = json.loads(lines[-1])

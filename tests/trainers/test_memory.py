@@ -106,10 +106,8 @@ def test_a_warm_started_run_that_cannot_fit_is_refused_before_the_sft_stage_runs
     assert not (tmp_path / "run" / "sft").exists()  # the SFT stage never started
 
 
-def test_the_defaults_fit_and_a_lower_limit_refuses_them():
-    from llm_zoo.models import build_byte_tokenizer, build_tiny_model
-
-    model_config = build_tiny_model(build_byte_tokenizer()).config
+def test_the_defaults_fit_and_a_lower_limit_refuses_them(tiny_model):
+    model_config = tiny_model().config
     for env in ("kuhn_poker_v0", "agentic_judge_v0", "proposer_solver_v0", "user_sim_v0"):
         config = make_config(env)
         found = preflight(config, model_config)
@@ -120,10 +118,8 @@ def test_the_defaults_fit_and_a_lower_limit_refuses_them():
     assert preflight(make_config("agentic_judge_v0", {"memory_limit_gb": 0.0}), model_config).total > 0
 
 
-def test_the_refusal_names_the_field_that_binds():
-    from llm_zoo.models import build_byte_tokenizer, build_tiny_model
-
-    model_config = build_tiny_model(build_byte_tokenizer()).config
+def test_the_refusal_names_the_field_that_binds(tiny_model):
+    model_config = tiny_model().config
     # one sequence a pass already: a smaller token budget would not help, a shorter prompt would
     with pytest.raises(ValueError, match=r"Lower max_prompt_tokens, max_new_tokens \(e.g. --set max_prompt_tokens="):
         preflight(make_config("user_sim_v0", {"max_prompt_tokens": 12000}), model_config)
@@ -137,10 +133,8 @@ def test_the_refusal_names_the_field_that_binds():
                                                "rollout_batch_size": 20}), model_config)
 
 
-def test_the_estimate_grows_with_what_it_bounds():
-    from llm_zoo.models import build_byte_tokenizer, build_tiny_model
-
-    model_config = build_tiny_model(build_byte_tokenizer()).config
+def test_the_estimate_grows_with_what_it_bounds(tiny_model):
+    model_config = tiny_model().config
     base = estimate(make_config("user_sim_v0"), model_config)
     assert estimate(make_config("user_sim_v0", {"max_prompt_tokens": 8192}), model_config).total > base.total
     assert estimate(make_config("user_sim_v0", {"max_forward_tokens": 65536}), model_config).total > base.total

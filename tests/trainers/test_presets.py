@@ -76,13 +76,12 @@ def test_each_pretrained_preset_fits_the_default_memory_limit_with_a_135m_model(
     assert full.total > config.memory_limit_gb * 2**30  # full fine-tuning alone would not fit: the preset's choice
 
 
-def test_a_model_directory_trains_on_kuhns_pretrained_preset(tmp_path):
+def test_a_model_directory_trains_on_kuhns_pretrained_preset(tmp_path, tiny_model_dir):
     """The preset as it is (LoRA, checkpointing, the mask over moves of several tokens), on a tiny model saved to a
     directory: a byte tokenizer spells [check] in 7 tokens, as a pretrained tokenizer spells it in several."""
-    from llm_zoo.models import make_tiny_model
     from llm_zoo.trainers.grpo import train
 
-    model = make_tiny_model(tmp_path / "model", hidden_size=16, num_layers=1, num_heads=2)
+    model = tiny_model_dir("model", shape="smallest")
     config = make_config("kuhn_poker_v0", {"model": str(model), "steps": 1, "episodes_per_step": 4,
                                            "rollout_batch_size": 4, "micro_batch_size": 4, "run_dir": str(tmp_path / "run"),
                                            "progress": False, "tensorboard": False, "threads": 1})

@@ -420,10 +420,8 @@ def test_cli_train_with_init_starts_from_the_sft_run(kuhn_run, tmp_path, capsys)
     assert saved["init"] == summary["run_dir"]
 
 
-def test_a_local_model_directory_is_fitted_and_saved_with_its_tokenizer(tmp_path):
-    from llm_zoo import models
-
-    source = models.make_tiny_model(tmp_path / "local", hidden_size=32, num_layers=1, seed=5)  # byte-level
+def test_a_local_model_directory_is_fitted_and_saved_with_its_tokenizer(tmp_path, tiny_model_dir):
+    source = tiny_model_dir("local", hidden_size=32, num_layers=1, seed=5)  # byte-level
     summary = sft.sft(_kuhn(tmp_path, model=str(source), episodes=8, policies={}))
     saved = Path(summary["checkpoint"]) / "policies" / "main"
     from transformers import AutoTokenizer
@@ -549,12 +547,10 @@ def test_the_mask_on_smollm2s_real_template():
     assert _masked_text(tokenizer, ids, mask) == "[bet]<|im_end|>[check] then<|im_end|>"
 
 
-def test_sft_fits_a_model_whose_template_has_no_markers(tmp_path):
+def test_sft_fits_a_model_whose_template_has_no_markers(tmp_path, tiny_model_dir):
     from transformers import AutoTokenizer
 
-    from llm_zoo import models
-
-    source = models.make_tiny_model(tmp_path / "plain", hidden_size=32, num_layers=1, seed=3)
+    source = tiny_model_dir("plain", hidden_size=32, num_layers=1, seed=3)
     tokenizer = AutoTokenizer.from_pretrained(source)
     tokenizer.chat_template = PLAIN_TEMPLATE
     tokenizer.save_pretrained(source)

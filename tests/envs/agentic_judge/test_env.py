@@ -16,12 +16,10 @@ from llm_zoo import agentic_judge_v0
 from llm_zoo.envs.agentic_judge.scripted import StoredSolver, tool_call
 from llm_zoo.envs.agentic_judge.tasks import load_tasks
 from llm_zoo.policies.base import Policy, Reply
-from llm_zoo.sandbox import sandbox_info
 from llm_zoo.trainers import presets
 from llm_zoo.trainers.evaluation import headline
 
-pytestmark = pytest.mark.skipif(not sandbox_info().available,
-                                reason="bubblewrap is not installed (apt-get install bubblewrap); CI installs it")
+pytestmark = pytest.mark.bwrap
 TASK = "mean"
 FACTS = ("task_id", "visible_pass_rate", "hidden_pass", "verdict", "score", "solution_kind")
 

@@ -6,10 +6,9 @@ import pytest
 
 from llm_zoo.envs.agentic_judge import grading
 from llm_zoo.envs.agentic_judge.grading import Example, parse_examples
-from llm_zoo.sandbox import Workspace, run_python_beside, sandbox_info
+from llm_zoo.sandbox import Workspace, run_python_beside
 
-needs_sandbox = pytest.mark.skipif(not sandbox_info().available,
-                                   reason="bubblewrap is not installed (apt-get install bubblewrap); CI installs it")
+needs_sandbox = pytest.mark.bwrap
 
 TESTS = '''from solution import f
 

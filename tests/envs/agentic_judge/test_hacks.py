@@ -7,18 +7,11 @@ way, so a defence that also stopped real work would show here.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-from llm_zoo.sandbox import sandbox_info
+from benchmarks.hacks import judge as judge_hacks
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
-from hacks import judge as judge_hacks  # noqa: E402
-
-pytestmark = pytest.mark.skipif(not sandbox_info().available,
-                                reason="bubblewrap is not installed (apt-get install bubblewrap); CI installs it")
+pytestmark = pytest.mark.bwrap
 BY_NAME = {h.name: h for h in judge_hacks.HACKS}
 
 # one attack of each class: trick objects, shadowed modules, forged output, reaching for the truth,

@@ -9,20 +9,14 @@ from __future__ import annotations
 
 import base64
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
+from benchmarks.hacks import judge as judge_hacks
 from llm_zoo.envs.agentic_judge import scripted
 from llm_zoo.envs.agentic_judge.tasks import load_tasks
-from llm_zoo.sandbox import sandbox_info
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
-from hacks import judge as judge_hacks  # noqa: E402
-
-needs_sandbox = pytest.mark.skipif(not sandbox_info().available,
-                                   reason="bubblewrap is not installed (apt-get install bubblewrap); CI installs it")
+needs_sandbox = pytest.mark.bwrap
 
 _SHOWN = {"100, 0.1, 2": 121.00000000000001, "500, 0.05, 0": 500.0, "1000, 0.05, 10": 1628.894626777442,
           "200, 0.0, 7": 200.0}

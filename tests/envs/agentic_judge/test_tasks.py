@@ -6,10 +6,8 @@ import pytest
 
 from llm_zoo.envs.agentic_judge import grading
 from llm_zoo.envs.agentic_judge.tasks import SOLUTION_KINDS, kind_of, load_tasks, parse_task
-from llm_zoo.sandbox import sandbox_info
 
-needs_sandbox = pytest.mark.skipif(not sandbox_info().available,
-                                   reason="bubblewrap is not installed (apt-get install bubblewrap); CI installs it")
+needs_sandbox = pytest.mark.bwrap
 
 
 def test_the_set_has_enough_tasks_of_each_kind():

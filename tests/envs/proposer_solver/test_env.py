@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -18,8 +17,7 @@ from llm_zoo import proposer_solver_v0
 from llm_zoo.envs.proposer_solver.env import TOPICS
 from llm_zoo.envs.proposer_solver.rules import INVALID_REASONS
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None,
-                                reason="bubblewrap is not installed (apt-get install bubblewrap); CI installs it")
+pytestmark = pytest.mark.bwrap
 SOLVERS = ["solver_0", "solver_1", "solver_2", "solver_3"]
 FAST = {"sandbox_timeout_s": 0.5}
 

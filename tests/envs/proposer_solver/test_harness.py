@@ -10,7 +10,6 @@ whose attribute walks (``typing.sys``) reach the internals, and checks what the 
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
@@ -27,8 +26,7 @@ from llm_zoo.envs.proposer_solver.rules import (
 )
 from llm_zoo.sandbox import run_python
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None,
-                                reason="bubblewrap is not installed (apt-get install bubblewrap); CI installs it")
+pytestmark = pytest.mark.bwrap
 SETTINGS = verify.SandboxSettings(timeout_s=1.0, memory_mb=128)
 WALK = "import typing\nimport operator\nS = typing.sys\nP = S.modules['posix']\nB = S.modules['builtins']\n"
 FORGED = '@@llm_zoo_proposer_solver@@[["ok", "99"]]'

@@ -3,8 +3,6 @@ evaluation on held-out topics against the panel of scripted solvers."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 from llm_zoo import proposer_solver_v0
@@ -17,7 +15,7 @@ from llm_zoo.spec import EVAL_SEED_BASE
 from llm_zoo.trainers.evaluation import headline
 from llm_zoo.trainers.rollout import collect
 
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+needs_bwrap = pytest.mark.bwrap
 
 
 def _observation(mode: Mode) -> dict:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import shutil
 
 import pytest
 
@@ -21,7 +20,7 @@ from llm_zoo.envs.proposer_solver.scripted import (
 )
 from llm_zoo.trainers.rollout import collect
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+pytestmark = pytest.mark.bwrap
 SOLVERS = ("solver_0", "solver_1", "solver_2", "solver_3")
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import subprocess
 import sys
 
@@ -17,7 +16,7 @@ from llm_zoo.envs.proposer_solver.scripted import ScriptedProposer  # noqa: E402
 from llm_zoo.trainers import advantages, grpo  # noqa: E402
 from llm_zoo.trainers.logging import read_metrics  # noqa: E402
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+pytestmark = pytest.mark.bwrap
 TINY = {"steps": 1, "episodes_per_step": 2, "group_size": 2, "rollout_batch_size": 2, "max_new_tokens": 8, "model_hidden_size": 32,
         "progress": False, "tensorboard": False, "threads": 1}
 SOLVERS = ("solver_0", "solver_1", "solver_2", "solver_3")
