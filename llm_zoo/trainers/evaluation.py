@@ -28,7 +28,9 @@ def headline_evaluator(env: str | EnvSpec) -> Callable[..., dict[str, Any]] | No
     evaluate = spec.evaluate
     if evaluate is None:
         return None
-    play = functools.partial(collect, spec.name)
+    # every policy is reseeded from EVAL_SEED_BASE before the episodes (unless the evaluation passes its own seed),
+    # so the same weights give the same figure in training and from `llm-zoo eval`, whatever sampled before
+    play = functools.partial(collect, spec.name, seed=EVAL_SEED_BASE)
 
     def run(policies: Mapping[str, Any], **options: Any) -> dict[str, Any]:
         return dict(evaluate(policies, play=play, **options))

@@ -621,6 +621,8 @@ def _train(config: TrainConfig, resume: bool, device: torch.device, run_dir: Pat
     agents = list(probe.possible_agents)
     roles = {a: probe.role_of(a) for a in agents}
     learn = set(config.learn or spec.learning_roles)
+    # a role that does not learn gets the env's frozen player, never the learner (refused when it has none)
+    config = dataclasses.replace(config, policies=spec.seat_frozen_roles(config.policies, roles, learn))
     policy_of = {a: config.policies.get(a, config.policies.get(roles[a], "main")) for a in agents}
     if main:
         (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2))
