@@ -379,14 +379,17 @@ def read_entry_points() -> None:
 
 
 def _is_lazy_target(spec: EnvSpec) -> bool:
-    """Say whether ``spec`` is the one its name's ``"module:attr"`` points to: that module's attribute, or the
-    module is being imported now (it registers itself while its import runs, before ``attr`` is bound)."""
+    """Say whether ``spec`` is the one its name's ``"module:attr"`` points to: that module's attribute, or,
+    while the module is being imported (it registers itself before ``attr`` is bound), a spec it registers."""
     module_name, _, attr = _lazy[spec.name].partition(":")
     module = sys.modules.get(module_name)
     if module is None:
         return False
     found = vars(module).get(attr)
-    return found is None or found is spec or found == spec
+    if found is not None:
+        return found is spec or found == spec
+    # importlib marks a module's spec as initialising for the length of its import
+    return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
 
 
 def _origin(fn: Callable[..., Any]) -> str:
