@@ -27,7 +27,7 @@ def _env() -> dict[str, str]:
 
 def example(name: str) -> str:
     """Return ``examples/<name>.py`` as the page shows it, its blocks joined."""
-    return "".join(blocks(f"python file=examples/{name}.py"))
+    return "".join(blocks(f'python title="examples/{name}.py"'))
 
 
 def write_examples(root: Path, *names: str) -> None:
