@@ -222,7 +222,7 @@ def _final_line(env: str, result: dict, scored: str, last: dict[str, float], run
     text = f"llm-zoo train {env}: {', '.join(figures) or 'done'}, scoring {scored}"
     if also:
         text += f"; the last iterate: {', '.join(also)}"
-    return f"{text}. Run directory {run_dir} (curves: llm-zoo plot {run_dir})"
+    return f"{text}. Run directory {run_dir} (curves: llm-zoo plot {shlex.quote(run_dir)})"
 
 
 def _sft(args: argparse.Namespace) -> int:
