@@ -199,6 +199,9 @@ def evaluate_model(env: str, model: str, *, episodes: int = 500, method: str = "
                               "policies": {k: v for k, v in defaults.get("policies", {}).items()
                                            if str(v).startswith("scripted:")},
                               "temperature": 1.0, "top_p": 1.0, "max_new_tokens": 64, "constrain_to_legal": False}
+    spec = llm_zoo.env_spec(env)  # a role that does not learn keeps its frozen player, as in training
+    config["policies"] = {**{r: p for r, p in spec.frozen_players.items() if r not in spec.learning_roles},
+                          **config["policies"]}
     config.update({k: defaults[k] for k in SAMPLING if k in defaults})
     config.update(_sampling(sampling))
     if is_pretrained(model) and int(config["max_new_tokens"]) <= 1:
