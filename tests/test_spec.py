@@ -233,3 +233,13 @@ def test_the_unknown_env_error_names_the_module_form_and_hints_name_what_finds_a
     assert registry.env_reference("hinted_toy_v0") == "hinted_envs:hinted_toy_v0"
     assert registry.env_reference("kuhn_poker_v0") == "kuhn_poker_v0"
     monkeypatch.delitem(sys.modules, "hinted_envs")
+
+
+def test_sft_traces_seat_a_frozen_role_with_its_frozen_player():
+    from llm_zoo.trainers.sft import SFTConfig, teachers_of
+
+    scripted = {"rule": _judge_factory, "judge": _judge_factory, "talker": _judge_factory}
+    spec = llm_zoo.register(EnvSpec(**{**JUDGED, "scripted": scripted}, frozen_players={"judge": "scripted:rule"}))
+    roles = {"debater_0": "debater", "debater_1": "debater", "judge": "judge"}
+    config = SFTConfig(env=spec.name, teachers={"debater": "talker"})
+    assert teachers_of(config, spec, roles) == {"debater": ["talker"], "judge": ["rule"]}  # not the one named "judge"
