@@ -59,10 +59,9 @@ from pettingzoo import AECEnv
 
 from llm_zoo.episode import Episode
 
-__all__ = ["ENTRY_POINT_GROUP", "ENV_ARGUMENT_HELP", "EVAL_SEED_BASE", "HEADLINE_KEYS", "EnvSpec", "Play", "env_argument",
-           "env_reference", "env_spec", "eval_seeds", "make_env", "mean_interval", "pettingzoo_id", "read_entry_points", "register", "register_lazy",
-           "registered",
-           "wilson_interval"]
+__all__ = ["ENTRY_POINT_GROUP", "ENV_ARGUMENT_HELP", "EVAL_SEED_BASE", "HEADLINE_KEYS", "SCRIPTED_PREFIX", "EnvSpec",
+           "Play", "env_argument", "env_reference", "env_spec", "eval_seeds", "make_env", "mean_interval",
+           "pettingzoo_id", "read_entry_points", "register", "register_lazy", "registered", "wilson_interval"]
 
 EVAL_SEED_BASE = 2**31
 """Evaluation seeds start here; no training seed reaches them (training draws from ``[0, 2**31)``)."""
