@@ -1,8 +1,8 @@
 """EnvSpec: the one typed record through which the package knows an env, and the registry of them.
 
 An env tells the rest of llm_zoo what it is by registering an :class:`EnvSpec`: its versioned
-name, a factory for the wrapped AEC env, its roles, the roles that learn by default, its scripted
-players by name, the text a word-level tokenizer is built from, and its headline evaluation. The
+name, a factory for the wrapped AEC env, its roles, the roles that learn by default and the
+scripted player of each role that does not, its scripted players by name, the text a word-level tokenizer is built from, and its headline evaluation. The
 trainer, the CLI (``llm-zoo train/play/eval/crossplay``), the evaluators and the baselines read
 these fields and nothing else of the env's module. Per-env trainer settings are not here: they
 are training configuration (:mod:`llm_zoo.trainers.presets`).
