@@ -9,15 +9,16 @@ name through the registry::
 
 The package knows an env only through its :class:`~llm_zoo.spec.EnvSpec` (``SPEC`` in each
 versioned module); envs written elsewhere join with ``llm_zoo.register(spec)`` or the
-``llm_zoo.envs`` entry-point group, and every command takes them by name. Every registered env
-is also in PettingZoo's registry: ``pettingzoo.make("aec", "llm_zoo/kuhn_poker-v0")``.
+``llm_zoo.envs`` entry-point group (read when ``llm_zoo`` is imported; their modules load on first
+use), and every command takes them by name. Every registered env is also in PettingZoo's registry:
+``pettingzoo.make("aec", "llm_zoo/kuhn_poker-v0")``.
 """
 
 from __future__ import annotations
 
 from llm_zoo import kuhn_poker_v0
 from llm_zoo.episode import Episode
-from llm_zoo.spec import EnvSpec, env_spec, make_env, register, register_lazy, registered
+from llm_zoo.spec import EnvSpec, env_spec, make_env, read_entry_points, register, register_lazy, registered
 
 __version__ = "0.1.0"
 
@@ -34,6 +35,7 @@ for _name, _target in BUILTIN_ENVS.items():
     register_lazy(_name, _target)
 del _name, _target
 register(kuhn_poker_v0.SPEC, replace=True)  # imported above already: load it now
+read_entry_points()  # installed packages' envs: by name here and in PettingZoo's registry (their modules load later)
 
 __all__ = ["BUILTIN_ENVS", "EnvSpec", "Episode", "env_spec", "kuhn_poker_v0", "make_env", "register",
            "registered"]

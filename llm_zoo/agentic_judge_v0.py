@@ -87,6 +87,7 @@ SPEC = EnvSpec(
     env=env,
     roles=("solver", "judge"),
     learning_roles=("solver",),  # the judge stays frozen by default
+    frozen_players={"judge": "scripted:rule_judge"},
     scripted=PLAYERS,
     corpus=scripted.corpus,
     corpus_tokenizer="bpe",  # a stored solution must come back byte for byte

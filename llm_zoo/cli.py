@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 import llm_zoo
-from llm_zoo.spec import ENV_ARGUMENT_HELP, env_argument
+from llm_zoo.spec import ENV_ARGUMENT_HELP, env_argument, env_reference
 
 
 def _model_sampling(args: argparse.Namespace, spec: str) -> dict[str, Any]:
@@ -253,7 +254,7 @@ def _final_line(env: str, result: dict, scored: str, last: dict[str, float], run
     text = f"llm-zoo train {env}: {', '.join(figures) or 'done'}, scoring {scored}"
     if also:
         text += f"; the last iterate: {', '.join(also)}"
-    return f"{text}. Run directory {run_dir} (curves: llm-zoo plot {run_dir})"
+    return f"{text}. Run directory {run_dir} (curves: llm-zoo plot {shlex.quote(run_dir)})"
 
 
 def _sft(args: argparse.Namespace) -> int:
@@ -276,7 +277,8 @@ def _sft(args: argparse.Namespace) -> int:
     val = (f"val loss {summary['val_loss']:.4f} (from {summary['val_loss_initial']:.4f} before)"
            if summary["val_loss"] is not None else f"train loss {summary['train_loss']:.4f} (no held-out split)")
     print(f"llm-zoo sft {config.env}: {val}; policy {summary['policy']!r} in {summary['checkpoint']} "
-          f"(start RL from it: llm-zoo train {config.env} --set init={config.run_dir})", file=sys.stderr)
+          f"(start RL from it: llm-zoo train {env_reference(config.env)} --set init={shlex.quote(config.run_dir)})",
+          file=sys.stderr)
     return 0
 
 
@@ -308,6 +310,13 @@ def _eval(args: argparse.Namespace) -> int:
     from llm_zoo.trainers.checkpoint import verify_checkpoint
     from llm_zoo.trainers.evaluation import evaluate_checkpoint, evaluate_model
 
+    spec = llm_zoo.env_spec(args.env)
+    if spec.evaluate is None and (len(spec.roles) > 1 or not spec.scripted):  # no headline and no games to play
+        raise ValueError(f"{args.env} has no evaluation: its EnvSpec.evaluate is None (and "
+                         + ("it has several roles, so there are no games against its scripted players"
+                            if spec.scripted else "it has no scripted players to play against")
+                         + "). Give the env's EnvSpec an evaluate(policies, *, env_kwargs, play, **options) that "
+                           "returns its headline metric (docs/writing_an_env.md, 'Evaluate it')")
     sampling = {"temperature": args.temperature, "top_p": args.top_p, "max_new_tokens": args.max_new_tokens,
                 "constrain_to_legal": args.constrain_to_legal}
     options = {"episodes": args.episodes, "method": args.method, "seed": args.seed,

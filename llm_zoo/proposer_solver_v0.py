@@ -117,6 +117,7 @@ SPEC = EnvSpec(
     env=env,
     roles=("proposer", "solver"),
     learning_roles=("proposer", "solver"),  # `learn=[solver]` in the trainer's config freezes the proposer
+    frozen_players={"proposer": "scripted:proposer", "solver": "scripted:solver"},  # for `learn=[...]`
     scripted=PLAYERS,
     corpus=scripted.corpus,
     corpus_tokenizer="bpe",  # a task's program must come back byte for byte; digits stay one token each

@@ -1,8 +1,8 @@
 """EnvSpec: the one typed record through which the package knows an env, and the registry of them.
 
 An env tells the rest of llm_zoo what it is by registering an :class:`EnvSpec`: its versioned
-name, a factory for the wrapped AEC env, its roles, the roles that learn by default, its scripted
-players by name, the text a word-level tokenizer is built from, and its headline evaluation. The
+name, a factory for the wrapped AEC env, its roles, the roles that learn by default and the
+scripted player of each role that does not, its scripted players by name, the text a word-level tokenizer is built from, and its headline evaluation. The
 trainer, the CLI (``llm-zoo train/play/eval/crossplay``), the evaluators and the baselines read
 these fields and nothing else of the env's module. Per-env trainer settings are not here: they
 are training configuration (:mod:`llm_zoo.trainers.presets`).
@@ -17,10 +17,12 @@ Registering, as PettingZoo's ``register`` and OpenSpiel's ``register_game`` do::
 
 A package outside llm_zoo may instead name its spec under the entry-point group ``llm_zoo.envs``
 (in its ``pyproject.toml``: ``[project.entry-points."llm_zoo.envs"] my_game_v0 =
-"my_pkg.my_game:SPEC"``); the registry loads it the first time the name is looked up.
+"my_pkg.my_game:SPEC"``). The module may also register its spec itself, as above: the two name
+the same spec, and registering it twice is a no-op.
 
-The built-in envs are registered by name -> ``"module:SPEC"`` when ``llm_zoo`` is imported and
-their modules load on first lookup, so ``import llm_zoo`` stays light.
+The built-in envs and the entry points' envs are registered by name -> ``"module:SPEC"`` when
+``llm_zoo`` is imported (so PettingZoo's registry has them at once), and their modules load on
+first lookup, so ``import llm_zoo`` stays light.
 
 Headline evaluations
 --------------------
@@ -45,8 +47,10 @@ import functools
 import importlib
 import math
 import re
+import sys
 import types
-from collections.abc import Callable, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, Protocol
@@ -54,10 +58,11 @@ from typing import Any, Protocol
 from pettingzoo import AECEnv
 
 from llm_zoo.episode import Episode
+from llm_zoo.seating import scripted_name
 
-__all__ = ["ENTRY_POINT_GROUP", "ENV_ARGUMENT_HELP", "EVAL_SEED_BASE", "HEADLINE_KEYS", "EnvSpec", "Play", "env_argument",
-           "env_spec", "eval_seeds", "make_env", "mean_interval", "pettingzoo_id", "register", "register_lazy", "registered",
-           "wilson_interval"]
+__all__ = ["ENTRY_POINT_GROUP", "ENV_ARGUMENT_HELP", "EVAL_SEED_BASE", "HEADLINE_KEYS", "EnvSpec",
+           "Play", "env_argument", "env_reference", "env_spec", "eval_seeds", "make_env", "mean_interval",
+           "pettingzoo_id", "read_entry_points", "register", "register_lazy", "registered", "wilson_interval"]
 
 EVAL_SEED_BASE = 2**31
 """Evaluation seeds start here; no training seed reaches them (training draws from ``[0, 2**31)``)."""
@@ -135,6 +140,9 @@ class EnvSpec:
     """Every role an agent of the env can have (``raw_env.role_of(agent)``), e.g. ``("solver", "judge")``."""
     learning_roles: tuple[str, ...] = ()
     """Roles the trainer trains unless its config says otherwise; empty = every role."""
+    frozen_players: Mapping[str, str] = field(default_factory=dict)
+    """Role -> ``"scripted:NAME"`` (``NAME`` one of ``scripted``): who plays the role when it does not learn and
+    the trainer's ``policies`` seat no one there. Every role outside ``learning_roles`` needs one."""
     scripted: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
     """Scripted players by name: ``factory(seed=None) -> Policy``; every role should have one."""
     corpus: Callable[[], Sequence[str]] | None = None
@@ -168,6 +176,7 @@ class EnvSpec:
         if bad:
             raise TypeError(f"EnvSpec({self.name!r}).scripted maps names to factories(seed=None); "
                             f"these entries are not: {bad}")
+        self._check_frozen_players(roles, learning or roles)
         for name in ("corpus", "evaluate"):
             value = getattr(self, name)  # a field of this dataclass, not an env module's attribute
             if value is not None and not callable(value):
@@ -178,6 +187,51 @@ class EnvSpec:
         object.__setattr__(self, "roles", roles)
         object.__setattr__(self, "learning_roles", learning or roles)
         object.__setattr__(self, "scripted", types.MappingProxyType(dict(self.scripted)))
+        object.__setattr__(self, "frozen_players", types.MappingProxyType(dict(self.frozen_players)))
+
+    def _check_frozen_players(self, roles: tuple[str, ...], learning: tuple[str, ...]) -> None:
+        players = dict(self.frozen_players)
+        for role, player in players.items():
+            if role not in roles:
+                raise ValueError(f"EnvSpec({self.name!r}).frozen_players names the role {role!r}, which is not "
+                                 f"among its roles {roles}")
+            if not isinstance(player, str) or scripted_name(player) not in self.scripted:
+                raise ValueError(f"EnvSpec({self.name!r}).frozen_players[{role!r}] must be 'scripted:NAME' with NAME "
+                                 f"one of its scripted players {sorted(self.scripted)}; got {player!r:.80}")
+        unseated = [r for r in roles if r not in learning and r not in players]
+        if unseated:
+            raise ValueError(f"EnvSpec({self.name!r}): the roles {unseated} do not learn (learning_roles="
+                             f"{learning}) and have no player: name one in frozen_players, e.g. frozen_players="
+                             f"{{{unseated[0]!r}: 'scripted:NAME'}}, or add them to learning_roles")
+
+    def seat_frozen_roles(self, policies: Mapping[str, str], roles_of: Mapping[str, str],
+                          learn: Collection[str]) -> dict[str, str]:
+        """Return ``policies`` (agent or role -> policy name) with :attr:`frozen_players` seated in every role that
+        does not learn and that ``policies`` leaves empty.
+
+        ``roles_of`` maps each agent to its role; ``learn`` holds the roles (or agents) that learn.
+
+        Raises:
+            ValueError: a role that does not learn has no player, neither in ``policies`` nor in
+                :attr:`frozen_players`; the learner would play it without learning from it.
+        """
+        seated, unseated = dict(policies), []
+        for agent, role in roles_of.items():
+            if agent in learn or role in learn or agent in seated or role in seated:
+                continue
+            if role in self.frozen_players:
+                seated[role] = self.frozen_players[role]
+            elif role not in unseated:
+                unseated.append(role)
+        if unseated:
+            scripted = sorted(self.scripted) or ["(none)"]
+            raise ValueError(
+                f"{self.name}: the roles {unseated} do not learn (config.learn, else EnvSpec.learning_roles="
+                f"{self.learning_roles}) and no one is seated there, so the learner would play them without learning "
+                f"from them. Seat a player: --set policies='{{{unseated[0]}: scripted:NAME}}' (NAME one of {scripted}), "
+                f"or declare one in the env's EnvSpec(frozen_players={{{unseated[0]!r}: 'scripted:NAME'}}); or let "
+                f"them learn (--set learn=[...])")
+        return seated
 
     @property
     def pettingzoo_id(self) -> str:
@@ -198,6 +252,8 @@ def pettingzoo_id(name: str) -> str:
 _specs: dict[str, EnvSpec] = {}
 _lazy: dict[str, str] = {}  # name -> "module:attr", loaded on first lookup
 _entry_points_read = False
+_by_name: set[str] = set()  # names a fresh process finds without importing a module first (built-in, entry point)
+_imported_from: dict[str, str] = {}  # name -> the module whose import registered it ("module:name")
 
 
 def register(spec: EnvSpec, *, replace: bool = False) -> EnvSpec:
@@ -213,7 +269,7 @@ def register(spec: EnvSpec, *, replace: bool = False) -> EnvSpec:
     if old is not None and old != spec and not replace and _origin(old.env) != _origin(spec.env):
         raise ValueError(f"env {spec.name!r} is already registered (factory {_origin(old.env)}); "
                          f"pick another name, bump its version, or pass replace=True")
-    if old is None and spec.name in _lazy and not replace:
+    if old is None and spec.name in _lazy and not replace and not _is_lazy_target(spec):
         raise ValueError(f"env {spec.name!r} is already registered (spec {_lazy[spec.name]}); "
                          f"pick another name, bump its version, or pass replace=True")
     _specs[spec.name] = spec
@@ -226,6 +282,7 @@ def register_lazy(name: str, target: str) -> None:
     """Register the spec found at ``target`` (``"module:attr"``) under ``name``; it loads on first lookup."""
     if not NAME_PATTERN.fullmatch(name) or ":" not in target:
         raise ValueError(f"register_lazy expects a versioned name and 'module:attr'; got {name!r}, {target!r}")
+    _by_name.add(name)
     if name not in _specs:
         _lazy[name] = target
         _register_with_pettingzoo(name)
@@ -233,7 +290,7 @@ def register_lazy(name: str, target: str) -> None:
 
 def registered() -> list[str]:
     """Return the names of every registered env (built-in, registered, and from entry points), sorted."""
-    _read_entry_points()
+    read_entry_points()
     return sorted(set(_specs) | set(_lazy))
 
 
@@ -249,9 +306,10 @@ def env_spec(name: str) -> EnvSpec:
         module, _, name = name.rpartition(":")
         importlib.import_module(module)
         if name in _specs:
+            _imported_from.setdefault(name, module)
             return _specs[name]
     if name not in _lazy:
-        _read_entry_points()
+        read_entry_points()
     if name in _lazy:
         target = _lazy[name]
         module, _, attr = target.partition(":")
@@ -259,8 +317,17 @@ def env_spec(name: str) -> EnvSpec:
         if not isinstance(spec, EnvSpec) or spec.name != name:
             raise TypeError(f"{target} should be the EnvSpec of {name!r}; got {spec!r:.120}")
         return register(spec, replace=True)
-    raise ValueError(f"unknown env {name!r}; expected one of {registered()} (register one with "
-                     f"llm_zoo.register(EnvSpec(...)) or the {ENTRY_POINT_GROUP!r} entry-point group)")
+    raise ValueError(f"unknown env {name!r}; expected one of {registered()}, or MODULE:NAME for an env that a "
+                     f"module registers when imported (examples.haggle:haggle_v0); register one with "
+                     f"llm_zoo.register(EnvSpec(...)) or the {ENTRY_POINT_GROUP!r} entry-point group")
+
+
+def env_reference(name: str) -> str:
+    """Return the env argument that finds ``name`` from a fresh command: the name itself for a built-in or
+    entry-point env, ``MODULE:NAME`` for one that a module registers when imported (as it was given)."""
+    if name in _by_name or name not in _imported_from:
+        return name
+    return f"{_imported_from[name]}:{name}"
 
 
 ENV_ARGUMENT_HELP = ("a registered env's versioned name (kuhn_poker_v0, ...), or MODULE:NAME to import the module "
@@ -291,14 +358,34 @@ def make_env(name: str, **kwargs: Any) -> AECEnv:
     return env_spec(name).env(**kwargs)
 
 
-def _read_entry_points() -> None:
+def read_entry_points() -> None:
+    """Register (lazily) the specs that installed packages name under :data:`ENTRY_POINT_GROUP`; once a process."""
     global _entry_points_read
     if _entry_points_read:
         return
     _entry_points_read = True
     for point in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if point.name not in _specs and point.name not in _lazy:
+        if point.name in _specs or point.name in _lazy:
+            continue
+        try:
             register_lazy(point.name, point.value)
+        except ValueError as err:  # one package's malformed entry must not stop `import llm_zoo`
+            warnings.warn(f"skipped the {ENTRY_POINT_GROUP!r} entry point {point.name} = {point.value!r} of "
+                          f"{getattr(point.dist, 'name', '?')}: {err}", stacklevel=2)
+
+
+def _is_lazy_target(spec: EnvSpec) -> bool:
+    """Say whether ``spec`` is the one its name's ``"module:attr"`` points to: that module's attribute, or,
+    while the module is being imported (it registers itself before ``attr`` is bound), a spec it registers."""
+    module_name, _, attr = _lazy[spec.name].partition(":")
+    module = sys.modules.get(module_name)
+    if module is None:
+        return False
+    found = vars(module).get(attr)
+    if found is not None:
+        return found is spec or found == spec
+    # importlib marks a module's spec as initialising for the length of its import
+    return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
 
 
 def _origin(fn: Callable[..., Any]) -> str:

@@ -89,6 +89,7 @@ SPEC = EnvSpec(
     env=env,
     roles=("user", "assistant"),
     learning_roles=("assistant",),  # the user is a frozen simulator
+    frozen_players={"user": "scripted:scripted"},
     scripted=PLAYERS,
     corpus=scripted.corpus,
     corpus_tokenizer="bpe_words",  # tool calls come back byte for byte; an id has the same tokens where it is read and copied

@@ -348,6 +348,10 @@ class TextEnv(AECEnv):
     text reaches another as a user message sets it, so that no agent can write a byte-identical
     imitation of the env's feedback; the poker envs, whose agents see only parsed moves, do not."""
 
+    zero_sum: bool = False
+    """Whether the agents' rewards sum to 0 in every episode; the default :meth:`forfeit_rewards` then keeps
+    a forfeit zero-sum too (the others share the forfeiter's loss)."""
+
     # ---- override these ---------------------------------------------------------------------
 
     possible_agents: list[str]
@@ -390,8 +394,15 @@ class TextEnv(AECEnv):
         return tools_prompt(tools)
 
     def forfeit_rewards(self, agent: str) -> dict[str, float]:
-        """Return the rewards that end an episode in which ``agent`` forfeited (-1 to it by default)."""
-        return {agent: -1.0}
+        """Return the rewards that end an episode in which ``agent`` forfeited.
+
+        By default -1 to ``agent``; in a :attr:`zero_sum` env the others share +1, so the rewards still sum to 0.
+        An agent left out gets 0. Runs once, when the forfeit ends the episode; it must not raise.
+        """
+        if not self.zero_sum:
+            return {agent: -1.0}
+        others = [a for a in self.agents if a != agent]
+        return {agent: -1.0, **{a: 1.0 / len(others) for a in others}}
 
     def extra_spaces(self) -> dict[str, spaces.Space]:
         """Return spaces of env-specific observation keys beside ``"messages"`` (none by default)."""

@@ -29,7 +29,9 @@ def headline_evaluator(env: str | EnvSpec) -> Callable[..., dict[str, Any]] | No
     evaluate = spec.evaluate
     if evaluate is None:
         return None
-    play = functools.partial(collect, spec.name)
+    # every policy is reseeded from EVAL_SEED_BASE before the episodes (unless the evaluation passes its own seed),
+    # so the same weights give the same figure in training and from `llm-zoo eval`, whatever sampled before
+    play = functools.partial(collect, spec.name, seed=EVAL_SEED_BASE)
 
     def run(policies: Mapping[str, Any], **options: Any) -> dict[str, Any]:
         return dict(evaluate(policies, play=play, **options))
@@ -198,6 +200,9 @@ def evaluate_model(env: str, model: str, *, episodes: int = 500, method: str = "
                               "policies": {k: v for k, v in defaults.get("policies", {}).items()
                                            if scripted_name(str(v)) is not None},
                               "temperature": 1.0, "top_p": 1.0, "max_new_tokens": 64, "constrain_to_legal": False}
+    spec = llm_zoo.env_spec(env)  # a role that does not learn keeps its frozen player, as in training
+    config["policies"] = {**{r: p for r, p in spec.frozen_players.items() if r not in spec.learning_roles},
+                          **config["policies"]}
     config.update({k: defaults[k] for k in SAMPLING if k in defaults})
     config.update(_sampling(sampling))
     if is_pretrained(model) and int(config["max_new_tokens"]) <= 1:

@@ -630,6 +630,8 @@ def _train(config: TrainConfig, resume: bool, device: torch.device, run_dir: Pat
     agents = list(probe.possible_agents)
     roles = {a: probe.role_of(a) for a in agents}
     learn = set(config.learn or spec.learning_roles)
+    # a role that does not learn gets the env's frozen player, never the learner (refused when it has none)
+    config = dataclasses.replace(config, policies=spec.seat_frozen_roles(config.policies, roles, learn))
     seating = Seating.parse(config.policies)
     policy_of = seating.assign(roles)
     if main:

@@ -24,6 +24,7 @@ from typing import Any
 from llm_zoo.catalogue import is_pretrained
 from llm_zoo.envs.agentic_judge.env import LEARNING_TASKS
 from llm_zoo.envs.user_sim.env import LEARNING_SCENARIOS, WARM_START_SCENARIOS
+from llm_zoo.spec import env_reference
 
 __all__ = ["PRESETS", "PRETRAINED_PRESETS", "TINY_ONLY", "add", "check_model_settings", "preset"]
 
@@ -484,8 +485,8 @@ def check_model_settings(config: Any) -> None:
         fix = f"leave it at its default ({defaults[name]!r})" if not refused(defaults[name], defaults[name]) else \
             "raise it"
         raise ValueError(f"config.{name}={getattr(config, name)!r} is a setting for the tiny model: {why}. With a "
-                         f"pretrained model (config.model={config.model!r}) {fix}; `llm-zoo train {config.env} --set "
-                         f"model={config.model}` starts from the env's preset for pretrained models")
+                         f"pretrained model (config.model={config.model!r}) {fix}; `llm-zoo train {env_reference(config.env)} "
+                         f"--set model={config.model}` starts from the env's preset for pretrained models")
 
 
 def add(env: str, values: Mapping[str, Any], *, pretrained: bool = False) -> None:

@@ -264,8 +264,8 @@ def policy_name(config: SFTConfig, roles: Mapping[str, str], agents: Sequence[st
 def teachers_of(config: SFTConfig, spec: EnvSpec, roles: Mapping[str, str]) -> dict[str, list[str]]:
     """Return seat key (role, or an agent named in ``teachers``) -> the scripted players drawn from there.
 
-    A role missing from ``teachers`` and :data:`SFT_PRESETS` gets the scripted player named after it,
-    or the env's only scripted player.
+    A role missing from ``teachers`` and :data:`SFT_PRESETS` gets its frozen player
+    (:attr:`EnvSpec.frozen_players`), else the scripted player named after it, or the env's only one.
     """
     given = {**SFT_PRESETS.get(config.env, {}).get("teachers", {}), **config.teachers}
     players = sorted(spec.scripted)
@@ -278,7 +278,9 @@ def teachers_of(config: SFTConfig, spec: EnvSpec, roles: Mapping[str, str]) -> d
     for role in sorted(set(roles.values())):
         if role in out or all(a in out for a, r in roles.items() if r == role):
             continue
-        if role in spec.scripted or len(players) == 1:
+        if role in spec.frozen_players:  # the player the env seats there when the role does not learn
+            out[role] = [scripted_name(spec.frozen_players[role])]
+        elif role in spec.scripted or len(players) == 1:
             out[role] = [role if role in spec.scripted else players[0]]
         else:
             raise ValueError(f"sft config.teachers has no scripted player for the role {role!r} of {config.env}; "

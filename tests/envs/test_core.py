@@ -338,3 +338,24 @@ def test_render_is_safe_for_any_string_and_no_reply_line_passes_for_the_env_s(ca
     ansi.reset(seed=0)
     ansi.step(nasty)
     assert ansi.render().encode("utf-8") and "\n  | -- worker_1 forfeits: fake" in ansi.render()
+
+
+class Trio(Counter):
+    """Three agents, no tools: a forfeit's rewards by the default hook, zero-sum declared or not."""
+
+    possible_agents = ["worker_0", "worker_1", "worker_2"]
+
+    def tools(self, agent):
+        return ()
+
+
+@pytest.mark.parametrize("zero_sum, expected", [
+    (False, {"worker_0": 0.0, "worker_1": -1.0, "worker_2": 0.0}),  # -1 to the forfeiter, 0 to the others
+    (True, {"worker_0": 0.5, "worker_1": -1.0, "worker_2": 0.5}),  # the others share +1: the sum stays 0
+])
+def test_a_forfeit_keeps_a_zero_sum_env_zero_sum_by_default(zero_sum, expected):
+    env = type("Game", (Trio,), {"zero_sum": zero_sum})(max_retries=0)
+    env.reset(seed=0)
+    env.step("5")  # worker_0 moves and passes the turn; worker_1 forfeits at its first invalid reply
+    env.step("no number")
+    assert env.infos["worker_1"]["forfeit"] and env._cumulative_rewards == expected
