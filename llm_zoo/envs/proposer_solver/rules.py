@@ -251,6 +251,12 @@ def number_mutants(problem: str, program: str) -> list[tuple[int | float, str]]:
     number stated once, by SHIFT * 3**k for its k-th use otherwise), whose answer must differ from the
     program's for the number to matter.
 
+    This proves that each stated number changes the answer somewhere, not that the PROBLEM's words say how
+    they combine: a use that vanishes at the stated value and not far from it (``9 // 10``, ``9 > 10``),
+    or two uses of a number the PROBLEM states twice that cancel, still pass. Closing that takes a reader
+    of the words; a stricter move (the answer must change near the stated value) also refuses honest
+    problems whose rounding hides a number there.
+
     Raises:
         TaskInvalid: ``undetermined`` when the PROBLEM states no number, the program uses a number the
             PROBLEM does not state (other than :data:`FREE_NUMBERS`), or a stated number is not in the program.
