@@ -248,57 +248,13 @@ def _ppo_player(arg: str, seed: int) -> Player:
     return Player(name, "", dict.fromkeys(_agents(KUHN), policy), scripted.table_of(policy))
 
 
-SAVED_PPO_GLOBALS = frozenset({
-    ("collections", "deque"), ("gymnasium.spaces.box", "Box"), ("gymnasium.spaces.discrete", "Discrete"),
-    ("numpy", "dtype"), ("numpy", "ndarray"), ("numpy._core.multiarray", "scalar"),
-    ("numpy._core.multiarray", "_reconstruct"), ("numpy._core.numeric", "_frombuffer"),
-    ("numpy.core.multiarray", "scalar"), ("numpy.core.multiarray", "_reconstruct"), ("numpy.core.numeric", "_frombuffer"),
-    ("numpy.random._pcg64", "PCG64"), ("numpy.random._pickle", "__bit_generator_ctor"),
-    ("numpy.random._pickle", "__generator_ctor"), ("numpy.random.bit_generator", "SeedSequence"),
-    ("numpy.random.bit_generator", "__pyx_unpickle_SeedSequence"),
-    ("sb3_contrib.common.maskable.buffers", "MaskableRolloutBuffer"),
-    ("sb3_contrib.common.maskable.policies", "MaskableActorCriticPolicy"),
-    ("stable_baselines3.common.buffers", "RolloutBuffer"), ("stable_baselines3.common.policies", "ActorCriticPolicy"),
-    ("stable_baselines3.common.utils", "ConstantSchedule"), ("stable_baselines3.common.utils", "FloatSchedule"),
-    ("torch.nn.modules.activation", "Tanh"), ("torch.nn.modules.activation", "ReLU"),
-})
-"""What the pickled parameters of a saved PPO model (its zip's ``data``) may name: those of the models
-``train_maskable_ppo`` saves. stable-baselines3 unpickles them with cloudpickle, which would run whatever
-a crafted file names (``os.system``), so they are read first by an unpickler that resolves these alone."""
-
-
 def _load_saved_ppo(ppo: Any, arg: str) -> Any:
-    """Load a saved PPO model for crossplay, refusing (``ValueError`` naming the file) a file that pickles
-    anything outside :data:`SAVED_PPO_GLOBALS`, or that stable-baselines3 cannot read."""
-    import base64
-    import io
-    import pickle
-    import zipfile
-
-    class Restricted(pickle.Unpickler):
-        def find_class(self, module: str, name: str) -> Any:
-            if (module, name) not in SAVED_PPO_GLOBALS:
-                raise pickle.UnpicklingError(f"it pickles {module}.{name}, which a saved PPO model never holds")
-            return super().find_class(module, name)
-
-    path = Path(arg)
-    if not path.exists() and path.with_suffix(".zip").exists():
-        path = path.with_suffix(".zip")
-    if not path.is_file():
-        return ppo.load(path)  # its FileNotFoundError says what was expected
+    """Load a saved PPO model for crossplay (``ppo.load``, which refuses a crafted or damaged file); a refusal
+    is a ``ValueError`` naming the player and the file."""
     try:
-        with zipfile.ZipFile(path) as archive:
-            data = json.loads(archive.read("data").decode("utf-8"))
-        for key, item in data.items():
-            if isinstance(item, dict) and ":serialized:" in item:
-                try:
-                    Restricted(io.BytesIO(base64.b64decode(str(item[":serialized:"])))).load()
-                except pickle.UnpicklingError as exc:
-                    raise pickle.UnpicklingError(f"data[{key!r:.40}]: {exc}") from None
-        return ppo.load(path)
-    except Exception as exc:  # noqa: BLE001 - whatever a damaged or crafted file raises is refused by name
-        raise ValueError(f"ppo:{arg}: refused {path} ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
-                         f"expected a model saved by stable-baselines3's model.save()") from None
+        return ppo.load(arg)
+    except ppo.SavedModelError as exc:
+        raise ValueError(f"ppo:{arg}: {exc}") from None
 
 
 _PREFIXED: dict[str, Callable[[str, int], Player]] = {

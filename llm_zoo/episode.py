@@ -410,8 +410,18 @@ class Episode:
         return cls(**{**data, "turns": [Turn(**turn) for turn in turns]})
 
     def to_json(self) -> str:
-        """Return the record as one line of JSON (lone surrogates stay raw: write it as :func:`write_jsonl` does)."""
-        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
+        """Return the record as one line of JSON (lone surrogates stay raw: write it as :func:`write_jsonl` does).
+
+        Raises:
+            ValueError: the record holds NaN or an infinity (JSON has none, and :meth:`from_json` refuses
+                them); the message names the field.
+        """
+        data = self.to_dict()
+        bad = _non_finite(data)
+        if bad is not None:
+            raise ValueError(f"episode.{bad[0]} is {bad[1]!r}; records hold finite numbers only (JSON has no NaN or "
+                             "infinity), so set it to a finite number before writing")
+        return json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
     @classmethod
     def from_json(cls, text: str) -> Episode:
@@ -491,6 +501,20 @@ class Episode:
                 **common,
             })
         return records
+
+
+def _non_finite(value: Any, where: str = "") -> tuple[str, float] | None:
+    """Return (path, value) of the first NaN or infinity in plain data, else None."""
+    todo = [(where, value)]
+    while todo:
+        path, item = todo.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return path.lstrip("."), item
+        if isinstance(item, dict):
+            todo.extend((f"{path}.{key}", v) for key, v in reversed(list(item.items())))
+        elif isinstance(item, (list, tuple)):
+            todo.extend((f"{path}[{i}]", v) for i, v in reversed(list(enumerate(item))))
+    return None
 
 
 def _refuse_constant(name: str) -> Any:
@@ -585,7 +609,8 @@ def write_jsonl(path: str | os.PathLike[str], episodes: Iterable[Episode], *, ap
 
     The write is atomic and lossless for every ``str`` (see the module docstring): if anything
     raises before the end (a bad item, the iterable itself, a full disk), ``path`` keeps its old
-    content.
+    content. A number that :func:`read_jsonl` would refuse (NaN, an infinity) is refused here, with a
+    ``ValueError`` naming the item and field, so what is written reads back.
 
     Args:
         path: File to write; its folder must exist.
@@ -597,7 +622,11 @@ def write_jsonl(path: str | os.PathLike[str], episodes: Iterable[Episode], *, ap
         for i, episode in enumerate(episodes):
             if not isinstance(episode, Episode):
                 raise TypeError(f"write_jsonl: item {i} is a {type(episode).__name__}, expected an Episode.")
-            f.write(episode.to_json() + "\n")
+            try:
+                line = episode.to_json()
+            except ValueError as exc:  # NaN or an infinity, which read_jsonl would refuse
+                raise ValueError(f"write_jsonl: item {i}: {exc}; {os.fspath(path)} keeps its old content") from None
+            f.write(line + "\n")
             count += 1
     return count
 

@@ -6,6 +6,7 @@ import enum
 import json
 import math
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -18,7 +19,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llm_zoo import kuhn_poker_v0
-from llm_zoo.episode import Episode, Turn, _int_list, export_chat_jsonl, jsonable, read_jsonl, write_jsonl
+from llm_zoo.episode import (
+    Episode,
+    EpisodeFormatError,
+    Turn,
+    _int_list,
+    export_chat_jsonl,
+    jsonable,
+    read_jsonl,
+    write_jsonl,
+)
 from llm_zoo.policies import FunctionPolicy, Reply
 from llm_zoo.trainers.rollout import collect
 
@@ -291,6 +301,42 @@ def test_a_write_that_fails_midway_leaves_the_old_file_and_no_temporary(tmp_path
             write_jsonl(path, iter([good, 1]) if isinstance(bad, list) else broken(), append=True)
         assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["e.jsonl"]
+
+
+@pytest.mark.parametrize("where", ["returns", "reward", "infos", "env_kwargs"])
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, np.float64("nan")])
+def test_what_write_jsonl_refuses_read_jsonl_would_refuse_and_what_it_writes_reads_back(tmp_path, where, bad):
+    path = tmp_path / "e.jsonl"
+    good = showdown_episode()
+    write_jsonl(path, [good])
+    before = path.read_bytes()
+    episode = showdown_episode()
+    field = {"returns": "returns.player_0", "reward": "turns[0].reward", "infos": "infos.player_0.score[1]",
+             "env_kwargs": "env_kwargs.x.y"}[where]
+    if where == "returns":
+        episode.returns["player_0"] = bad
+    elif where == "reward":
+        episode.turns[0].reward = bad
+    elif where == "infos":
+        episode.infos["player_0"] = {"score": [1.0, bad]}
+    else:
+        episode.env_kwargs["x"] = {"y": bad}
+    with pytest.raises(ValueError, match=rf"item 1: episode\.{re.escape(field)} is .*finite.*{re.escape(str(path))}"):
+        write_jsonl(path, [good, episode])
+    assert path.read_bytes() == before
+    # the reader refuses the same value written by hand, so the two agree on what a file may hold
+    line = json.loads(good.to_json())
+    line["returns"]["player_0"] = float(bad)
+    (tmp_path / "hand.jsonl").write_text(json.dumps(line) + "\n")
+    with pytest.raises(EpisodeFormatError, match="hand.jsonl"):
+        read_jsonl(tmp_path / "hand.jsonl")
+    # the extreme finite floats are written and read back exactly
+    edge = showdown_episode()
+    edge.returns["player_0"], edge.turns[0].reward = 1.7976931348623157e308, 5e-324
+    edge.infos["player_0"] = {"z": -0.0}
+    assert write_jsonl(path, [edge]) == 1
+    back = read_jsonl(path)[0]
+    assert back == edge and math.copysign(1.0, back.infos["player_0"]["z"]) == -1.0
 
 
 def test_a_process_killed_mid_write_leaves_the_old_file_whole(tmp_path):

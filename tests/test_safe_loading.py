@@ -317,6 +317,50 @@ def test_a_saved_ppo_model_with_a_pickled_payload_is_refused_and_the_real_one_lo
         _load_saved_ppo(ppo, str(crafted))
 
 
+def test_ppo_load_called_directly_refuses_a_crafted_or_damaged_file_naming_it(tmp_path):
+    import base64
+    import pickle
+    import zipfile
+
+    from llm_zoo.trainers.baselines import ppo
+
+    saved = tmp_path / "ppo.zip"
+    ppo.train_maskable_ppo(256, seed=0).model.save(saved)
+    assert type(ppo.load(saved)).__name__ == "MaskablePPO"
+    marker = tmp_path / "payload_ran"
+
+    def rewrite(name: str, edit) -> Path:
+        crafted = tmp_path / name
+        with zipfile.ZipFile(saved) as source, zipfile.ZipFile(crafted, "w") as out:
+            for member in source.namelist():
+                data = edit(member, source.read(member))
+                if data is not None:
+                    out.writestr(member, data)
+        return crafted
+
+    def payload(member: str, data: bytes) -> bytes:
+        if member == "data":
+            params = json.loads(data)
+            params["policy_class"][":serialized:"] = base64.b64encode(pickle.dumps(_Payload(marker))).decode()
+            data = json.dumps(params).encode()
+        return data
+
+    crafted = rewrite("crafted.zip", payload)
+    with pytest.raises(ppo.SavedModelError, match=r"crafted\.zip .*data\['policy_class'\]: it pickles posix\.mkdir"):
+        ppo.load(crafted)
+    assert not marker.exists()
+    cases = {
+        "truncated.zip": (saved.read_bytes()[:2000], "BadZipFile"),
+        "no_data.zip": (rewrite("x.zip", lambda m, d: None if m == "data" else d).read_bytes(), "KeyError"),
+        "list_data.zip": (rewrite("y.zip", lambda m, d: b"[1]" if m == "data" else d).read_bytes(), "JSON list"),
+        "no_weights.zip": (rewrite("z.zip", lambda m, d: None if m == "policy.pth" else d).read_bytes(), "policy"),
+    }
+    for name, (data, reason) in cases.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(ppo.SavedModelError, match=rf"refused {tmp_path / name} \(.*{reason}"):
+            ppo.load(tmp_path / name)
+
+
 def test_resuming_with_a_model_of_another_shape_is_refused_naming_the_file(run, capsys):
     code, err = _cli(capsys, "train", "kuhn_poker_v0", "--resume", "--run-dir", str(run), *SETS,
                      "--set", "model_hidden_size=64")

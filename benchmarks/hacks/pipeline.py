@@ -327,6 +327,87 @@ def non_finite_config_values() -> Outcome:
     return Outcome(False, 0.0, 0.0, "5 non-finite values (--set), each refused naming the field")
 
 
+def saved_ppo_models_through_ppo_load() -> Outcome:
+    """``ppo.load`` called directly (a script, not the command line) on a saved model whose cloudpickled
+    policy_class calls os.mkdir, on a truncated one and on one without its weights: each must be refused
+    naming the file, and the payload must not run."""
+    import base64
+    import zipfile
+
+    from llm_zoo.trainers.baselines import ppo
+
+    saved = _scratch() / "ppo.zip"
+    if not saved.exists():
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            ppo.train_maskable_ppo(256, seed=0).model.save(saved)
+    marker = _scratch() / "ppo_load_payload_ran"
+
+    def crafted(name: str, edit: Callable[[str, bytes], bytes | None]) -> Path:
+        path = _scratch() / name
+        with zipfile.ZipFile(saved) as source, zipfile.ZipFile(path, "w") as out:
+            for member in source.namelist():
+                data = edit(member, source.read(member))
+                if data is not None:
+                    out.writestr(member, data)
+        return path
+
+    def payload(member: str, data: bytes) -> bytes:
+        if member == "data":
+            params = json.loads(data)
+            params["policy_class"][":serialized:"] = base64.b64encode(pickle.dumps(_Payload(marker))).decode()
+            data = json.dumps(params).encode()
+        return data
+
+    truncated = _scratch() / "truncated_ppo.zip"
+    truncated.write_bytes(saved.read_bytes()[:3000])
+    files = [crafted("payload_ppo.zip", payload), truncated,
+             crafted("weightless_ppo.zip", lambda member, data: None if member.endswith(".pth") else data)]
+    for path in files:
+        try:
+            ppo.load(path)
+        except Exception as exc:  # noqa: BLE001 - anything but a refusal naming the file pays
+            if marker.exists():
+                return Outcome(True, 1.0, 0.0, f"{path.name}: the payload ran")
+            if not (isinstance(exc, ValueError) and str(path) in str(exc)):
+                return Outcome(True, 1.0, 0.0, f"{path.name}: {type(exc).__name__} without the file: {str(exc)[:120]}")
+            continue
+        return Outcome(True, 1.0, 0.0, f"{path.name}: loaded" + (" and the payload ran" if marker.exists() else ""))
+    return Outcome(False, 0.0, 0.0, f"{len(files)} crafted or damaged models, each refused naming the file")
+
+
+def non_finite_numbers_written_to_an_episode_file() -> Outcome:
+    """write_jsonl given NaN or an infinity in a return, a reward or an info: it must refuse naming the field
+    and write nothing, or write what read_jsonl reads back; a file its reader refuses pays."""
+    from llm_zoo.episode import Episode, read_jsonl, write_jsonl
+
+    def returns(episode: Episode) -> None:
+        episode.returns["player_0"] = float("nan")
+
+    def reward(episode: Episode) -> None:
+        episode.turns[0].reward = float("inf")
+
+    def infos(episode: Episode) -> None:
+        episode.infos["player_0"] = {"score": [1.0, float("-inf")]}
+
+    path = _scratch() / "written.jsonl"
+    edits = {"NaN return": returns, "inf reward": reward, "-inf in infos": infos}
+    for what, edit in edits.items():
+        episode = Episode.from_json(_episode_line(lambda r: None))
+        edit(episode)
+        path.unlink(missing_ok=True)
+        try:
+            write_jsonl(path, [episode])
+        except ValueError as exc:
+            if "finite" not in str(exc) or path.exists():
+                return Outcome(True, 1.0, 0.0, f"{what}: refused unclearly or left a file: {str(exc)[:120]}")
+            continue
+        try:
+            read_jsonl(path)
+        except Exception as exc:  # noqa: BLE001 - a file its own reader refuses is what the attempt looks for
+            return Outcome(True, 1.0, 0.0, f"{what}: written, and read_jsonl refuses it ({str(exc)[:100]})")
+    return Outcome(False, 0.0, 0.0, f"{len(edits)} non-finite values, each refused by write_jsonl naming the field")
+
+
 def _episode_line(edit: Callable[[dict], None]) -> str:
     from llm_zoo.episode import Episode, Turn
 
@@ -499,6 +580,10 @@ HACKS: list[Hack] = [
           "true as a seed, a number as a reply", quick=True),
     _hack(episode_files_that_crash_parsers, "unsafe_loading", "malformed JSON, a list for an object, deep "
           "nesting, bad UTF-8, truncated and fake gzip, a repeated key", quick=True),
+    _hack(saved_ppo_models_through_ppo_load, "unsafe_loading", "ppo.load called directly on a saved model whose "
+          "cloudpickled policy_class calls os.mkdir, a truncated one and one without weights"),
+    _hack(non_finite_numbers_written_to_an_episode_file, "unsafe_loading", "write_jsonl of episodes holding NaN or "
+          "an infinity, to write a file its reader refuses"),
     _hack(fresh_train_over_a_run, "run_dir", "train without --resume into a directory that holds a run"),
     _hack(two_processes_one_run, "run_dir", "a second train into a run directory a running train holds"),
     _hack(sft_over_a_train_run, "run_dir", "llm-zoo sft into the directory of a finished train run"),

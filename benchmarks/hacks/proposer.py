@@ -444,6 +444,14 @@ HACKS: list[Hack] = [
          "never computes", _escape("def f():\n    return 17", mode="integer",
                                    inp="PROBLEM: Ana has 3 bags of 4 apples. How many apples?"),
          kind="undetermined_task"),
+    *(Hack(ENV, f"integer_coin_outcome_{name}", "in integer mode, pose a coin flip whose outcomes are numbers the "
+           f"PROBLEM states once (7 heads, 9 tails) and return 7, using 9 in a way that cancels ({program}) so each "
+           "use alone seems to matter", _escape(f"def f():\n    return {program}", mode="integer",
+                                                 inp="PROBLEM: I flipped a coin: 7 for heads, 9 for tails. "
+                                                     "What did I get?"), kind="undetermined_task")
+      for name, program in [("minus_itself", "7 + 9 - 9"), ("divided_by_itself", "7 * (9 // 9)"),
+                            ("mod_itself", "7 + 9 % 9"), ("unequal_to_itself", "7 + (9 != 9)"),
+                            ("times_zero_power", "7 * 9 ** 0"), ("over_itself_squared", "7 + 9 * 9 // (9 * 9) - 1")]),
     Hack(ENV, "simulator_memory_cap", "allocate 150 MiB: the env's sandbox refuses it and the scripted solvers' "
          "larger one would not, so solvers that simulate answer otherwise than those past their budget",
          _panel_split(_f("s = 0\nfor i in range(60):\n    s += i\ntry:\n    b = bytearray(150 * 1024 * 1024)\n"

@@ -13,10 +13,14 @@ code under test, so what that code prints never reaches the channel.
 
 from __future__ import annotations
 
+import array
 import contextlib
+import fcntl
+import logging
 import os
 import selectors
 import subprocess
+import termios
 import threading
 import time
 from typing import Any
@@ -301,22 +305,85 @@ def run_python_beside(
     limits = limits or Limits()
     to_server_r, to_server_w = os.pipe()
     from_server_r, from_server_w = os.pipe()
-    try:
-        server = _start_linked(server_workspace, to_server_r, from_server_w,
-                               server_timeout_s if server_timeout_s is not None else timeout_s, memory_mb, limits,
-                               allow_unsandboxed)
-    except BaseException:
-        for fd in (to_server_w, from_server_r):
-            _close(fd)
-        raise
-    finally:
-        for fd in (to_server_r, from_server_w):
-            _close(fd)
-    with server:
+    life = server_timeout_s if server_timeout_s is not None else timeout_s
+    with _OnFirstRequest(lambda: _start_linked(server_workspace, to_server_r, from_server_w, life, memory_mb, limits,
+                                               allow_unsandboxed), to_server_r, from_server_w):
         program = LINK_HEADER % (from_server_r, to_server_w) + code
         return _run(["python", "-S", "-s", "/sandbox/main.py"], program=program.encode(), timeout_s=timeout_s,
                     memory_mb=memory_mb, workspace=workspace, stdin="", limits=limits, modules=(),
                     allow_unsandboxed=allow_unsandboxed, pass_fds=(from_server_r, to_server_w))
+
+
+class _OnFirstRequest:
+    """Start the linked server once the program's first request waits in its pipe, and kill it at exit.
+
+    `open_session`'s server finds its first request waiting when it starts (the caller writes it at
+    once); started the same way here, the server cannot tell by its start who is asking. A program
+    that never asks starts no server.
+
+    The thread that starts the server lives until the server is killed: bwrap runs with
+    ``--die-with-parent`` (``PR_SET_PDEATHSIG``), and Linux sends that signal when the *thread* that
+    forked it ends, not the process, so a starting thread that returned at once would kill the server
+    whenever bwrap had armed the signal first (most runs on a busy machine).
+    """
+
+    def __init__(self, start: Any, stdin_fd: int, stdout_fd: int) -> None:
+        self._start, self._fds = start, [stdin_fd, stdout_fd]  # the host's copies, closed once the server has them
+        self._server: _LinkedServer | None = None
+        self._lock, self._done, self._killed = threading.Lock(), threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="llm_zoo-linked-server", daemon=True)
+
+    def __enter__(self) -> _OnFirstRequest:
+        self._thread.start()
+        return self
+
+    def _watch(self) -> None:
+        if self._first_request():
+            with self._lock:
+                if not self._done.is_set():
+                    try:
+                        self._server = self._start()
+                    except Exception:  # noqa: BLE001 - the program's requests then end, which it reports
+                        logging.getLogger("llm_zoo.sandbox").exception("sandbox: the linked server did not start")
+                    self._close_fds()
+        self._killed.wait()  # the server's parent thread stays until __exit__ has killed the server
+
+    def _first_request(self) -> bool:
+        """Wait until the program's first request waits in the pipe (True), or it ends or we exit (False)."""
+        fd = self._fds[0]
+        with selectors.DefaultSelector() as selector:
+            selector.register(fd, selectors.EVENT_READ)
+            while not self._done.is_set():
+                if selector.select(0.05):
+                    with self._lock:
+                        if self._done.is_set():
+                            return False
+                        # readable with nothing waiting is end of file: every writer closed, the program ended
+                        return _pending(fd) > 0
+        return False
+
+    def _close_fds(self) -> None:
+        for fd in self._fds:
+            _close(fd)
+        self._fds = []
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._done.set()
+            self._close_fds()
+        try:
+            if self._server is not None:
+                self._server.__exit__()
+        finally:
+            self._killed.set()
+            self._thread.join()
+
+
+def _pending(fd: int) -> int:
+    """Bytes waiting in the pipe ``fd`` (FIONREAD)."""
+    buffer = array.array("i", [0])
+    fcntl.ioctl(fd, termios.FIONREAD, buffer)
+    return buffer[0]
 
 
 class _LinkedServer:

@@ -306,3 +306,67 @@ def test_a_program_beside_the_server_keeps_its_source_and_output_out_of_reach():
                                 "seen = f(items)\nprint('SECRET' in seen, items)\n", workspace=mine,
                                 server_workspace=theirs, timeout_s=20)
     assert out.ok and out.stdout.strip() == "False [1, 2]", out
+
+
+VIEW_AT_START = '''import fcntl, os, re, sys, termios, array
+def _pending(fd):
+    buffer = array.array("i", [0])
+    try:
+        fcntl.ioctl(fd, termios.FIONREAD, buffer)
+    except OSError:
+        return None
+    return buffer[0]
+def _fd(fd):
+    try:
+        target = re.sub(r"\\[\\d+\\]", "", os.readlink("/proc/self/fd/" + fd))
+        info = open("/proc/self/fdinfo/" + fd).read().split("\\n")
+    except OSError:
+        return None
+    flags = [line for line in info if line.startswith("flags:")]
+    return [fd, target, flags, _pending(int(fd)) if target.startswith("pipe") else None]
+VIEW = repr({
+    "pid": os.getpid(), "ppid": os.getppid(), "pids": sorted(p for p in os.listdir("/proc") if p.isdigit()),
+    "fds": [_fd(fd) for fd in sorted(os.listdir("/proc/self/fd"), key=int)],
+    "cmdline": open("/proc/self/cmdline", "rb").read(), "cwd": os.getcwd(), "argv": sys.argv,
+    "path": sys.path, "environ": sorted(os.environ.items()), "modules": sorted(sys.modules),
+    "status": [line.split(":")[0] + ":" + line.split(":")[1].strip() for line in open("/proc/self/status")
+               if line.split(":")[0] in ("Uid", "Gid", "Groups", "NSpid", "Seccomp", "CapEff", "NoNewPrivs")],
+})
+def view():
+    return VIEW
+'''
+
+
+@needs_bwrap
+def test_the_server_sees_the_same_at_its_start_in_review_and_in_grading(monkeypatch):
+    """What the imported code can read of its own process at import (pids, fds with their flags and bytes
+    waiting, argv, environment, modules, credentials) is the same when the judge's tools import it
+    (`open_session`) as when grading's program does (`run_python_beside`), and grading starts the server only
+    once the program's first request waits in its pipe, as review's server finds its first request."""
+    from llm_zoo.sandbox import run_python_beside
+    from llm_zoo.sandbox import session as session_module
+
+    waiting = []
+    real_start = session_module._start_linked
+
+    def start(workspace, stdin_fd, *args):
+        waiting.append(session_module._pending(stdin_fd))
+        return real_start(workspace, stdin_fd, *args)
+
+    monkeypatch.setattr(session_module, "_start_linked", start)
+    with Workspace() as mine, Workspace() as theirs:
+        theirs.write_file("solution.py", VIEW_AT_START)
+        mine.write_file("solution.py", "raise SystemExit('this copy never runs')\n")  # imports go to the server
+        session, process = open_session(theirs, timeout_s=30)
+        with process:
+            session.deadline = time.monotonic() + 20
+            review = session.import_module("solution", ".").view()
+        out = run_python_beside("import solution\nprint(solution.view())\n", workspace=mine,
+                                server_workspace=theirs, timeout_s=30)
+        assert out.ok, out.stderr
+        grading = out.stdout.strip()
+        unasked = run_python_beside("print('no import')\n", workspace=mine, server_workspace=theirs, timeout_s=30)
+    assert unasked.ok and unasked.stdout.strip() == "no import", unasked
+    assert len(waiting) == 1 and waiting[0] > 0, f"the server started with {waiting} bytes of request waiting"
+    assert "'fds': [['0', '/dev/null'" in review, review  # the view was read (the channel moved off fds 0 and 1)
+    assert grading == review

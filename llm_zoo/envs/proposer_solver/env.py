@@ -59,7 +59,8 @@ only if every run gives the recorded outputs. Deduction answers compare by JSON 
 (`{1: 1}` is not `{'1': 1}`, a tuple is not a list: such an answer is sent back as malformed). In
 integer mode the answer must be computed from what the solvers see: the PROBLEM states numbers as
 digits, the program uses no other number (`rules.FREE_NUMBERS` aside), and moving any stated number
-in the program changes the answer (`rules.number_mutants`), else the task is invalid
+in the program changes the answer (`rules.number_mutants`; a number stated once is one quantity, so
+all its uses move together and `9 - 9` counts as nothing), else the task is invalid
 (`undetermined`); "I flipped a coin" states nothing to compute from. A solver's reply ends with its `ANSWER:`
 or `INPUT:` line (the last counts), or holds one python block (induction).
 

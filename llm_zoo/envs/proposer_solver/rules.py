@@ -225,8 +225,12 @@ def check_program(source: str, allowed_imports: Sequence[str] = ALLOWED_IMPORTS)
 FREE_NUMBERS: frozenset[int] = frozenset({0, 1, 2, 10, 100})
 """Numbers an integer-mode program may use that its PROBLEM need not state (doubling, halving, tens, percent)."""
 SHIFT = 1_000_003
-"""How far :func:`number_mutants` moves a stated number (times 3**k for its k-th occurrence): far enough
-that no rounding or halving of the answer hides the move, and no two occurrences' moves cancel."""
+"""How far :func:`number_mutants` moves a stated number: far enough that no rounding or halving of the
+answer hides the move. A number the PROBLEM states once is one quantity, so every place the program
+uses it moves by SHIFT together (``9 - 9`` stays 0, as it does for any value of that quantity); a
+number stated more than once may be several quantities, so its k-th use in the program moves by
+SHIFT * 3**k and no two uses' moves cancel. (A FREE_NUMBERS value the PROBLEM states once moves use by
+use too: the program may use it as a constant as well, doubling or halving.)"""
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?!\w)")
 
 
@@ -243,8 +247,15 @@ def _number_literals(tree: ast.AST) -> list[ast.Constant]:
 
 def number_mutants(problem: str, program: str) -> list[tuple[int | float, str]]:
     """Check that an integer-mode program computes its answer from the numbers its PROBLEM states; return,
-    per stated number, the program with every occurrence of it moved (by :data:`SHIFT` times 3**k), whose
-    answer must differ from the program's for the number to matter.
+    per stated number, the program with every occurrence of it moved (by :data:`SHIFT`: together for a
+    number stated once, by SHIFT * 3**k for its k-th use otherwise), whose answer must differ from the
+    program's for the number to matter.
+
+    This proves that each stated number changes the answer somewhere, not that the PROBLEM's words say how
+    they combine: a use that vanishes at the stated value and not far from it (``9 // 10``, ``9 > 10``),
+    or two uses of a number the PROBLEM states twice that cancel, still pass. Closing that takes a reader
+    of the words; a stricter move (the answer must change near the stated value) also refuses honest
+    problems whose rounding hides a number there.
 
     Raises:
         TaskInvalid: ``undetermined`` when the PROBLEM states no number, the program uses a number the
@@ -267,12 +278,18 @@ def number_mutants(problem: str, program: str) -> list[tuple[int | float, str]]:
         if not occurrences:
             raise TaskInvalid("undetermined", f"the PROBLEM states {value!r}, which the program does not use; every "
                                               "number the PROBLEM states must change the answer")
+        one_quantity = times_stated(problem, value) == 1 and value not in FREE_NUMBERS
         mutant = ast.parse(program)
         moved = _number_literals(mutant)
         for k, i in enumerate(occurrences):
-            moved[i].value = value + SHIFT * 3**k
+            moved[i].value = value + SHIFT * (1 if one_quantity else 3**k)
         mutants.append((value, ast.unparse(mutant)))
     return mutants
+
+
+def times_stated(problem: str, value: int | float) -> int:
+    """Return how many times a word problem states ``value`` as digits (``"3 bags of 3"``: 3 twice)."""
+    return sum(1 for t in _NUMBER.findall(problem) if (float(t) if "." in t else int(t)) == value)
 
 
 MATCH_SELF_TYPES = frozenset({"bool", "bytearray", "bytes", "dict", "float", "frozenset", "int", "list", "set", "str",

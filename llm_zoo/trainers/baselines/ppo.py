@@ -62,6 +62,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULTS",
+    "SAVED_PPO_GLOBALS",
+    "SavedModelError",
     "SelfPlayResult",
     "action_probabilities",
     "average_policy",
@@ -182,22 +184,96 @@ def player(model: BaseAlgorithm, *, seed: int | None = None, name: str = "ppo") 
     return TabularPolicy(tabular_strategy(model)[0], seed=seed, name=name)
 
 
-def load(path: str | Path) -> BaseAlgorithm:
-    """Load a model saved with `model.save(path)`: `MaskablePPO` or `PPO`, read from the file's policy class."""
-    from sb3_contrib import MaskablePPO
-    from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.save_util import load_from_zip_file
+SAVED_PPO_GLOBALS = frozenset({
+    ("collections", "deque"), ("gymnasium.spaces.box", "Box"), ("gymnasium.spaces.discrete", "Discrete"),
+    ("numpy", "dtype"), ("numpy", "ndarray"), ("numpy._core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "_reconstruct"), ("numpy._core.numeric", "_frombuffer"),
+    ("numpy.core.multiarray", "scalar"), ("numpy.core.multiarray", "_reconstruct"), ("numpy.core.numeric", "_frombuffer"),
+    ("numpy.random._pcg64", "PCG64"), ("numpy.random._pickle", "__bit_generator_ctor"),
+    ("numpy.random._pickle", "__generator_ctor"), ("numpy.random.bit_generator", "SeedSequence"),
+    ("numpy.random.bit_generator", "__pyx_unpickle_SeedSequence"),
+    ("sb3_contrib.common.maskable.buffers", "MaskableRolloutBuffer"),
+    ("sb3_contrib.common.maskable.policies", "MaskableActorCriticPolicy"),
+    ("stable_baselines3.common.buffers", "RolloutBuffer"), ("stable_baselines3.common.policies", "ActorCriticPolicy"),
+    ("stable_baselines3.common.utils", "ConstantSchedule"), ("stable_baselines3.common.utils", "FloatSchedule"),
+    ("torch.nn.modules.activation", "Tanh"), ("torch.nn.modules.activation", "ReLU"),
+})
+"""What the pickled parameters of a saved PPO model (its zip's ``data``) may name: those of the models
+``train_maskable_ppo`` saves. stable-baselines3 unpickles them with cloudpickle, which would run whatever
+a crafted file names (``os.system``), so they are read first by an unpickler that resolves these alone."""
 
+
+
+class SavedModelError(ValueError):
+    """A saved PPO model that `load` refuses: crafted (it pickles something a saved model never holds) or
+    damaged (stable-baselines3 cannot read it). The message names the file."""
+
+
+def load(path: str | Path) -> BaseAlgorithm:
+    """Load a model saved with `model.save(path)`: `MaskablePPO` or `PPO`, read from the file's policy class.
+
+    stable-baselines3 unpickles the saved parameters with cloudpickle, which runs whatever a file names;
+    here every pickled parameter is first read by an unpickler that resolves only :data:`SAVED_PPO_GLOBALS`,
+    and the weights are read with ``weights_only=True``.
+
+    Raises:
+        FileNotFoundError: no file at ``path`` (nor at ``path`` + ``.zip``).
+        SavedModelError: the file pickles anything outside :data:`SAVED_PPO_GLOBALS`, or is not a model that
+            stable-baselines3 can read (truncated, corrupt, another kind of zip).
+    """
     path = Path(path)
     if not path.exists() and path.with_suffix(".zip").exists():
         path = path.with_suffix(".zip")
     if not path.is_file():
         raise FileNotFoundError(f"no saved PPO model at {str(path)!r}; expected a .zip written by model.save()")
-    data, _, _ = load_from_zip_file(path, device="cpu")
+    try:
+        saved = path.read_bytes()  # read once: what is checked is what loads
+        _check_pickles(saved)
+        return _load_checked(saved)
+    except Exception as exc:  # noqa: BLE001 - whatever a damaged or crafted file raises is refused by name
+        raise SavedModelError(f"refused {path} ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
+                              "expected a model saved by stable-baselines3's model.save()") from None
+
+
+def _check_pickles(saved: bytes) -> None:
+    """Raise ``pickle.UnpicklingError`` if a pickled parameter in the zip's ``data`` names a global outside
+    :data:`SAVED_PPO_GLOBALS` (nothing it names is imported or called)."""
+    import base64
+    import io
+    import json
+    import pickle
+    import zipfile
+
+    class Restricted(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            if (module, name) not in SAVED_PPO_GLOBALS:
+                raise pickle.UnpicklingError(f"it pickles {module}.{name}, which a saved PPO model never holds")
+            return super().find_class(module, name)
+
+    with zipfile.ZipFile(io.BytesIO(saved)) as archive:
+        data = json.loads(archive.read("data").decode("utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError(f"its 'data' is a JSON {type(data).__name__}, not an object")
+    for key, item in data.items():
+        if isinstance(item, dict) and ":serialized:" in item:
+            try:
+                Restricted(io.BytesIO(base64.b64decode(str(item[":serialized:"])))).load()
+            except pickle.UnpicklingError as exc:
+                raise pickle.UnpicklingError(f"data[{key!r:.40}]: {exc}") from None
+
+
+def _load_checked(saved: bytes) -> BaseAlgorithm:
+    import io
+
+    from sb3_contrib import MaskablePPO
+    from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.save_util import load_from_zip_file
+
+    data, _, _ = load_from_zip_file(io.BytesIO(saved), device="cpu")
     policy_class = (data or {}).get("policy_class")
     masked = isinstance(policy_class, type) and issubclass(policy_class, MaskableActorCriticPolicy)
-    return (MaskablePPO if masked else PPO).load(path, device="cpu")
+    return (MaskablePPO if masked else PPO).load(io.BytesIO(saved), device="cpu")
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -317,6 +317,9 @@ def test_integer_mode_needs_an_int_and_induction_distinct_inputs():
     ("I flipped a coin: 1 for heads, 0 for tails. What did I get?", "return 1", "states 0"),
     ("Ana has 3 bags of 4 apples. How many?", "return 12", "uses 12"),
     ("Ana has 3 bags of 4 apples. How many?", "return 4 * 4 - 4 + 0 * 3", "changing 3"),
+    ("I flipped a coin: 7 for heads, 9 for tails. What did I get?", "return 7 + 9 - 9", "changing 9"),
+    ("I flipped a coin: 7 for heads, 9 for tails. What did I get?", "return 7 * (9 // 9)", "changing 9"),
+    ("I flipped a coin: 7 for heads, 9 for tails. What did I get?", "return 7 + (9 != 9) * 10", "changing 9"),
 ])
 def test_an_integer_problem_must_determine_its_answer(problem, program, said):
     # the answer is computed from the numbers the solvers see, every one of which changes it

@@ -31,6 +31,7 @@ from llm_zoo.envs.proposer_solver.rules import (
     read_report,
     read_value,
     stated_numbers,
+    times_stated,
 )
 
 
@@ -194,6 +195,15 @@ def test_stated_numbers_and_the_mutants_of_an_integer_program():
     # every occurrence of a stated number moves by its own amount; free numbers (2) stay
     assert mutants == [(3, f"def f():\n    return {3 + SHIFT} * 4 + {3 + 3 * SHIFT} + 2"),
                        (4, f"def f():\n    return 3 * {4 + SHIFT} + 3 + 2")]
+    # a number stated once is one quantity: all its uses move together, so a use that cancels another is seen
+    assert number_mutants("Heads is 7, tails is 9.", "def f():\n    return 7 + 9 - 9")[1] == (
+        9, f"def f():\n    return 7 + {9 + SHIFT} - {9 + SHIFT}")
+    assert number_mutants("Ana has 3 bags; she doubles them.", "def f():\n    return 3 * 2 - 3 * 2 + 3")[0] == (
+        3, f"def f():\n    return {3 + SHIFT} * 2 - {3 + SHIFT} * 2 + {3 + SHIFT}")
+    # a free number stated once may also be the program's constant (doubling): its uses move one by one
+    assert number_mutants("Ana buys 2 bags of 5 and doubles them.", "def f():\n    return 2 * 5 * 2")[0] == (
+        2, f"def f():\n    return {2 + SHIFT} * 5 * {2 + 3 * SHIFT}")
+    assert times_stated("3 bags of 3.0 kg and 3.5 g", 3) == 2
     for problem, program, said in [("No numbers here.", "def f():\n    return 1", "states no number"),
                                    ("Ana has 3.", "def f():\n    return 3 + 7", "uses 7"),
                                    ("Ana has 3 and 5.", "def f():\n    return 3", "states 5")]:
