@@ -4,7 +4,9 @@ Sampling is a KV-cached loop written here rather than ``model.generate``: it com
 sampled token's log-prob as it goes (``generate(output_logits=True)`` would keep every step's
 full-vocabulary logits until the end), draws from a private ``torch.Generator`` (``generate``
 samples from the global RNG), and pins the sampling rule to temperature and top-p alone (a
-checkpoint's ``generation_config`` may carry ``top_k``, repetition penalties and the like).
+checkpoint's ``generation_config`` may carry ``top_k``, repetition penalties and the like). The
+rule itself (constraint mask, temperature, top-p, the draw) is :mod:`llm_zoo.policies.sampling`,
+which ``llm-zoo serve`` draws by too.
 
 Log-probability definition
 --------------------------
@@ -32,24 +34,22 @@ as failed and plays the rest on.
 
 from __future__ import annotations
 
-import functools
 import json
-import math
 import os
 from collections.abc import Hashable, Mapping, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 import jinja2
 import jinja2.ext
 import jinja2.nodes
-import numpy as np
 import torch
 from jinja2 import meta
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from llm_zoo.policies.base import Observation, Policy, PromptTooLong, Reply
 from llm_zoo.policies.compat import DynamicLayer, cache_argument, keep_logits_kwargs, override
-from llm_zoo.policies.constraints import allowed_next, legal_paths
+from llm_zoo.policies.constraints import legal_paths
+from llm_zoo.policies.sampling import legal_mask, next_tokens
 from llm_zoo.scoring import (
     completion_logprobs,
     dedupe,
@@ -438,30 +438,11 @@ class TransformersPolicy(Policy):
                 logits = out.logits[:, -1, :]
             mask = None
             if paths is not None and any(p is not None for p in paths):
-                # A batch repeats a few (legal replies, tokens so far) pairs: a mask row for each
-                # distinct pair (row 0: unconstrained), then one gather of a row per batch row, in
-                # numpy (torch's indexing with Python lists costs several times as much).
                 generated = torch.stack(step_tokens, dim=1).tolist() if step_tokens else [()] * batch
-                kinds: dict[tuple[int, tuple[int, ...]], int] = {}
-                allowed_of: list[tuple[int, ...]] = [()]
-                kind_of = []
-                for row_paths, so_far in zip(paths, generated):
-                    if not row_paths:
-                        kind_of.append(0)
-                        continue
-                    key = (id(row_paths), tuple(so_far))  # legal_paths hands rows of one set one object
-                    kind = kinds.get(key)
-                    if kind is None:
-                        kind = kinds[key] = len(allowed_of)
-                        allowed_of.append(_allowed_cached(row_paths, key[1]))
-                    kind_of.append(kind)
-                table = np.ones((len(allowed_of), logits.shape[-1]), dtype=bool)
-                for kind, allowed in enumerate(allowed_of):
-                    if allowed:  # else unconstrained: the row or its path is done
-                        table[kind] = False
-                        table[kind, list(allowed)] = True
-                mask = torch.from_numpy(table[kind_of]).to(device)
-            token, logprob = self._next_token(logits.float(), mask)
+                mask = legal_mask(paths, generated, logits.shape[-1], device)
+            token, logprob = next_tokens(
+                logits.float(), temperature=self.temperature, top_p=self.top_p, generator=self._generator, mask=mask
+            )
             token = token.masked_fill(finished, self.pad_token_id)
             step_tokens.append(token)
             step_logprobs.append(logprob)
@@ -479,32 +460,6 @@ class TransformersPolicy(Policy):
             completions.append(row_tokens[:end])
             completion_logprobs_.append(row_logprobs[:end])
         return completions, completion_logprobs_
-
-    def _next_token(self, logits: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Pick a token per row from float32 ``logits`` [batch, vocab] (only where ``mask``); return it and its log-prob."""
-        if mask is not None:
-            logits = logits.masked_fill(~mask, float("-inf"))
-        if self.temperature == 0:
-            logprobs = torch.log_softmax(logits, dim=-1)
-            token = logits.argmax(dim=-1)
-        else:
-            logprobs = torch.log_softmax(logits / self.temperature, dim=-1)
-            probs = logprobs.exp()
-            if self.top_p < 1:
-                probs = _top_p_filter(probs, self.top_p)
-            uniform = torch.rand(len(probs), 1, generator=self._generator, dtype=torch.float64, device=probs.device)
-            token = _invert_cdf(probs, uniform)
-        return token, logprobs.gather(1, token[:, None]).squeeze(1)
-
-
-@functools.lru_cache(maxsize=4096)
-def _allowed_tuple(paths: tuple[tuple[int, ...], ...], prefix: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(allowed_next(paths, prefix))
-
-
-def _allowed_cached(paths: Sequence[tuple[int, ...]], prefix: tuple[int, ...]) -> tuple[int, ...]:
-    """Return :func:`allowed_next` for a row, memoised: a batch repeats a few legal-reply sets."""
-    return _allowed_tuple(tuple(paths), prefix)
 
 
 def _lay_out_for_decoding(cache: Any, rows: torch.Tensor | None, room: int) -> None:
@@ -640,66 +595,6 @@ _PROMPT_MEMO_SIZE = 4096
 
 
 """Most conversations whose token ids a policy remembers; the memo starts over when full."""
-
-
-def _invert_cdf(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
-    """Return, per row of ``probs`` [rows, vocab], the token whose share of the row's cumulative mass holds ``uniform`` [rows, 1].
-
-    ``probs`` are non-negative, with some mass in every row, and need not sum to 1 (top-p leaves
-    them unnormalised); ``uniform`` is drawn from [0, 1). A token is drawn with probability its
-    share of the row's mass, and a token without mass never. One uniform a row: for a single
-    sample ``torch.multinomial`` draws an exponential per vocabulary entry (the argmax of
-    ``probs / Exp(1)``), 0.14 ms for 64 rows of a 111-word vocabulary on one CPU core. On the CPU
-    the arithmetic runs in numpy, whose calls on arrays this small cost a fifth of torch's: 0.01 ms
-    for one row or 64 (``multinomial``: 0.014 ms for one row).
-    """
-    if probs.device.type == "cpu":
-        return torch.from_numpy(_invert_cdf_numpy(probs.float().numpy(), uniform.numpy()[:, 0]))
-    return _invert_cdf_torch(probs, uniform)
-
-
-def _invert_cdf_torch(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
-    """:func:`_invert_cdf` in torch, on any device."""
-    cdf = probs.double().cumsum(dim=-1)
-    total = cdf[:, -1:]
-    if not bool(((total > 0) & (total < math.inf)).all()):
-        _no_mass(total[:, 0].tolist())
-    # the first token whose cumulative mass passes the point: entries without mass add nothing, so
-    # they never pass it first
-    token = (cdf <= uniform * total).sum(dim=-1)
-    # a point that rounds up to the row's total would pass every token: the last token with mass
-    last = probs.shape[-1] - 1 - (probs.flip(-1) > 0).int().argmax(dim=-1)
-    return torch.minimum(token, last)
-
-
-def _invert_cdf_numpy(probs: np.ndarray, uniform: np.ndarray) -> np.ndarray:
-    """:func:`_invert_cdf` in numpy: ``probs`` [rows, vocab], ``uniform`` [rows]; int64 tokens [rows]."""
-    cdf = np.cumsum(probs, axis=1, dtype=np.float64)
-    total = cdf[:, -1]
-    if not ((total > 0) & (total < math.inf)).all():
-        _no_mass(total.tolist())
-    token = (cdf <= (uniform * total)[:, None]).sum(axis=1)
-    over = token >= probs.shape[1]
-    if over.any():  # the point rounded up to the total: the last token with mass
-        token[over] = probs.shape[1] - 1 - np.argmax(probs[over, ::-1] > 0, axis=1)
-    return token.astype(np.int64, copy=False)
-
-
-def _no_mass(totals: list[float]) -> NoReturn:
-    """Raise ``ValueError`` naming the rows whose total mass (``totals``) is not finite and positive."""
-    rows = [i for i, t in enumerate(totals) if not 0 < t < math.inf]
-    raise ValueError(
-        f"cannot sample: the next-token distribution of row(s) {rows[:10]} has no finite positive mass "
-        f"(total {totals[rows[0]]}); the model's logits are NaN or infinite there."
-    )
-
-
-def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Zero every token outside the smallest most-probable set whose mass reaches ``top_p``."""
-    sorted_probs, order = probs.sort(dim=-1, descending=True)
-    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
-    sorted_probs = sorted_probs.masked_fill(mass_before >= top_p, 0.0)  # the top token always stays
-    return torch.zeros_like(probs).scatter(-1, order, sorted_probs)
 
 
 class _eval_mode:
