@@ -46,9 +46,18 @@ def test_quick_run_prints_the_table_and_ends_with_the_json_line():
     )
 
 
-def test_the_legacy_baseline_is_the_stdlib_server():
-    legacy = _load().load_legacy()
+def test_the_legacy_baseline_is_the_stdlib_server_read_from_git_history():
+    module = _load()
+    assert not (SCRIPT.parent / "_legacy_serve.py").exists()  # no copy in the tree
+    legacy = module.load_legacy()
     assert legacy.ChatServer.__mro__[1].__name__ == "ThreadingHTTPServer" and legacy.BATCH_WAIT_S == 0.005
+
+
+def test_a_checkout_without_the_legacy_commit_is_told_what_to_do(monkeypatch):
+    module = _load()
+    monkeypatch.setattr(module, "LEGACY_COMMIT", "f" * 40)  # no such commit
+    with pytest.raises(SystemExit, match=r"at commit fffffff, read from git history.*full clone"):
+        module.load_legacy()
 
 
 def test_bad_setting_is_refused():
