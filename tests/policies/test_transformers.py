@@ -659,7 +659,7 @@ def judge_observation():
 
 
 def test_the_envs_tools_go_to_a_template_that_takes_them(judge_observation):
-    from llm_zoo.policies.transformers import split_declared_tools, template_takes_tools
+    from llm_zoo.policies.chat import split_declared_tools, template_takes_tools
 
     tok = build_byte_tokenizer()
     tok.chat_template = TOOLS_TEMPLATE
@@ -681,7 +681,7 @@ def test_the_envs_tools_go_to_a_template_that_takes_them(judge_observation):
 
 
 def test_a_template_without_tools_keeps_the_envs_text(judge_observation):
-    from llm_zoo.policies.transformers import template_takes_tools
+    from llm_zoo.policies.chat import template_takes_tools
 
     tok = build_byte_tokenizer()  # the tiny models' template (SmolLM2's takes no tools either)
     assert not template_takes_tools(tok.chat_template)
@@ -698,7 +698,7 @@ def test_a_template_without_tools_keeps_the_envs_text(judge_observation):
     lambda s: s[: s.index("<tools>")],
 ])
 def test_only_the_envs_own_declaration_is_read_as_tools(judge_observation, tamper):
-    from llm_zoo.policies.transformers import split_declared_tools
+    from llm_zoo.policies.chat import split_declared_tools
 
     system = judge_observation["messages"][0]["content"]
     assert split_declared_tools(system) is not None
