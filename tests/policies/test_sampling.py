@@ -44,12 +44,13 @@ def scaled_model(tok, scale: float):
 
 def test_a_seeded_policy_samples_the_pinned_sequences(tok):
     # scaled 15x, the most likely token holds about 0.3 of the mass, so top_p=0.8 drops tokens
-    policy = TransformersPolicy(scaled_model(tok, 15.0), tok, seed=3, max_new_tokens=10, temperature=0.7, top_p=0.8)
+    policy = TransformersPolicy(scaled_model(tok, 15.0), tok, seed=3, max_new_tokens=10, temperature=0.7, top_p=0.8,
+                               device="cpu")  # the pinned numbers are float32 on the CPU
     replies = policy.act(CARDS)
     assert [r.completion_ids for r in replies] == PEAKED_IDS
     for reply, expected in zip(replies, PEAKED_LOGPROBS, strict=True):
         assert reply.logprobs == pytest.approx(expected, abs=2e-5)
-    constrained = TransformersPolicy(scaled_model(tok, 1.0), tok, seed=3, max_new_tokens=10, top_p=0.9,
+    constrained = TransformersPolicy(scaled_model(tok, 1.0), tok, seed=3, max_new_tokens=10, top_p=0.9, device="cpu",
                                      constrain=True)
     replies = constrained.act(CARDS)
     assert [r.text for r in replies] == CONSTRAINED_TEXTS
