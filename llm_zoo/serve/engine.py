@@ -589,8 +589,9 @@ class ModelEngine(Engine):
 
         The rule is :mod:`llm_zoo.policies.sampling`'s, which TransformersPolicy draws by: log-probs of
         the tempered distribution (temperature 1 when greedy) before top-p, one float64 uniform a
-        sampled row from the row's own generator. A seeded request of one choice therefore samples
-        what ``TransformersPolicy(seed=seed)`` samples for its prompt alone.
+        sampled row from the row's own (CPU) generator. So on the CPU a seeded request of one choice
+        samples what ``TransformersPolicy(seed=seed)`` samples for its prompt alone (a policy on a GPU
+        draws from a CUDA generator, whose stream differs).
         """
         torch, rows = self.torch, self.rows
         eos = torch.tensor(self.eos, device=logits.device)
