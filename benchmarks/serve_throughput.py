@@ -10,10 +10,11 @@ a turn early, so most replies are that long).
 - ``legacy``: the stdlib ``ThreadingHTTPServer`` with a batcher that waits 5 ms for requests with
   equal sampling fields and answers them with one ``TransformersPolicy.act`` call; requests that
   come while a batch runs wait for all of it. Its listen backlog is raised from 5 to 128, so that
-  many clients connecting at once are not reset. Its code is ``benchmarks/_legacy_serve.py``, a frozen
-  copy of ``llm_zoo/serve.py`` as of commit a093de3, kept only as this baseline: a copy in the
-  tree, rather than ``git show`` of that commit at run time, works from an sdist, a shallow clone
-  or a squash-merged history, where the old commit is not there to read.
+  many clients connecting at once are not reset. Its code is ``llm_zoo/serve.py`` as of commit
+  a093de3, read from this repository's git history at run time (``git show``) into a temporary
+  directory and imported from there; no copy of it is kept in the tree. So the race needs a clone
+  that holds that commit: from an sdist, a shallow clone (``git fetch --unshallow`` fixes it) or a
+  squash-merged history the benchmark stops and says so.
 - ``new``: ``llm_zoo.serve`` (Starlette under uvicorn, continuous batching at each decode step).
 
 The two alternate in rounds, after a warm-up of each, so a busy neighbour slows both alike; the
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import importlib.util
 import random
+import subprocess
 import sys
 import tempfile
 import threading
@@ -44,16 +46,38 @@ from typing import Any
 
 from benchmarks import _harness as harness
 
-LEGACY = Path(__file__).resolve().parent / "_legacy_serve.py"
+LEGACY_COMMIT = "a093de396073e0105d50691371600f70bc0698a3"
+"""The commit whose ``llm_zoo/serve.py`` (the stdlib server with its own batcher) is the baseline."""
+LEGACY_PATH = "llm_zoo/serve.py"
+REPO = Path(__file__).resolve().parents[1]
 WORDS = "the cat sat on a mat and looked at the dog who ran past with a ball in its mouth".split()
 
 
 def load_legacy() -> Any:
-    """Import the frozen legacy server module from ``benchmarks/_legacy_serve.py``."""
-    spec = importlib.util.spec_from_file_location("llm_zoo_legacy_serve", LEGACY)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
+    """Import the legacy server: ``llm_zoo/serve.py`` at :data:`LEGACY_COMMIT`, read from git history.
+
+    Raises:
+        SystemExit: git is missing, or this checkout does not hold the commit (a shallow clone, an sdist).
+    """
+    try:
+        source = subprocess.run(
+            ["git", "-C", str(REPO), "show", f"{LEGACY_COMMIT}:{LEGACY_PATH}"],
+            capture_output=True, text=True, check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        detail = getattr(exc, "stderr", None) or str(exc)
+        raise SystemExit(
+            f"serve_throughput: the legacy server is {LEGACY_PATH} at commit {LEGACY_COMMIT[:7]}, read from git "
+            f"history, and `git show` could not read it from {REPO} ({detail.strip()[:200]}); run the benchmark "
+            "from a full clone of the repository (in a shallow one: git fetch --unshallow)."
+        ) from None
+    with tempfile.TemporaryDirectory(prefix="llm-zoo-legacy-serve-") as folder:
+        path = Path(folder) / "legacy_serve.py"
+        path.write_text(source, encoding="utf-8")
+        spec = importlib.util.spec_from_file_location("llm_zoo_legacy_serve", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # its dataclasses look their module up there
+        spec.loader.exec_module(module)
     return module
 
 

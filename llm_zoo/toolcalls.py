@@ -2,9 +2,11 @@
 
 A reply is text with tool calls in it. :func:`parse` splits it into its ``content`` (the text
 outside the calls) and its ``calls``, in the order written; :func:`render` writes a parsed reply
-back as text that parses to the same calls and content. Every reader in the package (the envs'
-:class:`~llm_zoo.envs.core.TextEnv`, the server's response, the OpenAI-compatible policy's history)
-goes through these two functions, so a reply means the same thing wherever it travels.
+back as text that parses to the same calls and content; :func:`format_api_call` writes a call that
+came in the OpenAI message format (a request's history, a completion) after reading its arguments
+by this grammar. Every reader in the package (the envs' :class:`~llm_zoo.envs.core.TextEnv`, the
+server's request and response, the OpenAI-compatible policy's history) goes through these
+functions, so a reply means the same thing wherever it travels.
 
 ## The grammar
 
@@ -46,8 +48,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CLOSE", "MAX_DEPTH", "OPEN", "PYTHON_TAG", "ParsedReply", "ToolCall", "format_call", "parse",
-           "parse_tool_calls", "render"]
+__all__ = ["CLOSE", "MAX_DEPTH", "OPEN", "PYTHON_TAG", "ParsedReply", "ToolCall", "format_api_call", "format_call",
+           "parse", "parse_tool_calls", "render"]
 
 OPEN = "<tool_call>"
 """Opens a Hermes / Qwen tool-call block."""
@@ -127,6 +129,21 @@ def format_call(name: str, arguments: Mapping[str, Any] | str) -> str:
     payload = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
     payload = payload.replace(OPEN, "\\u003c" + OPEN[1:]).replace(CLOSE, "\\u003c" + CLOSE[1:])
     return OPEN + payload + CLOSE
+
+
+def format_api_call(name: str, arguments: str | Mapping[str, Any] | None) -> str:
+    """Write a call given in the OpenAI message format (``function.name``, ``function.arguments``) as a block.
+
+    The arguments are read by this grammar: a JSON string (or an object) it accepts is written as
+    the object; blank or ``None`` is ``{}``; anything it refuses (not JSON, a duplicate key, ``NaN``)
+    stays as sent, so the block reads back with the same error the model's own text would get.
+    Both directions of the API use it: ``llm-zoo serve`` for a request's history, the
+    OpenAI-compatible policy for a completion.
+    """
+    if arguments is None or (isinstance(arguments, str) and not arguments.strip()):
+        arguments = {}
+    read = parse(format_call(name, arguments)).calls[0]
+    return format_call(name, read.arguments if read.error is None else arguments)
 
 
 def render(content: str | None, calls: Iterable[ToolCall]) -> str:

@@ -39,9 +39,16 @@ def test_quick_run_prints_the_table_and_ends_with_the_json_line():
     )
 
 
-def test_the_legacy_baseline_is_the_stdlib_server():
+def test_the_legacy_baseline_is_the_stdlib_server_read_from_git_history():
+    assert not (Path(serve_throughput.__file__).parent / "_legacy_serve.py").exists()  # no copy in the tree
     legacy = serve_throughput.load_legacy()
     assert legacy.ChatServer.__mro__[1].__name__ == "ThreadingHTTPServer" and legacy.BATCH_WAIT_S == 0.005
+
+
+def test_a_checkout_without_the_legacy_commit_is_told_what_to_do(monkeypatch):
+    monkeypatch.setattr(serve_throughput, "LEGACY_COMMIT", "f" * 40)  # no such commit
+    with pytest.raises(SystemExit, match=r"at commit fffffff, read from git history.*full clone"):
+        serve_throughput.load_legacy()
 
 
 def test_bad_setting_is_refused():

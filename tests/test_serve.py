@@ -159,6 +159,25 @@ def test_n_choices_and_seeds_are_repeatable(client: Any) -> None:
     assert other.choices[0].message.content != texts[0]
 
 
+def test_a_seeded_request_samples_what_the_policy_samples(model_dir: Path) -> None:
+    """Server and policy draw by one rule (llm_zoo.policies.sampling): on the CPU, seed s gives one reply, the policy's."""
+    from llm_zoo.policies.transformers import TransformersPolicy
+
+    settings = {"temperature": 0.8, "top_p": 0.9}
+    policy = TransformersPolicy.from_pretrained(model_dir, device="cpu", max_new_tokens=24, **settings)
+    served = make_server(TransformersPolicy.from_pretrained(model_dir, device="cpu"), name="tiny", max_new_tokens=24)
+    with served.start(), openai.OpenAI(base_url=served.url, api_key="none", max_retries=0, timeout=60) as client:
+        for seed in (7, 8):
+            policy.seed(seed)
+            reply = policy.act([{"messages": tuple(USER)}])[0]
+            out = client.chat.completions.create(
+                model="tiny", messages=USER, max_tokens=24, seed=seed, logprobs=True, **settings
+            )
+            assert out.choices[0].message.content == reply.text, seed
+            served_logprobs = [entry.logprob for entry in out.choices[0].logprobs.content]
+            assert served_logprobs and served_logprobs == pytest.approx(reply.logprobs[: len(served_logprobs)], abs=1e-4)
+
+
 def test_logprobs_with_top_logprobs(client: Any) -> None:
     out = client.chat.completions.create(
         model="tiny", messages=USER, max_tokens=6, temperature=0, logprobs=True, top_logprobs=3

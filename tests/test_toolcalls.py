@@ -51,6 +51,34 @@ def test_string_encoded_arguments_are_read_as_openai_sends_them():
     assert bad.name == "add" and "must be a JSON object" in bad.error
 
 
+def test_a_call_in_the_api_format_reads_alike_from_a_request_and_from_a_completion():
+    """serve's request history and OpenAIPolicy's completions write an API call by one rule (format_api_call)."""
+    from llm_zoo.policies.openai import reply_text
+    from llm_zoo.serve.protocol import parse_request
+
+    cases = {
+        '{"path": "a.txt"}': {"path": "a.txt"},
+        "": {},
+        "  ": {},
+        '{"a": 1, "a": 2}': None,  # a duplicate key: refused, as in the model's own text
+        '{"x": NaN}': None,
+        "{oops": None,
+        "[1]": None,
+        '"{\\"x\\": 1}"': None,  # encoded twice: the grammar reads one level of string
+    }
+    for arguments, expected in cases.items():
+        message = {"role": "assistant", "content": None,
+                   "tool_calls": [{"id": "c", "type": "function", "function": {"name": "read", "arguments": arguments}}]}
+        from_request = parse_request({"messages": [message]}, name="m").messages[0]["content"]
+        from_completion = reply_text(message)
+        assert from_request == from_completion, arguments
+        (call,) = parse(from_request).calls
+        if expected is None:
+            assert call.name == "read" and call.error, arguments
+        else:
+            assert (call.name, call.arguments, call.error) == ("read", expected, None), arguments
+
+
 def test_malformed_calls_are_calls_with_an_error_that_says_how_to_write_them():
     cases = {
         '{"name": "a"}': 'no "arguments"',

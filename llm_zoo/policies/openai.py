@@ -468,12 +468,8 @@ def reply_text(message: Mapping[str, Any]) -> str:
     lines = [content] if content else []
     for call in message.get("tool_calls") or ():
         function = call["function"]
-        name, arguments = function["name"], function.get("arguments")
-        if arguments is None or (isinstance(arguments, str) and not arguments.strip()):
-            arguments = {}
-        read = toolcalls.parse(toolcalls.format_call(name, arguments)).calls[0]
         # read by the one grammar; arguments it refuses stay as sent, for the env to report to the agent
-        lines.append(toolcalls.format_call(name, read.arguments if read.error is None else arguments))
+        lines.append(toolcalls.format_api_call(function["name"], function.get("arguments")))
     return "\n".join(lines)
 
 

@@ -4,7 +4,9 @@ Sampling is a KV-cached loop written here rather than ``model.generate``: it com
 sampled token's log-prob as it goes (``generate(output_logits=True)`` would keep every step's
 full-vocabulary logits until the end), draws from a private ``torch.Generator`` (``generate``
 samples from the global RNG), and pins the sampling rule to temperature and top-p alone (a
-checkpoint's ``generation_config`` may carry ``top_k``, repetition penalties and the like).
+checkpoint's ``generation_config`` may carry ``top_k``, repetition penalties and the like). The
+rule itself (constraint mask, temperature, top-p, the draw) is :mod:`llm_zoo.policies.sampling`,
+which ``llm-zoo serve`` draws by too.
 
 Log-probability definition
 --------------------------
@@ -32,24 +34,17 @@ as failed and plays the rest on.
 
 from __future__ import annotations
 
-import functools
-import json
-import math
 import os
-from collections.abc import Hashable, Mapping, Sequence
-from typing import Any, NoReturn
+from collections.abc import Sequence
+from typing import Any
 
-import jinja2
-import jinja2.ext
-import jinja2.nodes
-import numpy as np
 import torch
-from jinja2 import meta
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from llm_zoo.policies.base import Observation, Policy, PromptTooLong, Reply
+from llm_zoo.policies.base import Observation, Reply
+from llm_zoo.policies.chat import ChatTemplatePolicy
 from llm_zoo.policies.compat import DynamicLayer, cache_argument, keep_logits_kwargs, override
-from llm_zoo.policies.constraints import allowed_next, legal_paths
+from llm_zoo.policies.sampling import legal_mask, next_tokens
 from llm_zoo.scoring import (
     completion_logprobs,
     dedupe,
@@ -65,17 +60,11 @@ from llm_zoo.scoring import (
 __all__ = ["TransformersPolicy", "completion_logprobs"]
 
 
-class TransformersPolicy(Policy):
+class TransformersPolicy(ChatTemplatePolicy):
     """Replies with a transformers causal LM, one batched sampling loop per :meth:`act` call.
 
     Each observation's ``messages`` go through the tokenizer's chat template with the generation
-    prompt; control tokens written inside a message (say a player typing ``<|im_end|>``) are
-    encoded as plain text, so only the template opens and closes turns. Where the template takes a
-    ``tools`` argument (Qwen's, Llama 3.1's, Hermes'), an env's tools declared at the end of the
-    system message in the env's standard form (:func:`llm_zoo.envs.core.tools_prompt`) are given to
-    it as JSON schemas instead, so the model reads them in its own convention
-    (:func:`split_declared_tools`); a template without one (SmolLM2's, the tiny models') keeps the
-    env's text. Prompts are left-padded
+    prompt, tools included, as :class:`~llm_zoo.policies.chat.ChatTemplatePolicy` says. Prompts are left-padded
     into one batch and sampled together; each sequence stops at its first end-of-turn token (the
     tokenizer's ``eos_token`` and any ``eos_token_id`` of the model's generation config), or after
     ``max_new_tokens``. Every :class:`Reply` carries ``prompt_ids`` (unpadded), ``completion_ids``
@@ -149,21 +138,13 @@ class TransformersPolicy(Policy):
         self.max_forward_tokens = None if max_forward_tokens is None else int(max_forward_tokens)
         self.device = torch.device(device if device is not None else _default_device())
         self.model = model.to(self.device) if dtype is None else model.to(self.device, dtype=dtype)
-        self.tokenizer = tokenizer
+        self._set_up_chat(tokenizer)
         self.eos_token_ids = _eos_token_ids(model, tokenizer)
         self.pad_token_id = (
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_ids[0]
         )
         self._generator = torch.Generator(device=self.device)
         self.seed(seed)
-        # Chat-template token ids by conversation. Rendering and tokenising cost more than a small
-        # model's forward pass, and env prompts repeat (a game state recurs across episodes). A
-        # template that reads the clock (strftime_now) renders differently over time: not memoised.
-        self._prompt_memo: dict[Hashable, tuple[int, ...]] | None = (
-            None if "strftime_now" in str(tokenizer.chat_template) else {}
-        )
-        self.template_takes_tools = template_takes_tools(tokenizer.chat_template)
-        """Whether the chat template reads a ``tools`` argument: the env's declared tools then go there."""
 
     @classmethod
     def from_pretrained(
@@ -206,12 +187,9 @@ class TransformersPolicy(Policy):
 
     @override
     def act(self, observations: Sequence[Observation]) -> list[Reply]:
-        self.check_batch(observations, key="messages")
-        if not observations:
+        prompts, paths = self.prompts_and_paths(observations)
+        if not prompts:
             return []
-        prompts = self.encode_prompts(observations)
-        PromptTooLong.check(self.name, prompts, self.max_prompt_tokens)
-        paths = [self.legal_paths(obs) for obs in observations] if self.constrain else None
         with _eval_mode(self.model), torch.inference_mode():
             completions, logprobs = self._sample_in_chunks(prompts, paths)
         distinct, row_of = dedupe(map(tuple, completions))  # one-token replies repeat a lot
@@ -223,68 +201,6 @@ class TransformersPolicy(Policy):
             Reply._from_clean(text, p, c, lp, self.name)
             for text, p, c, lp in zip(texts, prompts, completions, logprobs, strict=True)
         ]
-
-    def encode_prompts(self, observations: Sequence[Observation]) -> list[list[int]]:
-        """Return the chat-template token ids of each observation's messages, with the generation prompt.
-
-        Results are memoised by conversation (up to ``_PROMPT_MEMO_SIZE`` of them), which assumes
-        the tokenizer and its chat template are not changed after the policy is built.
-        """
-        memo = self._prompt_memo
-        conversations: list[Sequence[Mapping[str, Any]]] = []
-        keys: list[Hashable | None] = []
-        ids: list[Sequence[int] | None] = []
-        for i, obs in enumerate(observations):
-            messages = _messages(obs, i)
-            key = row = None
-            if memo is not None:
-                try:  # the key is the conversation's (role, content, ...) items; the memo hashes it
-                    key = tuple([tuple(m.items()) for m in messages])
-                    row = memo.get(key)
-                except (AttributeError, TypeError):  # not mappings, or unhashable content
-                    key = None
-            if key is None:
-                # other mappings are read as dicts (and a non-mapping fails here, as dict() says)
-                messages = [dict(m) for m in messages]
-            conversations.append(messages)
-            keys.append(key)
-            ids.append(row)
-        missing = [i for i, row in enumerate(ids) if row is None]
-        if missing:
-            # the template gets copies: a memoised prompt never copies its messages at all
-            encoded = self._apply_template([[dict(m) for m in conversations[i]] for i in missing])
-            if memo is not None and len(memo) + len(missing) > _PROMPT_MEMO_SIZE:
-                memo.clear()
-            for i, row in zip(missing, encoded, strict=True):
-                row_ids = ids[i] = tuple(map(int, row))  # plain ints, as act's replies take them unchecked
-                if memo is not None and keys[i] is not None:
-                    memo[keys[i]] = row_ids
-        return [list(row) for row in ids]
-
-    def _apply_template(self, conversations: list[list[dict[str, Any]]]) -> list[list[int]]:
-        """Return the chat template's token ids of each conversation (copies the caller gave), with tools moved
-        from the system message to the template's ``tools`` argument where it takes one."""
-        rows: list[list[int] | None] = [None] * len(conversations)
-        plain = list(range(len(conversations)))
-        if self.template_takes_tools:
-            plain = []
-            for i, messages in enumerate(conversations):
-                split = split_declared_tools(messages[0]["content"]) if messages[0].get("role") == "system" else None
-                if split is None:
-                    plain.append(i)
-                    continue
-                messages[0]["content"], tools = split
-                rows[i] = self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True,
-                                                             tokenize=True, return_dict=False,
-                                                             sanitize_control_tokens=True)
-        if plain:
-            # sanitize_control_tokens (transformers >= 5) encodes control tokens typed inside messages
-            # as text; older versions hand the flag to the template, which ignores it
-            encoded = self.tokenizer.apply_chat_template([conversations[i] for i in plain], add_generation_prompt=True,
-                                                         tokenize=True, return_dict=False, sanitize_control_tokens=True)
-            for i, row in zip(plain, encoded, strict=True):
-                rows[i] = row
-        return rows  # type: ignore[return-value]
 
     def logprobs_of(
         self, prompts_ids: Sequence[Sequence[int]], completions_ids: Sequence[Sequence[int]]
@@ -333,22 +249,6 @@ class TransformersPolicy(Policy):
         )
 
     # ---- sampling --------------------------------------------------------------------------
-
-    def legal_paths(self, observation: Observation) -> tuple[tuple[int, ...], ...] | None:
-        """Return the token paths of the observation's legal replies, or None when it lists none.
-
-        Memoised: observations with the same legal replies get the same tuple.
-        """
-        replies = observation.get("legal_actions")
-        if not replies:
-            return None
-        key = (tuple(replies), self.max_new_tokens)
-        cache = self.__dict__.setdefault("_paths_memo", {})  # a batch repeats a few legal-reply sets
-        if key not in cache:
-            if len(cache) > 4096:
-                cache.clear()
-            cache[key] = tuple(legal_paths(self.tokenizer, replies, self.eos_token_ids[0], self.max_new_tokens))
-        return cache[key]
 
     def _sample_in_chunks(
         self, prompts: list[list[int]], paths: Sequence[Sequence[tuple[int, ...]] | None] | None = None
@@ -438,30 +338,11 @@ class TransformersPolicy(Policy):
                 logits = out.logits[:, -1, :]
             mask = None
             if paths is not None and any(p is not None for p in paths):
-                # A batch repeats a few (legal replies, tokens so far) pairs: a mask row for each
-                # distinct pair (row 0: unconstrained), then one gather of a row per batch row, in
-                # numpy (torch's indexing with Python lists costs several times as much).
                 generated = torch.stack(step_tokens, dim=1).tolist() if step_tokens else [()] * batch
-                kinds: dict[tuple[int, tuple[int, ...]], int] = {}
-                allowed_of: list[tuple[int, ...]] = [()]
-                kind_of = []
-                for row_paths, so_far in zip(paths, generated):
-                    if not row_paths:
-                        kind_of.append(0)
-                        continue
-                    key = (id(row_paths), tuple(so_far))  # legal_paths hands rows of one set one object
-                    kind = kinds.get(key)
-                    if kind is None:
-                        kind = kinds[key] = len(allowed_of)
-                        allowed_of.append(_allowed_cached(row_paths, key[1]))
-                    kind_of.append(kind)
-                table = np.ones((len(allowed_of), logits.shape[-1]), dtype=bool)
-                for kind, allowed in enumerate(allowed_of):
-                    if allowed:  # else unconstrained: the row or its path is done
-                        table[kind] = False
-                        table[kind, list(allowed)] = True
-                mask = torch.from_numpy(table[kind_of]).to(device)
-            token, logprob = self._next_token(logits.float(), mask)
+                mask = legal_mask(paths, generated, logits.shape[-1], device)
+            token, logprob = next_tokens(
+                logits.float(), temperature=self.temperature, top_p=self.top_p, generator=self._generator, mask=mask
+            )
             token = token.masked_fill(finished, self.pad_token_id)
             step_tokens.append(token)
             step_logprobs.append(logprob)
@@ -479,32 +360,6 @@ class TransformersPolicy(Policy):
             completions.append(row_tokens[:end])
             completion_logprobs_.append(row_logprobs[:end])
         return completions, completion_logprobs_
-
-    def _next_token(self, logits: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Pick a token per row from float32 ``logits`` [batch, vocab] (only where ``mask``); return it and its log-prob."""
-        if mask is not None:
-            logits = logits.masked_fill(~mask, float("-inf"))
-        if self.temperature == 0:
-            logprobs = torch.log_softmax(logits, dim=-1)
-            token = logits.argmax(dim=-1)
-        else:
-            logprobs = torch.log_softmax(logits / self.temperature, dim=-1)
-            probs = logprobs.exp()
-            if self.top_p < 1:
-                probs = _top_p_filter(probs, self.top_p)
-            uniform = torch.rand(len(probs), 1, generator=self._generator, dtype=torch.float64, device=probs.device)
-            token = _invert_cdf(probs, uniform)
-        return token, logprobs.gather(1, token[:, None]).squeeze(1)
-
-
-@functools.lru_cache(maxsize=4096)
-def _allowed_tuple(paths: tuple[tuple[int, ...], ...], prefix: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(allowed_next(paths, prefix))
-
-
-def _allowed_cached(paths: Sequence[tuple[int, ...]], prefix: tuple[int, ...]) -> tuple[int, ...]:
-    """Return :func:`allowed_next` for a row, memoised: a batch repeats a few legal-reply sets."""
-    return _allowed_tuple(tuple(paths), prefix)
 
 
 def _lay_out_for_decoding(cache: Any, rows: torch.Tensor | None, room: int) -> None:
@@ -552,57 +407,6 @@ if DynamicLayer is not None:
             return self.keys, self.values
 
 
-def template_takes_tools(template: str | None) -> bool:
-    """Return whether a Jinja chat template reads a ``tools`` variable (found by jinja2's own parse of it)."""
-    if not template:
-        return False
-    environment = jinja2.Environment(extensions=["jinja2.ext.loopcontrols", _GenerationBlocks])
-    return "tools" in meta.find_undeclared_variables(environment.parse(template))
-
-
-class _GenerationBlocks(jinja2.ext.Extension):
-    """Parse transformers' ``{% generation %}`` blocks (the assistant-token marks), so any template parses."""
-
-    tags = {"generation"}
-
-    def parse(self, parser: Any) -> jinja2.nodes.Node:
-        lineno = next(parser.stream).lineno
-        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-        return jinja2.nodes.Scope(body, lineno=lineno)
-
-
-def split_declared_tools(system: str) -> tuple[str, list[dict[str, Any]]] | None:
-    """Return (the system message without its tools, the tools' JSON schemas), or None when it declares none.
-
-    Only the env's standard declaration counts, as :func:`llm_zoo.envs.core.tools_prompt` writes it at the end of
-    the system message: the schemas are read from its ``<tools>`` block and the block is accepted only if
-    ``tools_prompt`` of those schemas is, byte for byte, how the message ends. Anything else (a compact listing
-    of an env's own, a clipped or sanitised message, text that merely looks like a declaration) stays text.
-    """
-    from llm_zoo.envs.core import Tool, tools_prompt
-
-    start = system.rfind("\n<tools>\n")
-    end = system.rfind("\n</tools>\n")
-    if start < 0 or end < start:
-        return None
-    tools = []
-    for line in system[start + len("\n<tools>\n"):end].split("\n"):
-        try:
-            schema = json.loads(line)
-            function = schema["function"]
-            tools.append(Tool(function["name"], function["description"], function["parameters"], fn=_never_called))
-        except (json.JSONDecodeError, KeyError, TypeError):
-            return None
-    block = tools_prompt(tools)
-    if not system.endswith(block):
-        return None
-    return system[: len(system) - len(block)], [t.schema() for t in tools]
-
-
-def _never_called(**_: Any) -> None:
-    raise AssertionError("a tool read back from a system prompt only declares it")
-
-
 def _default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -622,84 +426,6 @@ def _eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -
             "model.generation_config.eos_token_id is set; set tokenizer.eos_token."
         )
     return ids
-
-
-def _messages(obs: Observation, index: int) -> Sequence[Mapping[str, Any]]:
-    messages = obs["messages"]
-    if type(messages) is tuple and messages:  # what TextEnv.observe gives: skip the ABC checks
-        return messages
-    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
-        raise ValueError(
-            f"observation {index}: 'messages' should be a non-empty sequence of {{'role', 'content'}} "
-            f"dicts, got {type(messages).__name__}: {repr(messages)[:200]}."
-        )
-    return messages
-
-
-_PROMPT_MEMO_SIZE = 4096
-
-
-"""Most conversations whose token ids a policy remembers; the memo starts over when full."""
-
-
-def _invert_cdf(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
-    """Return, per row of ``probs`` [rows, vocab], the token whose share of the row's cumulative mass holds ``uniform`` [rows, 1].
-
-    ``probs`` are non-negative, with some mass in every row, and need not sum to 1 (top-p leaves
-    them unnormalised); ``uniform`` is drawn from [0, 1). A token is drawn with probability its
-    share of the row's mass, and a token without mass never. One uniform a row: for a single
-    sample ``torch.multinomial`` draws an exponential per vocabulary entry (the argmax of
-    ``probs / Exp(1)``), 0.14 ms for 64 rows of a 111-word vocabulary on one CPU core. On the CPU
-    the arithmetic runs in numpy, whose calls on arrays this small cost a fifth of torch's: 0.01 ms
-    for one row or 64 (``multinomial``: 0.014 ms for one row).
-    """
-    if probs.device.type == "cpu":
-        return torch.from_numpy(_invert_cdf_numpy(probs.float().numpy(), uniform.numpy()[:, 0]))
-    return _invert_cdf_torch(probs, uniform)
-
-
-def _invert_cdf_torch(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
-    """:func:`_invert_cdf` in torch, on any device."""
-    cdf = probs.double().cumsum(dim=-1)
-    total = cdf[:, -1:]
-    if not bool(((total > 0) & (total < math.inf)).all()):
-        _no_mass(total[:, 0].tolist())
-    # the first token whose cumulative mass passes the point: entries without mass add nothing, so
-    # they never pass it first
-    token = (cdf <= uniform * total).sum(dim=-1)
-    # a point that rounds up to the row's total would pass every token: the last token with mass
-    last = probs.shape[-1] - 1 - (probs.flip(-1) > 0).int().argmax(dim=-1)
-    return torch.minimum(token, last)
-
-
-def _invert_cdf_numpy(probs: np.ndarray, uniform: np.ndarray) -> np.ndarray:
-    """:func:`_invert_cdf` in numpy: ``probs`` [rows, vocab], ``uniform`` [rows]; int64 tokens [rows]."""
-    cdf = np.cumsum(probs, axis=1, dtype=np.float64)
-    total = cdf[:, -1]
-    if not ((total > 0) & (total < math.inf)).all():
-        _no_mass(total.tolist())
-    token = (cdf <= (uniform * total)[:, None]).sum(axis=1)
-    over = token >= probs.shape[1]
-    if over.any():  # the point rounded up to the total: the last token with mass
-        token[over] = probs.shape[1] - 1 - np.argmax(probs[over, ::-1] > 0, axis=1)
-    return token.astype(np.int64, copy=False)
-
-
-def _no_mass(totals: list[float]) -> NoReturn:
-    """Raise ``ValueError`` naming the rows whose total mass (``totals``) is not finite and positive."""
-    rows = [i for i, t in enumerate(totals) if not 0 < t < math.inf]
-    raise ValueError(
-        f"cannot sample: the next-token distribution of row(s) {rows[:10]} has no finite positive mass "
-        f"(total {totals[rows[0]]}); the model's logits are NaN or infinite there."
-    )
-
-
-def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Zero every token outside the smallest most-probable set whose mass reaches ``top_p``."""
-    sorted_probs, order = probs.sort(dim=-1, descending=True)
-    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
-    sorted_probs = sorted_probs.masked_fill(mass_before >= top_p, 0.0)  # the top token always stays
-    return torch.zeros_like(probs).scatter(-1, order, sorted_probs)
 
 
 class _eval_mode:

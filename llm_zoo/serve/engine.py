@@ -321,7 +321,10 @@ class ModelEngine(Engine):
     ) -> None:
         import torch
 
+        from llm_zoo.policies import sampling
+
         self.torch = torch
+        self.sampling = sampling
         self.policy = policy
         self.model = policy.model
         self.tokenizer = policy.tokenizer
@@ -584,37 +587,28 @@ class ModelEngine(Engine):
     def _sample(self, logits: Any) -> Any:
         """Pick each row's next token by its job's settings, report it, and mark finished rows.
 
-        Log-probs follow :class:`~llm_zoo.policies.transformers.TransformersPolicy`: the tempered
-        distribution (temperature 1 when greedy) before top-p truncation.
+        The rule is :mod:`llm_zoo.policies.sampling`'s, which TransformersPolicy draws by: log-probs of
+        the tempered distribution (temperature 1 when greedy) before top-p, one float64 uniform a
+        sampled row from the row's own (CPU) generator. So on the CPU a seeded request of one choice
+        samples what ``TransformersPolicy(seed=seed)`` samples for its prompt alone (a policy on a GPU
+        draws from a CUDA generator, whose stream differs).
         """
         torch, rows = self.torch, self.rows
-        batch = len(rows)
         eos = torch.tensor(self.eos, device=logits.device)
         early = [i for i, r in enumerate(rows) if len(r.ids) < r.job.min_tokens]
         if early:  # min_tokens: no end of turn yet
             logits[torch.tensor(early)[:, None], eos[None, :]] = float("-inf")
-        temps = torch.tensor([r.job.temperature for r in rows], dtype=torch.float32, device=logits.device)
-        greedy = temps < GREEDY_BELOW
-        logprobs = torch.log_softmax(logits / torch.where(greedy, 1.0, temps)[:, None], dim=-1)
+        temperatures = [0.0 if r.job.temperature < GREEDY_BELOW else r.job.temperature for r in rows]
+        logprobs = self.sampling.tempered_logprobs(logits, torch.tensor(temperatures, device=logits.device))
         tokens = logits.argmax(dim=-1)
-        sampled = [i for i in range(batch) if not bool(greedy[i])]
+        sampled = [i for i, t in enumerate(temperatures) if t]
         if sampled:
             index = torch.tensor(sampled, device=logits.device)
-            probs = logprobs[index].double().exp()
-            top_p = torch.tensor(
-                [rows[i].job.top_p for i in sampled], dtype=torch.float64, device=logits.device
-            )
-            sorted_probs, order = probs.sort(dim=-1, descending=True)
-            # drop a token when the tokens before it already hold top_p; the first always stays
-            drop = (sorted_probs.cumsum(dim=-1) - sorted_probs) >= top_p[:, None]
-            sorted_probs = sorted_probs.masked_fill(drop, 0.0)
-            cdf = sorted_probs.cumsum(dim=-1)
+            top_p = torch.tensor([rows[i].job.top_p for i in sampled], device=logits.device)
             uniform = torch.cat(
                 [torch.rand(1, generator=rows[i].generator, dtype=torch.float64) for i in sampled]
             )
-            target = uniform.to(cdf.device)[:, None] * cdf[:, -1:]
-            pick = torch.searchsorted(cdf, target).clamp(max=cdf.shape[1] - 1)
-            tokens[index] = order.gather(1, pick).squeeze(1)
+            tokens[index] = self.sampling.draw_tokens(logprobs[index], top_p, uniform.to(logits.device)[:, None])
         chosen = logprobs.gather(1, tokens[:, None]).squeeze(1).tolist()
         want = max((r.job.top_logprobs or 0) for r in rows)
         tops = None

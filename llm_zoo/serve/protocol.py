@@ -224,11 +224,8 @@ def _message(message: Any, index: int) -> dict[str, str]:
                     f"got {_short(call)}.",
                     param=f"{param}.tool_calls[{j}]",
                 )
-            try:
-                parsed = json.loads(arguments) if arguments.strip() else {}
-            except (ValueError, RecursionError):
-                parsed = arguments
-            lines.append(toolcalls.format_call(name, parsed))
+            # read by the envs' grammar, as OpenAIPolicy reads a completion: what it refuses stays as sent
+            lines.append(toolcalls.format_api_call(name, arguments))
         content = "\n".join(lines)
     return {"role": role, "content": content}
 

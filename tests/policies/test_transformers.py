@@ -629,35 +629,6 @@ def test_rejects_bad_observations(tok, model):
     assert policy.act([]) == []
 
 
-@pytest.mark.parametrize("arithmetic", ["numpy (CPU)", "torch (other devices)"])
-def test_inverting_the_cdf_draws_each_token_at_its_share_of_the_mass(arithmetic):
-    from llm_zoo.policies import transformers
-
-    def invert(probs, uniform):  # the CPU's dispatch to numpy, or the torch path (run here on the CPU)
-        return (transformers._invert_cdf if arithmetic.startswith("numpy") else transformers._invert_cdf_torch)(
-            probs, uniform)
-
-    probs = torch.tensor([[0.5, 0.0, 0.2, 0.3, 0.0], [0.0, 0.0, 2.0, 0.0, 6.0]])  # the second unnormalised
-    rows = 20_000
-    uniform = torch.rand(rows, 1, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    for row, expected in zip(probs, ([0.5, 0, 0.2, 0.3, 0], [0, 0, 0.25, 0, 0.75])):
-        tokens = invert(row.expand(rows, -1).contiguous(), uniform)
-        assert tokens.dtype == torch.int64 and tokens.shape == (rows,)
-        counts = torch.bincount(tokens, minlength=5).double() / rows
-        expected = torch.tensor(expected, dtype=torch.float64)
-        sigma = (expected * (1 - expected) / rows).sqrt()
-        assert ((counts - expected).abs() <= 5 * sigma + 1e-12).all(), counts
-        assert (counts[expected == 0] == 0).all()  # a token without mass is never drawn
-    # the ends of [0, 1): the first token with mass, and the last one (a point rounded up to the total)
-    edges = torch.tensor([[0.0], [1.0]], dtype=torch.float64)
-    assert invert(probs[1].expand(2, -1).contiguous(), edges).tolist() == [2, 4]
-    assert invert(torch.tensor([[0.0, 0.3, 0.7, 0.0]]).expand(2, -1).contiguous(), edges).tolist() == [1, 2]
-    with pytest.raises(ValueError, match=r"row\(s\) \[1\] has no finite positive mass"):
-        invert(torch.tensor([[0.1, 0.9], [float("nan"), 0.5]]), edges)
-    with pytest.raises(ValueError, match=r"row\(s\) \[0\] has no finite positive mass"):
-        invert(torch.tensor([[0.0, 0.0], [0.5, 0.5]]), edges)
-
-
 # ---- an env's tools through the chat template's tools argument ------------------------------
 
 # A ChatML template that reads `tools` (as Qwen's and Hermes' do), written here: it lists the tools' names after the
@@ -688,7 +659,7 @@ def judge_observation():
 
 
 def test_the_envs_tools_go_to_a_template_that_takes_them(judge_observation, tiny_model):
-    from llm_zoo.policies.transformers import split_declared_tools, template_takes_tools
+    from llm_zoo.policies.chat import split_declared_tools, template_takes_tools
 
     tok = build_byte_tokenizer()
     tok.chat_template = TOOLS_TEMPLATE
@@ -710,7 +681,7 @@ def test_the_envs_tools_go_to_a_template_that_takes_them(judge_observation, tiny
 
 
 def test_a_template_without_tools_keeps_the_envs_text(judge_observation, tiny_model):
-    from llm_zoo.policies.transformers import template_takes_tools
+    from llm_zoo.policies.chat import template_takes_tools
 
     tok = build_byte_tokenizer()  # the tiny models' template (SmolLM2's takes no tools either)
     assert not template_takes_tools(tok.chat_template)
@@ -727,7 +698,7 @@ def test_a_template_without_tools_keeps_the_envs_text(judge_observation, tiny_mo
     lambda s: s[: s.index("<tools>")],
 ])
 def test_only_the_envs_own_declaration_is_read_as_tools(judge_observation, tamper):
-    from llm_zoo.policies.transformers import split_declared_tools
+    from llm_zoo.policies.chat import split_declared_tools
 
     system = judge_observation["messages"][0]["content"]
     assert split_declared_tools(system) is not None

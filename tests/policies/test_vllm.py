@@ -279,6 +279,23 @@ def test_a_constrained_policy_sends_the_transformers_legal_paths(fake_engine, mo
     assert params[2].kwargs["extra_args"] is None  # no legal_actions: unconstrained
 
 
+def test_both_policies_open_act_with_the_same_prompts_paths_and_refusals(fake_engine, model_dir):
+    from llm_zoo.policies.chat import ChatTemplatePolicy
+
+    settings = {"constrain": True, "max_new_tokens": 6, "max_prompt_tokens": 500}
+    policy = VLLMPolicy(model_dir, **settings)
+    reference = TransformersPolicy.from_pretrained(model_dir, device="cpu", **settings)
+    assert isinstance(policy, ChatTemplatePolicy) and isinstance(reference, ChatTemplatePolicy)
+    batch = [*CONSTRAINED[:2], OBSERVATIONS[0]]
+    prompts, paths = policy.prompts_and_paths(batch)
+    assert (prompts, paths) == reference.prompts_and_paths(batch)
+    assert paths[0] and paths[1] and paths[2] is None  # the third lists no legal replies
+    for each in (policy, reference):
+        with pytest.raises(ValueError, match="no 'messages' key"):
+            each.act([{"legal_actions": ()}])
+    assert policy.llm.requests == []  # refused before the engine saw anything
+
+
 def test_prompts_over_max_prompt_tokens_are_refused_before_the_engine_sees_the_batch(fake_engine, model_dir):
     from llm_zoo.policies.base import PromptTooLong
 
