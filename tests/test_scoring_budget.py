@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 
 from llm_zoo.models import build_byte_tokenizer, build_tiny_model  # noqa: E402
 from llm_zoo.policies import TransformersPolicy  # noqa: E402
-from llm_zoo.policies.base import PromptTooLong  # noqa: E402
+from llm_zoo.policy import PromptTooLong  # noqa: E402
 from llm_zoo.scoring import (  # noqa: E402
     allowed_mask,
     completion_logprobs,

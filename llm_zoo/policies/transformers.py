@@ -26,7 +26,7 @@ within it (:func:`llm_zoo.scoring.row_chunks`), and samples each chunk in turn (
 KV cache and decode loop), a prompt longer than the budget prefilling in column chunks; scoring
 (:meth:`TransformersPolicy.logprobs_of`) splits the same way. ``max_prompt_tokens`` refuses longer
 prompts before any forward pass: :meth:`TransformersPolicy.act` raises
-:class:`~llm_zoo.policies.base.PromptTooLong` naming the rows, and ``collect`` ends those episodes
+:class:`~llm_zoo.policy.PromptTooLong` naming the rows, and ``collect`` ends those episodes
 as failed and plays the rest on.
 """
 
@@ -47,9 +47,9 @@ import torch
 from jinja2 import meta
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from llm_zoo.policies.base import Observation, Policy, PromptTooLong, Reply
 from llm_zoo.policies.compat import DynamicLayer, cache_argument, keep_logits_kwargs, override
 from llm_zoo.policies.constraints import allowed_next, legal_paths
+from llm_zoo.policy import Observation, Policy, PromptTooLong, Reply
 from llm_zoo.scoring import (
     completion_logprobs,
     dedupe,
@@ -100,7 +100,7 @@ class TransformersPolicy(Policy):
             (:mod:`llm_zoo.policies.constraints`); observations without them are unconstrained.
             The reported log-probs are then those of the constrained distribution.
         max_prompt_tokens: Longest prompt taken, in tokens; :meth:`act` raises
-            :class:`~llm_zoo.policies.base.PromptTooLong` for the observations whose prompt is
+            :class:`~llm_zoo.policy.PromptTooLong` for the observations whose prompt is
             longer. None: no limit.
         max_forward_tokens: The most tokens (rows x padded length) one forward pass runs, in
             sampling and scoring (module docstring); None: the whole batch in one pass.
@@ -220,7 +220,7 @@ class TransformersPolicy(Policy):
         # every record is a new list built here (ids from encode_prompts and tensors' tolist(),
         # log-probs from tolist()): Reply need not check or copy them again
         return [
-            Reply._from_clean(text, p, c, lp, self.name)
+            Reply.unchecked(text, p, c, lp, self.name)
             for text, p, c, lp in zip(texts, prompts, completions, logprobs, strict=True)
         ]
 

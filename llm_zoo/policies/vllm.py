@@ -95,8 +95,8 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer, GenerationConfig, PreTrainedTokenizerBase
 
-from llm_zoo.policies.base import Observation, Policy, PromptTooLong, Reply
 from llm_zoo.policies.transformers import TransformersPolicy, template_takes_tools
+from llm_zoo.policy import Observation, Policy, PromptTooLong, Reply
 
 if sys.version_info >= (3, 12):
     from typing import override
@@ -186,7 +186,7 @@ class VLLMPolicy(Policy):
         engine_kwargs: More keyword arguments for ``vllm.LLM`` (``max_model_len``, ``enforce_eager``,
             ``kv_cache_memory_bytes``, ...).
         max_prompt_tokens: Longest prompt taken, in tokens, as :class:`TransformersPolicy`'s: :meth:`act`
-            raises :class:`~llm_zoo.policies.base.PromptTooLong` for the observations whose prompt is
+            raises :class:`~llm_zoo.policy.PromptTooLong` for the observations whose prompt is
             longer, before anything is generated (the trainer then scores no sequence past the cap);
             ``None``: no cap.
 

@@ -24,7 +24,7 @@ same seed, every policy is reseeded the same way, and every policy sees the same
 same order (one exception: an episode that ends at ``reset``, or whose env fails to reset, hands
 its slot the next seed one round later than in-process, which can change which batch a later
 episode's observations land in). A scripted player runs in an actor only when its class is an
-env's (defined under ``llm_zoo.envs`` or the policy contract ``llm_zoo.policies.base``/``tabular``)
+env's (defined under ``llm_zoo.envs`` or the policy contract ``llm_zoo.policy``)
 or ``remote(policy)`` says so; any other policy acts in the learner.
 
 Failures stay local, as in-process: an env that raises marks its episode failed and is replaced
@@ -47,7 +47,7 @@ from typing import Any
 from pettingzoo import AECEnv
 
 from llm_zoo.episode import Episode
-from llm_zoo.policies.base import Policy
+from llm_zoo.policy import Policy
 from llm_zoo.trainers.rollout import (
     _act,
     _check_policies,
@@ -67,7 +67,7 @@ __all__ = ["EXECUTORS", "EnvWorker", "RayExecutor", "make_executor", "scripted_p
 EXECUTORS = ("local", "ray")
 """The values of the trainer's ``config.executor``."""
 
-_ENV_MODULES = ("llm_zoo.envs.", "llm_zoo.policies.base", "llm_zoo.policies.tabular")
+_ENV_MODULES = ("llm_zoo.envs.", "llm_zoo.policy")
 
 
 def scripted_player(policy: Policy) -> bool:

@@ -12,7 +12,7 @@ from llm_zoo.envs.proposer_solver import scripted, text
 from llm_zoo.envs.proposer_solver.env import HELD_OUT_TOPICS, TOPIC_SPLITS, TOPICS, TRAINING_TOPICS
 from llm_zoo.envs.proposer_solver.rules import Mode
 from llm_zoo.envs.proposer_solver.scripted import PLAYERS, AdaptiveProposer, MixedProposer, ScriptedProposer
-from llm_zoo.policies.base import Policy, Reply
+from llm_zoo.policy import Policy, Reply
 from llm_zoo.spec import EVAL_SEED_BASE
 from llm_zoo.trainers.evaluation import headline
 from llm_zoo.trainers.rollout import collect
