@@ -32,7 +32,7 @@ else:  # typing_extensions comes with gymnasium, a core dependency
     from typing_extensions import override
 
 __all__ = ["FunctionPolicy", "Observation", "Policy", "PromptTooLong", "RandomPolicy", "Reply", "ScoresTokens",
-           "SeededPolicy", "TabularPolicy"]
+           "SeededPolicy", "TabularPolicy", "require_scores_tokens"]
 
 Observation = Mapping[str, Any]
 """An env observation: ``{"messages": (...), ...}``."""
@@ -407,6 +407,19 @@ class ScoresTokens(Protocol):
                     completions_ids: Sequence[Sequence[int]]) -> list[list[float]]:
         """Return the log-probability of each completion token after its prompt (teacher-forced), one list per row."""
         ...
+
+
+def require_scores_tokens(policy: object, *, reader: str, otherwise: str) -> ScoresTokens:
+    """Return ``policy`` if it implements :class:`ScoresTokens`; else raise ``TypeError`` naming ``reader`` and the way out.
+
+    ``reader`` says who reads log-probs (``"kuhn_poker_v0's exact evaluation"``), ``otherwise`` what to do
+    instead (seat another policy, or read it by sampling).
+    """
+    if not isinstance(policy, ScoresTokens):
+        raise TypeError(f"{reader} reads a policy's strategy from its log-probs, so it needs a policy that scores "
+                        f"tokens (llm_zoo.policy.ScoresTokens, as TransformersPolicy does); got {type(policy).__name__}, "
+                        f"which does not. Seat a model-backed policy, or {otherwise}.")
+    return policy
 
 
 def _clip(text: str, limit: int = 200) -> str:

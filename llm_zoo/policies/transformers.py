@@ -325,6 +325,21 @@ class TransformersPolicy(Policy):
                 out.append(torch.log_softmax(logits[:, -1, :].float() / temperature, dim=-1).cpu())
         return torch.cat(out)
 
+    # ---- the rest of ScoresTokens (llm_zoo.policy): what an exact reading of the strategy asks ----
+
+    @property
+    def vocab_size(self) -> int:
+        """How many token ids the tokenizer has, added tokens included (``len(tokenizer)``)."""
+        return len(self.tokenizer)
+
+    def encode_reply(self, text: str) -> list[int]:
+        """Return the token ids ``text`` is written in as a reply: no special tokens, no end of turn."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode_replies(self, completions: Sequence[Sequence[int]]) -> list[str]:
+        """Return the reply each completion's token ids make, decoded as :meth:`act` decodes (special tokens dropped)."""
+        return self.tokenizer.batch_decode([list(c) for c in completions], skip_special_tokens=True)
+
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(name={self.name!r}, model={type(self.model).__name__}, "
