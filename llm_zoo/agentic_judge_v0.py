@@ -15,7 +15,6 @@ SPEC = EnvSpec(
     learning_roles=("solver",),  # the judge stays frozen by default
     scripted=PLAYERS,
     corpus=scripted.corpus,
-    corpus_tokenizer="bpe",  # a stored solution must come back byte for byte
     evaluate=evaluate_policies,  # envs/agentic_judge/evaluate.py: the hidden-test pass rate on held-out seeds
     description="a solver writes code in a sandbox; an agentic judge with tools rules PASS or FAIL",
 )

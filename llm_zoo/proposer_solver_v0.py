@@ -23,7 +23,6 @@ SPEC = EnvSpec(
     learning_roles=("proposer", "solver"),  # `learn=[solver]` in the trainer's config freezes the proposer
     scripted=PLAYERS,
     corpus=scripted.corpus,
-    corpus_tokenizer="bpe",  # a task's program must come back byte for byte; digits stay one token each
     evaluate=evaluate_policies,  # envs/proposer_solver/evaluate.py: learnability of held-out tasks for a scripted panel
     description="one agent proposes verifiable programming tasks, several solvers attempt them",
 )

@@ -23,7 +23,6 @@ SPEC = EnvSpec(
     learning_roles=("assistant",),  # the user is a frozen simulator
     scripted=PLAYERS,
     corpus=scripted.corpus,
-    corpus_tokenizer="bpe_words",  # tool calls come back byte for byte; an id has the same tokens where it is read and copied
     evaluate=evaluate_policies,  # envs/user_sim/evaluate.py: the success rate against the scripted user
     description="a support assistant with tools and a simulated customer with a hidden goal",
 )

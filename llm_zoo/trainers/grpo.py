@@ -110,6 +110,10 @@ class TrainConfig:
     """Width of the tiny model."""
     model_layers: int = 2
     """Layers of the tiny model."""
+    model_tokenizer: str = "words"
+    """How the tiny model's tokenizer is drawn from the env's corpus: words (word-level; decoding joins words with
+    spaces, so no tool call comes back parsable), bpe (byte-level BPE, lossless) or bpe_words (BPE with merges kept
+    inside words: an id has the same tokens where it is read and where it is copied). Bytes for an env without a corpus."""
     model_init_std: float = 0.02
     """Std of the tiny model's weight initialisation."""
     model_zero_head: bool = False
@@ -524,7 +528,7 @@ class Learner:
 def build_tokenizer_and_model(config: TrainConfig, seed: int, spec: EnvSpec | None = None):
     """Return (tokenizer, model): a local model directory, or a tiny model built for the env (``spec``:
     the env's spec, looked up by ``config.env`` when not given), over its corpus if it has one (word-level
-    or BPE, as the spec says). One builder for RL and the SFT warm start (:func:`llm_zoo.trainers.sft.build_tokenizer_and_model`),
+    or BPE, as ``config.model_tokenizer`` says). One builder for RL and the SFT warm start (:func:`llm_zoo.trainers.sft.build_tokenizer_and_model`),
     so a warm start's checkpoint is the model RL would have built."""
     return sft_stage.build_tokenizer_and_model(config, seed, spec)
 

@@ -90,6 +90,10 @@ class SFTConfig:
     """Width of the tiny model."""
     model_layers: int = 2
     """Layers of the tiny model."""
+    model_tokenizer: str = "words"
+    """How the tiny model's tokenizer is drawn from the env's corpus: words (word-level; decoding joins words with
+    spaces, so no tool call comes back parsable), bpe (byte-level BPE, lossless) or bpe_words (BPE with merges kept
+    inside words: an id has the same tokens where it is read and where it is copied). Bytes for an env without a corpus."""
     model_init_std: float = 0.02
     """Std of the tiny model's weight initialisation."""
     model_zero_head: bool = False
@@ -192,7 +196,7 @@ class SFTConfig:
             raise ValueError(f"sft config.options must be a list of reset-option mappings; got {self.options!r:.200}")
 
 
-SHARED_WITH_TRAIN = ("env_kwargs", "seed", "model", "model_hidden_size", "model_layers", "model_init_std",
+SHARED_WITH_TRAIN = ("env_kwargs", "seed", "model", "model_hidden_size", "model_layers", "model_tokenizer", "model_init_std",
                      "model_zero_head", "model_copy_heads", "dtype", "gradient_checkpointing", "lora_r", "lora_alpha",
                      "lora_dropout", "lora_target_modules", "memory_limit_gb", "policies", "device", "threads",
                      "progress", "tensorboard")
@@ -212,11 +216,13 @@ SFT_PRESETS: dict[str, dict[str, Any]] = {
 
 
 def check_model_fields(config: Any, source: str = "config") -> None:
-    """Refuse model fields (``dtype``, ``lora_*``) that cannot build a model, naming the field (``ValueError``)."""
+    """Refuse model fields (``dtype``, ``model_tokenizer``, ``lora_*``) that cannot build a model, naming the field (``ValueError``)."""
     from llm_zoo.models import DTYPES
 
     if config.dtype not in DTYPES:
         raise ValueError(f"{source}.dtype must be one of {DTYPES}; got {config.dtype!r}")
+    if config.model_tokenizer not in TOKENIZERS:
+        raise ValueError(f"{source}.model_tokenizer must be one of {TOKENIZERS}; got {config.model_tokenizer!r:.60}")
     if int(config.lora_r) < 0 or not config.lora_alpha > 0 or not 0.0 <= config.lora_dropout < 1.0:
         raise ValueError(f"{source}: lora_r must be >= 0 (0: full fine-tuning), lora_alpha > 0 and lora_dropout in "
                          f"[0, 1); got {config.lora_r!r}, {config.lora_alpha!r} and {config.lora_dropout!r}")
@@ -305,7 +311,7 @@ def teachers_of(config: SFTConfig, spec: EnvSpec, roles: Mapping[str, str]) -> d
 
 def build_tokenizer_and_model(config: Any, seed: int, spec: EnvSpec | None = None):
     """Return (tokenizer, model) for RL and SFT alike (``grpo.build_tokenizer_and_model`` calls this): a local model directory, or
-    the env's tokenizer (over its corpus if it has one, word-level or BPE as the spec says, else bytes) and a tiny model.
+    the env's tokenizer (over its corpus if it has one, as ``config.model_tokenizer`` says, else bytes) and a tiny model.
 
     ``config`` is any config with the model fields (``SFTConfig`` or ``TrainConfig``).
     """
@@ -316,7 +322,7 @@ def build_tokenizer_and_model(config: Any, seed: int, spec: EnvSpec | None = Non
     if path is not None:  # a model directory, or adapters over the base they name (trained on with lora_r)
         tokenizer, model = models.load_pretrained(path, dtype, trainable=bool(config.lora_r))
     else:
-        tokenizer = env_tokenizer(spec or llm_zoo.env_spec(config.env))
+        tokenizer = env_tokenizer(spec or llm_zoo.env_spec(config.env), config.model_tokenizer)
         model = models.build_tiny_model(tokenizer, hidden_size=config.model_hidden_size,
                                         num_layers=config.model_layers, initializer_range=config.model_init_std,
                                         seed=seed, zero_head=config.model_zero_head,
@@ -336,16 +342,22 @@ def build_tokenizer_and_model(config: Any, seed: int, spec: EnvSpec | None = Non
     return tokenizer, model
 
 
-def env_tokenizer(spec: EnvSpec) -> Any:
-    """Return the tokenizer a tiny model of ``spec``'s env gets: drawn from its corpus as ``spec.corpus_tokenizer``
-    says (word-level, BPE, or word-bounded BPE), or byte-level for an env without a corpus."""
+TOKENIZERS = ("words", "bpe", "bpe_words")
+"""The values of ``model_tokenizer``: how a tiny model's tokenizer is drawn from an env's corpus."""
+
+
+def env_tokenizer(spec: EnvSpec, kind: str = "words") -> Any:
+    """Return the tokenizer a tiny model of ``spec``'s env gets: drawn from its corpus as ``kind`` (the config's
+    ``model_tokenizer``) says (word-level, BPE, or word-bounded BPE), or byte-level for an env without a corpus."""
     from llm_zoo import models
 
+    if kind not in TOKENIZERS:
+        raise ValueError(f"config.model_tokenizer must be one of {TOKENIZERS}; got {kind!r:.60}")
     if not spec.corpus:
         return models.build_byte_tokenizer()
-    if spec.corpus_tokenizer == "words":
+    if kind == "words":
         return models.build_word_tokenizer(spec.corpus())
-    return models.build_bpe_tokenizer(spec.corpus(), word_bounded=spec.corpus_tokenizer == "bpe_words")
+    return models.build_bpe_tokenizer(spec.corpus(), word_bounded=kind == "bpe_words")
 
 
 def _model_dir(config: Any) -> Path | None:

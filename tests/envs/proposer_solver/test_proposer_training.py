@@ -60,7 +60,9 @@ def test_the_tiny_models_tokenizer_is_bpe_over_the_envs_text_and_lossless():
     task = ScriptedProposer(9, seed=12345)._propose(Mode.DEDUCTION)  # constants the corpus never drew
     ids = tokenizer(task).input_ids
     assert tokenizer.decode(ids) == task and len(ids) < len(task) / 1.4
-    assert proposer_solver_v0.SPEC.corpus_tokenizer == "bpe"
+    from llm_zoo.trainers import presets
+
+    assert presets.preset(proposer_solver_v0.SPEC.name)["model_tokenizer"] == "bpe"  # what `train` builds
 
 
 @needs_bwrap
