@@ -36,7 +36,7 @@ from typing import Any
 from benchmarks import _harness as harness
 from llm_zoo import agentic_judge_v0
 from llm_zoo.envs.agentic_judge.tasks import load_tasks
-from llm_zoo.policies.base import Policy
+from llm_zoo.policy import Policy
 from llm_zoo.trainers.rollout import collect
 
 QUICK_TASKS = ("mean", "median", "count_vowels")  # one brittle, one weak, one plain

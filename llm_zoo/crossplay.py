@@ -55,7 +55,7 @@ from typing import Any
 
 import llm_zoo
 from llm_zoo.catalogue import CATALOGUE
-from llm_zoo.policies.base import Policy, RandomPolicy
+from llm_zoo.policy import Policy, RandomPolicy
 from llm_zoo.seating import scripted_name
 from llm_zoo.spec import ENV_ARGUMENT_HELP, env_argument
 from llm_zoo.trainers.baselines import scripted

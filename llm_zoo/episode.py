@@ -221,7 +221,7 @@ def _int_list(values: Sequence[Any] | None) -> list[int] | None:
     return list(map(int, values))
 
 
-int_list = _int_list  # public for llm_zoo.policies.base (Reply checks its token ids the same way)
+int_list = _int_list  # public for llm_zoo.policy (Reply checks its token ids the same way)
 
 
 def _float_list(values: Sequence[Any] | None) -> list[float] | None:
@@ -274,7 +274,7 @@ class Turn:
         self.policy = None if self.policy is None else str(self.policy)
 
     @classmethod
-    def _from_clean(
+    def unchecked(
         cls,
         agent: str,
         role: str,
@@ -286,14 +286,16 @@ class Turn:
         logprobs: list[float] | None,
         policy: str,
     ) -> Turn:
-        """Create a turn that owns the given records, skipping the type checks of ``Turn(...)``.
+        """Create a turn that owns the given records as they are, without the type checks of ``Turn(...)``.
 
-        For the collector, which hands a ``Reply``'s records over: the ids new lists of ``int`` and
-        the log-probs a new list of ``float`` (``Reply`` keeps them so), ``observation`` a ``dict``.
-        The observation is still put in canonical form. Checking every prompt token's type, then
-        building the dataclass through its keyword ``__init__``, costs about 1.5 us a turn, 1% of a
-        turn of the Kuhn main job's rollout at batch 64. The result is equal to ``Turn(...)`` with
-        the same arguments (tested).
+        The caller guarantees what ``Turn(...)`` would otherwise check: the ids are lists of ``int``
+        and the log-probs a list of ``float`` (or None), new lists held nowhere else (the turn keeps
+        them), and ``observation`` is a ``dict``; it is still put in canonical form. The collector
+        calls this with a :class:`~llm_zoo.policy.Reply`'s records, copied: checking every prompt
+        token's type, then building the dataclass through its keyword ``__init__``, costs about
+        1.5 us a turn, 1% of a turn of the Kuhn main job's rollout at batch 64. Given such
+        arguments, the result equals ``Turn(...)`` with the same arguments (tested); given anything
+        else, use that.
         """
         self = cls.__new__(cls)
         self.agent, self.role, self.step, self.reply = str(agent), str(role), int(step), str.__str__(reply)

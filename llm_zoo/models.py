@@ -539,10 +539,17 @@ def add_lora(model: PreTrainedModel, base: str | os.PathLike[str], *, r: int, al
 # ---- the model a run builds: train and sft alike --------------------------------------------
 
 
+TOKENIZERS = ("words", "bpe", "bpe_words")
+"""The values of ``model_tokenizer``: how a tiny model's tokenizer is drawn from an env's corpus."""
+
+
 def check_model_fields(config: Any, source: str = "config") -> None:
-    """Refuse model fields (``dtype``, ``lora_*``) that cannot build a model, naming the field (``ValueError``)."""
+    """Refuse model fields (``dtype``, ``model_tokenizer``, ``lora_*``) that cannot build a model, naming the field
+    (``ValueError``)."""
     if config.dtype not in DTYPES:
         raise ValueError(f"{source}.dtype must be one of {DTYPES}; got {config.dtype!r}")
+    if config.model_tokenizer not in TOKENIZERS:
+        raise ValueError(f"{source}.model_tokenizer must be one of {TOKENIZERS}; got {config.model_tokenizer!r:.60}")
     if int(config.lora_r) < 0 or not config.lora_alpha > 0 or not 0.0 <= config.lora_dropout < 1.0:
         raise ValueError(f"{source}: lora_r must be >= 0 (0: full fine-tuning), lora_alpha > 0 and lora_dropout in "
                          f"[0, 1); got {config.lora_r!r}, {config.lora_alpha!r} and {config.lora_dropout!r}")
@@ -565,7 +572,7 @@ def build_tokenizer_and_model(config: Any, seed: int, spec: EnvSpec | None = Non
     if path is not None:  # a model directory, or adapters over the base they name (trained on with lora_r)
         tokenizer, model = load_pretrained(path, dtype, trainable=bool(config.lora_r))
     else:
-        tokenizer = env_tokenizer(spec or env_spec(config.env))
+        tokenizer = env_tokenizer(spec or env_spec(config.env), config.model_tokenizer)
         model = build_tiny_model(tokenizer, hidden_size=config.model_hidden_size, num_layers=config.model_layers,
                                  initializer_range=config.model_init_std, seed=seed,
                                  zero_head=config.model_zero_head, copy_heads=config.model_copy_heads)
@@ -584,14 +591,16 @@ def build_tokenizer_and_model(config: Any, seed: int, spec: EnvSpec | None = Non
     return tokenizer, model
 
 
-def env_tokenizer(spec: EnvSpec) -> PreTrainedTokenizerFast:
-    """Return the tokenizer a tiny model of ``spec``'s env gets: drawn from its corpus as ``spec.corpus_tokenizer``
-    says (word-level, BPE, or word-bounded BPE), or byte-level for an env without a corpus."""
+def env_tokenizer(spec: EnvSpec, kind: str = "words") -> PreTrainedTokenizerFast:
+    """Return the tokenizer a tiny model of ``spec``'s env gets: drawn from its corpus as ``kind`` (the config's
+    ``model_tokenizer``) says (word-level, BPE, or word-bounded BPE), or byte-level for an env without a corpus."""
+    if kind not in TOKENIZERS:
+        raise ValueError(f"config.model_tokenizer must be one of {TOKENIZERS}; got {kind!r:.60}")
     if not spec.corpus:
         return build_byte_tokenizer()
-    if spec.corpus_tokenizer == "words":
+    if kind == "words":
         return build_word_tokenizer(spec.corpus())
-    return build_bpe_tokenizer(spec.corpus(), word_bounded=spec.corpus_tokenizer == "bpe_words")
+    return build_bpe_tokenizer(spec.corpus(), word_bounded=kind == "bpe_words")
 
 
 def model_dir(config: Any) -> Path | None:

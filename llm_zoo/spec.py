@@ -2,7 +2,8 @@
 
 An env tells the rest of llm_zoo what it is by registering an :class:`EnvSpec`: its versioned
 name, a factory for the wrapped AEC env, its roles, the roles that learn by default and the
-scripted player of each role that does not, its scripted players by name, the text a word-level tokenizer is built from, and its headline evaluation. The
+scripted player of each role that does not, its scripted players by name, the text a tiny model's tokenizer is
+drawn from, and its headline evaluation. The
 trainer, the CLI (``llm-zoo train/play/eval/crossplay``), the evaluators and the baselines read
 these fields and nothing else of the env's module. Per-env trainer settings are not here: they
 are training configuration (:mod:`llm_zoo.trainers.presets`).
@@ -110,8 +111,6 @@ EVAL_SEED_BASE = 2**31
 
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]*_v\d+")
 """A versioned env name: lower-case words, then ``_v`` and the version (``kuhn_poker_v0``)."""
-CORPUS_TOKENIZERS = ("words", "bpe", "bpe_words")
-"""The ways :attr:`EnvSpec.corpus_tokenizer` names of drawing a tiny model's tokenizer from an env's corpus."""
 
 
 class Play(Protocol):
@@ -146,15 +145,12 @@ class EnvSpec:
     scripted: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
     """Scripted players by name: ``factory(seed=None) -> Policy``; every role should have one."""
     corpus: Callable[[], Sequence[str]] | None = None
-    """The text the env shows, for a word-level tokenizer of a tiny model; None = a byte-level tokenizer."""
-    corpus_tokenizer: str = "words"
-    """How a tiny model's tokenizer is drawn from ``corpus``: ``words`` (word-level; decoding joins words with
-    spaces), ``bpe`` (byte-level BPE, lossless: for replies that must come back exactly, such as tool calls) or
-    ``bpe_words`` (the same with merges kept inside words, so an id or email has the same tokens in the text it
-    is read from and in the JSON it is copied into: ``llm_zoo.models.build_bpe_tokenizer(word_bounded=True)``)."""
+    """The text the env shows, for the tokenizer of a tiny model (how it is drawn is the model's choice: the
+    trainer's ``model_tokenizer``); None = a byte-level tokenizer."""
     evaluate: Callable[..., Mapping[str, Any]] | None = None
     """The headline evaluation: ``evaluate(policies, *, env_kwargs, play, **options) -> {metric: value}``,
-    ``policies`` mapping each agent to its policy and ``play`` a :class:`Play`; None = no headline."""
+    ``policies`` mapping each agent to its policy and ``play`` a :class:`Play`; None = no headline. The built-in
+    envs keep theirs in their folder's ``evaluate.py`` (``evaluate_policies``)."""
     description: str = ""
     """One line on what the env is, for listings."""
 
@@ -181,9 +177,6 @@ class EnvSpec:
             value = getattr(self, name)  # a field of this dataclass, not an env module's attribute
             if value is not None and not callable(value):
                 raise TypeError(f"EnvSpec({self.name!r}).{name} must be callable or None; got {type(value).__name__}")
-        if self.corpus_tokenizer not in CORPUS_TOKENIZERS:
-            raise ValueError(f"EnvSpec({self.name!r}).corpus_tokenizer must be one of {CORPUS_TOKENIZERS}; "
-                             f"got {self.corpus_tokenizer!r}")
         object.__setattr__(self, "roles", roles)
         object.__setattr__(self, "learning_roles", learning or roles)
         object.__setattr__(self, "scripted", types.MappingProxyType(dict(self.scripted)))

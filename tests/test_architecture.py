@@ -36,3 +36,16 @@ def test_every_path_the_page_names_exists():
     gone = sorted(n for n in named if not ((PACKAGE / n).exists() or (ROOT / n).exists()
                                            or ("/" not in n and n in names)))
     assert len(named) > 40 and gone == [], f"docs/architecture.md names files that do not exist: {gone}"
+
+
+def test_each_builtin_envs_headline_evaluation_is_its_folders_evaluate_module():
+    import llm_zoo
+    from llm_zoo import BUILTIN_ENVS
+
+    for name in BUILTIN_ENVS:
+        spec = llm_zoo.env_spec(name)
+        folder = name.rpartition("_v")[0]
+        assert spec.evaluate is not None, name
+        assert spec.evaluate.__module__ == f"llm_zoo.envs.{folder}.evaluate", (name, spec.evaluate.__module__)
+        assert spec.evaluate.__name__ == "evaluate_policies"
+        assert (PACKAGE / "envs" / folder / "evaluate.py").exists()

@@ -9,7 +9,7 @@ import pytest
 from llm_zoo import crossplay
 from llm_zoo.cli import main
 from llm_zoo.envs.kuhn_poker import theory
-from llm_zoo.policies.base import RandomPolicy
+from llm_zoo.policy import RandomPolicy
 
 
 @pytest.fixture(scope="module")

@@ -33,8 +33,9 @@ SHELL = {"bash", "sh", "shell", "console"}
 PUBLIC = {
     "llm_zoo.md": ["llm_zoo.spec.register", "llm_zoo.spec.env_spec", "llm_zoo.spec.make_env",
                    "llm_zoo.spec.registered", "llm_zoo.spec.EnvSpec", "llm_zoo.episode.Episode"],
-    "policies.md": ["llm_zoo.policies.base.Policy", "llm_zoo.policies.base.Reply", "llm_zoo.policies.base.Observation",
-                    "llm_zoo.policies.base.RandomPolicy", "llm_zoo.policies.tabular.TabularPolicy",
+    "policies.md": ["llm_zoo.policy.Policy", "llm_zoo.policy.Reply", "llm_zoo.policy.Observation",
+                    "llm_zoo.policy.ScoresTokens",
+                    "llm_zoo.policy.RandomPolicy", "llm_zoo.policy.TabularPolicy",
                     "llm_zoo.policies.transformers.TransformersPolicy", "llm_zoo.policies.vllm.VLLMPolicy",
                     "llm_zoo.policies.openai.OpenAIPolicy"],
     "trainers.md": ["llm_zoo.trainers.rollout.collect", "llm_zoo.trainers.grpo.TrainConfig"],

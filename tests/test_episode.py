@@ -139,7 +139,7 @@ def test_the_collectors_turns_equal_turns_built_the_checked_way(model_episodes):
     # the fast constructor copies nothing itself but still puts the observation in canonical form
     obs = {"messages": ({"role": "user", "content": "Your card: K."},), "legal_actions": ("[check]", "[bet]")}
     reply = Reply("[bet]", prompt_ids=[1, 2], completion_ids=[3], logprobs=[-0.5], policy="p")
-    fast = Turn._from_clean("player_0", "player", 2, obs, reply, [1, 2], [3], [-0.5], "p")
+    fast = Turn.unchecked("player_0", "player", 2, obs, reply, [1, 2], [3], [-0.5], "p")
     assert fast == Turn("player_0", "player", 2, obs, reply, [1, 2], [3], [-0.5], "p")
     assert type(fast.reply) is str and fast.observation["messages"] == [{"role": "user", "content": "Your card: K."}]
     # a reply whose records were replaced by something other than lists takes the checked way

@@ -12,9 +12,9 @@ edge too: a table of names handed to importlib imports them as surely as an impo
 
 Layers, lowest first (a module may import its own layer and those below)::
 
-    0 envs      llm_zoo (the package's face), spec, episode, envs/, *_v0 entry modules, sandbox/,
-                and the policy contract (policies/base.py, policies/tabular.py: see CONTRACTS)
-    1 policies  policies/ (the model-backed and served ones), scoring, models, adapters/
+    0 envs      llm_zoo (the package's face), spec, episode, policy (the policy contract), envs/,
+                *_v0 entry modules, sandbox/
+    1 policies  policies/, scoring, models, adapters/
     2 trainers  trainers/, crossplay
     3 cli       cli, __main__, serve, bench, plots
 
@@ -41,12 +41,6 @@ PACKAGE = ROOT / "llm_zoo"
 LAYERS = ("envs", "policies", "trainers", "cli")
 """Layer names, lowest first."""
 
-CONTRACTS = ("llm_zoo.policies.base", "llm_zoo.policies.tabular")
-"""Policy modules that sit in the env layer: the ``Policy`` / ``Reply`` contract that every env's
-scripted players implement (as PettingZoo envs implement ``AECEnv``), and the model-free table
-policy Kuhn's scripted players are. They import nothing above the env layer (the test checks it
-like any other), so envs still know nothing of the model-backed policies."""
-
 
 def modules(package: Path = PACKAGE) -> dict[str, Path]:
     """Return every module of the package, dotted name -> file (``pkg/__init__.py`` is ``pkg``)."""
@@ -67,11 +61,9 @@ def layer_of(module: str) -> int:
         return 3
     if top in ("trainers", "crossplay", "eval"):
         return 2
-    if module in CONTRACTS:
-        return 0
     if top in ("policies", "scoring", "models", "adapters"):
         return 1
-    return 0  # the package itself, spec, episode, envs, the *_v0 modules, sandbox
+    return 0  # the package itself, spec, episode, policy, envs, the *_v0 modules, sandbox
 
 
 def _package_of(module: str, path: Path) -> str:
@@ -250,6 +242,18 @@ def test_the_package_graph_has_no_cycles_deferred_imports_included():
 def test_no_module_imports_from_a_higher_layer():
     _, edges, _ = graph()
     assert layer_violations(edges) == []
+
+
+def test_the_policy_contract_is_in_the_env_layer_and_the_package_imports_it_there():
+    _, edges, _ = graph()
+    assert layer_of("llm_zoo.policy") == 0 and layer_of("llm_zoo.policies.base") == 1
+    # the env layer's policies (every env's scripted players) stand on the contract module itself
+    scripted = [m for m in edges if m.startswith("llm_zoo.envs.") and m.endswith(".scripted")]
+    assert len(scripted) == 5 and all("llm_zoo.policy" in edges[m] for m in scripted)
+    # policies/base.py and policies/tabular.py only re-export it, for imports from outside the package
+    shims = {"llm_zoo.policies.base", "llm_zoo.policies.tabular"}
+    assert sorted(m for m, targets in edges.items() if shims & set(targets)) == []
+    assert all(set(edges[m]) == {"llm_zoo.policy"} for m in shims)
 
 
 def test_no_module_imports_another_packages_private_names():

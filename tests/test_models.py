@@ -347,7 +347,7 @@ def test_a_run_builds_the_envs_tiny_model_over_the_envs_tokenizer_and_marks_it()
 
     config = make_config("kuhn_poker_v0", {"model_hidden_size": 16, "model_layers": 1})
     tokenizer, model = build_tokenizer_and_model(config, seed=5)
-    assert tokenizer.get_vocab() == env_tokenizer(env_spec("kuhn_poker_v0")).get_vocab()
+    assert tokenizer.get_vocab() == env_tokenizer(env_spec("kuhn_poker_v0"), "words").get_vocab()
     assert model.config.hidden_size == 16 and model.config.num_hidden_layers == 1
     assert getattr(model.config, catalogue.TINY_MARK) is True  # a checkpoint of it is read as the tiny model again
     assert model_config(config).to_dict() == model.config.to_dict()  # what the memory preflight reads
@@ -362,7 +362,8 @@ def test_model_fields_that_cannot_build_a_model_are_refused_naming_the_field():
 
     from llm_zoo.models import check_model_fields
 
-    fine = {"dtype": "auto", "lora_r": 0, "lora_alpha": 16.0, "lora_dropout": 0.0, "model": "tiny"}
+    fine = {"dtype": "auto", "lora_r": 0, "lora_alpha": 16.0, "lora_dropout": 0.0, "model": "tiny",
+            "model_tokenizer": "words"}
     check_model_fields(SimpleNamespace(**fine))
     with pytest.raises(ValueError, match=r"sft config\.dtype must be one of .*got 'float8'"):
         check_model_fields(SimpleNamespace(**{**fine, "dtype": "float8"}), "sft config")
@@ -370,3 +371,5 @@ def test_model_fields_that_cannot_build_a_model_are_refused_naming_the_field():
         check_model_fields(SimpleNamespace(**{**fine, "lora_r": 4}))
     with pytest.raises(ValueError, match=r"lora_dropout in \[0, 1\)"):
         check_model_fields(SimpleNamespace(**{**fine, "lora_dropout": 1.0}))
+    with pytest.raises(ValueError, match=r"config\.model_tokenizer must be one of .*got 'chars'"):
+        check_model_fields(SimpleNamespace(**{**fine, "model_tokenizer": "chars"}))

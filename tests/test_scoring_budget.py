@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from llm_zoo.policies import TransformersPolicy  # noqa: E402
-from llm_zoo.policies.base import PromptTooLong  # noqa: E402
+from llm_zoo.policy import PromptTooLong  # noqa: E402
 from llm_zoo.scoring import (  # noqa: E402
     allowed_mask,
     completion_logprobs,

@@ -130,7 +130,6 @@ def test_entry_points_register_third_party_envs(tmp_path, monkeypatch):
     ({"learning_roles": ("judge",)}, r"learning_roles \['judge'\] are not among its roles"),
     ({"scripted": {"x": 3}}, "not: \\['x'\\]"),
     ({"corpus": ["not", "callable"]}, "corpus must be callable"),
-    ({"corpus_tokenizer": "sentencepiece"}, r"corpus_tokenizer must be one of \('words', 'bpe', 'bpe_words'\); got 'sentencepiece'"),
 ])
 def test_a_malformed_spec_is_refused_with_the_field_named(kwargs, message):
     fields = {"name": "ok_v0", "env": _toy_env, "roles": ("player",), **kwargs}

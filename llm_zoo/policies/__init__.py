@@ -1,7 +1,8 @@
 """Who acts: policies map a batch of observations to a batch of replies.
 
-The model-free policies are imported here; the model-backed ones (``TransformersPolicy``) are
-loaded on first access, so ``import llm_zoo.policies`` needs neither torch nor transformers.
+The contract and the model-free policies are :mod:`llm_zoo.policy`'s, re-exported here; the
+model-backed ones (``TransformersPolicy``) are loaded on first access, so ``import llm_zoo.policies``
+needs neither torch nor transformers.
 """
 
 from __future__ import annotations
@@ -9,7 +10,17 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from llm_zoo.policies.base import FunctionPolicy, Observation, Policy, RandomPolicy, Reply
+from llm_zoo.policy import (
+    FunctionPolicy,
+    Observation,
+    Policy,
+    PromptTooLong,
+    RandomPolicy,
+    Reply,
+    ScoresTokens,
+    SeededPolicy,
+    TabularPolicy,
+)
 
 # name -> module that defines it; these need the `llm` extra (torch, transformers).
 _LAZY = {
@@ -17,7 +28,8 @@ _LAZY = {
     "VLLMPolicy": "llm_zoo.policies.vllm",
 }
 
-__all__ = ["FunctionPolicy", "Observation", "Policy", "RandomPolicy", "Reply", *_LAZY]
+__all__ = ["FunctionPolicy", "Observation", "Policy", "PromptTooLong", "RandomPolicy", "Reply", "ScoresTokens",
+           "SeededPolicy", "TabularPolicy", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:

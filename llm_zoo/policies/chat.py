@@ -2,7 +2,7 @@
 
 :class:`ChatTemplatePolicy` is the base of :class:`~llm_zoo.policies.transformers.TransformersPolicy`
 and :class:`~llm_zoo.policies.vllm.VLLMPolicy`, which differ only in what generates: both open
-:meth:`~llm_zoo.policies.base.Policy.act` with :meth:`ChatTemplatePolicy.prompts_and_paths`, so the
+:meth:`~llm_zoo.policy.Policy.act` with :meth:`ChatTemplatePolicy.prompts_and_paths`, so the
 two send a model the same token ids for an observation and constrain it to the same token paths.
 """
 
@@ -18,8 +18,8 @@ import jinja2.nodes
 from jinja2 import meta
 from transformers import PreTrainedTokenizerBase
 
-from llm_zoo.policies.base import Observation, Policy, PromptTooLong
 from llm_zoo.policies.constraints import legal_paths
+from llm_zoo.policy import Observation, Policy, PromptTooLong
 
 __all__ = ["ChatTemplatePolicy", "split_declared_tools", "template_takes_tools"]
 

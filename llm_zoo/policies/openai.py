@@ -32,7 +32,7 @@ A reply is the message's ``content``; each structured tool call the server retur
 (``message.tool_calls[i].function``) is appended as a line
 ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (:func:`llm_zoo.toolcalls.format_call`),
 the form llm_zoo envs parse. A
-:class:`~llm_zoo.policies.base.Reply` here has no token ids and so no log-probs (the API returns
+:class:`~llm_zoo.policy.Reply` here has no token ids and so no log-probs (the API returns
 neither in a form the trainer can use); HTTP policies play frozen roles. Token counts the server
 reports add up in :attr:`OpenAIPolicy.usage`.
 
@@ -71,7 +71,7 @@ except ImportError:  # pragma: no cover - moved in some release: its long-standi
     INITIAL_RETRY_DELAY = 0.5
 
 from llm_zoo import toolcalls
-from llm_zoo.policies.base import Observation, Policy, Reply
+from llm_zoo.policy import Observation, Policy, Reply
 
 if sys.version_info >= (3, 12):
     from typing import override

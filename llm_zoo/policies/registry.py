@@ -15,7 +15,7 @@ from typing import Any
 
 from llm_zoo.catalogue import CATALOGUE
 from llm_zoo.envs.core import terminal_safe
-from llm_zoo.policies.base import FunctionPolicy, Observation, Policy, RandomPolicy
+from llm_zoo.policy import FunctionPolicy, Observation, Policy, RandomPolicy
 from llm_zoo.seating import scripted_name
 
 

@@ -28,7 +28,7 @@ within it (:func:`llm_zoo.scoring.row_chunks`), and samples each chunk in turn (
 KV cache and decode loop), a prompt longer than the budget prefilling in column chunks; scoring
 (:meth:`TransformersPolicy.logprobs_of`) splits the same way. ``max_prompt_tokens`` refuses longer
 prompts before any forward pass: :meth:`TransformersPolicy.act` raises
-:class:`~llm_zoo.policies.base.PromptTooLong` naming the rows, and ``collect`` ends those episodes
+:class:`~llm_zoo.policy.PromptTooLong` naming the rows, and ``collect`` ends those episodes
 as failed and plays the rest on.
 """
 
@@ -41,10 +41,10 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from llm_zoo.policies.base import Observation, Reply
 from llm_zoo.policies.chat import ChatTemplatePolicy
 from llm_zoo.policies.compat import DynamicLayer, cache_argument, keep_logits_kwargs, override
 from llm_zoo.policies.sampling import legal_mask, next_tokens
+from llm_zoo.policy import Observation, Reply
 from llm_zoo.scoring import (
     completion_logprobs,
     dedupe,
@@ -89,7 +89,7 @@ class TransformersPolicy(ChatTemplatePolicy):
             (:mod:`llm_zoo.policies.constraints`); observations without them are unconstrained.
             The reported log-probs are then those of the constrained distribution.
         max_prompt_tokens: Longest prompt taken, in tokens; :meth:`act` raises
-            :class:`~llm_zoo.policies.base.PromptTooLong` for the observations whose prompt is
+            :class:`~llm_zoo.policy.PromptTooLong` for the observations whose prompt is
             longer. None: no limit.
         max_forward_tokens: The most tokens (rows x padded length) one forward pass runs, in
             sampling and scoring (module docstring); None: the whole batch in one pass.
@@ -198,7 +198,7 @@ class TransformersPolicy(ChatTemplatePolicy):
         # every record is a new list built here (ids from encode_prompts and tensors' tolist(),
         # log-probs from tolist()): Reply need not check or copy them again
         return [
-            Reply._from_clean(text, p, c, lp, self.name)
+            Reply.unchecked(text, p, c, lp, self.name)
             for text, p, c, lp in zip(texts, prompts, completions, logprobs, strict=True)
         ]
 
@@ -240,6 +240,21 @@ class TransformersPolicy(ChatTemplatePolicy):
                 logits = self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids_of(mask)).logits
                 out.append(torch.log_softmax(logits[:, -1, :].float() / temperature, dim=-1).cpu())
         return torch.cat(out)
+
+    # ---- the rest of ScoresTokens (llm_zoo.policy): what an exact reading of the strategy asks ----
+
+    @property
+    def vocab_size(self) -> int:
+        """How many token ids the tokenizer has, added tokens included (``len(tokenizer)``)."""
+        return len(self.tokenizer)
+
+    def encode_reply(self, text: str) -> list[int]:
+        """Return the token ids ``text`` is written in as a reply: no special tokens, no end of turn."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode_replies(self, completions: Sequence[Sequence[int]]) -> list[str]:
+        """Return the reply each completion's token ids make, decoded as :meth:`act` decodes (special tokens dropped)."""
+        return self.tokenizer.batch_decode([list(c) for c in completions], skip_special_tokens=True)
 
     def __repr__(self) -> str:
         return (

@@ -96,8 +96,8 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer, GenerationConfig, PreTrainedTokenizerBase
 
-from llm_zoo.policies.base import Observation, Reply
 from llm_zoo.policies.chat import ChatTemplatePolicy
+from llm_zoo.policy import Observation, Reply
 
 if sys.version_info >= (3, 12):
     from typing import override
@@ -187,7 +187,7 @@ class VLLMPolicy(ChatTemplatePolicy):
         engine_kwargs: More keyword arguments for ``vllm.LLM`` (``max_model_len``, ``enforce_eager``,
             ``kv_cache_memory_bytes``, ...).
         max_prompt_tokens: Longest prompt taken, in tokens, as :class:`TransformersPolicy`'s: :meth:`act`
-            raises :class:`~llm_zoo.policies.base.PromptTooLong` for the observations whose prompt is
+            raises :class:`~llm_zoo.policy.PromptTooLong` for the observations whose prompt is
             longer, before anything is generated (the trainer then scores no sequence past the cap);
             ``None``: no cap.
 

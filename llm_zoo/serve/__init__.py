@@ -63,7 +63,7 @@ from llm_zoo.serve.engine import RequestError
 from llm_zoo.serve.protocol import parse_request
 
 if TYPE_CHECKING:
-    from llm_zoo.policies.base import Policy
+    from llm_zoo.policy import Policy
     from llm_zoo.serve.app import ChatServer
 
 __all__ = ["ChatServer", "RequestError", "add_parser", "make_server", "parse_request", "run"]

@@ -8,7 +8,7 @@ Two engines share one interface (:meth:`Engine.submit`, :meth:`Engine.health`, :
   others decode is prefilled at the next step and its rows join the batch, and a row that finishes
   leaves it at once. Each row samples with its own temperature, top-p and ``torch.Generator``, so
   requests with different settings share every forward pass.
-- :class:`PolicyEngine`, for any other :class:`~llm_zoo.policies.base.Policy` (a scripted player, a
+- :class:`PolicyEngine`, for any other :class:`~llm_zoo.policy.Policy` (a scripted player, a
   test double): requests that arrive while an ``act`` call runs are answered together by the next one.
 
 Why a loop of our own and not transformers' ``ContinuousBatchingManager``: that manager (paged
@@ -42,7 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from llm_zoo.policies.base import Policy
+from llm_zoo.policy import Policy
 
 MAX_BATCH = 64
 """Most sequences decoded in one step; more wait in the queue."""

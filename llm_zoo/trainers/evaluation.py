@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import llm_zoo
-from llm_zoo.policies.base import Policy
+from llm_zoo.policy import Policy
 from llm_zoo.seating import Seating, scripted_name
 from llm_zoo.spec import EVAL_SEED_BASE, EnvSpec, wilson_interval
 from llm_zoo.trainers.rollout import collect

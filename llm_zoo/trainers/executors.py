@@ -42,7 +42,7 @@ from typing import Any
 from pettingzoo import AECEnv
 
 from llm_zoo.episode import Episode
-from llm_zoo.policies.base import Observation, Policy, Reply
+from llm_zoo.policy import Observation, Policy, Reply
 from llm_zoo.trainers.rollout import Answer, Failure, Job, LocalEnvs, Outcome, Waiting
 
 __all__ = ["EXECUTORS", "EnvWorker", "RayExecutor", "make_executor", "may_run_remotely"]

@@ -7,7 +7,7 @@ registered from outside the package (:func:`llm_zoo.register`) gets no preset un
 with :func:`add`; it trains with the dataclass defaults and whatever the command line sets.
 
 Each preset is for one kind of model. :data:`PRESETS` are for the tiny model built from nothing
-(``model=tiny``, the default): a word or BPE tokenizer drawn from the env's text, one-token moves,
+(``model=tiny``, the default): a word or BPE tokenizer drawn from the env's text (``model_tokenizer``), one-token moves,
 a zero output layer, copy heads. :data:`PRETRAINED_PRESETS` are for a model with weights of its own
 (a catalogue name such as ``smollm2-135m``, a model directory or a hub name): its own tokenizer and
 chat template, replies of several tokens. ``make_config`` picks the table by ``model``, and
@@ -183,6 +183,7 @@ AGENTIC_JUDGE_V0: dict[str, Any] = {
             "options": [{"task": t} for t in LEARNING_TASKS], "episodes": 48, "epochs": 20, "batch_size": 4,
             "lr": 3e-3, "warmup_steps": 4, "lr_schedule": "linear", "lr_min_ratio": 0.0, "val_fraction": 0.0},
     "model_hidden_size": 128,
+    "model_tokenizer": "bpe",  # a stored solution must come back byte for byte
     # the longest stored solution's reply (write_file + run_tests) is 340 tokens of the env's BPE tokenizer
     "max_new_tokens": 352,
     # sampling (and the loss) at 0.7: the tiny model's tail tokens corrupt a memorised solution (see above)
@@ -230,6 +231,7 @@ PROPOSER_SOLVER_V0: dict[str, Any] = {
     "sft": {"teachers": {"proposer": "proposer_mixed"}, "episodes": 256, "epochs": 10, "batch_size": 16,
             "lr": 3e-3, "warmup_steps": 4, "val_fraction": 0.1},
     "model_hidden_size": 128,
+    "model_tokenizer": "bpe",  # a task's program must come back byte for byte; digits stay one token each
     # the longest scripted task of these modes is 185 tokens (difficulty 9)
     "max_new_tokens": 192,
     # the tiny model's tail tokens are syntax errors: sampling (and the loss) at 0.8 keeps tasks valid (the
@@ -275,6 +277,8 @@ USER_SIM_V0: dict[str, Any] = {
     # (66 with the plain BPE it had before, whose merges glued a space or a quote onto the next word)
     "max_new_tokens": 96,
     "model_hidden_size": 128,
+    # tool calls come back byte for byte; an id has the same tokens where it is read and copied
+    "model_tokenizer": "bpe_words",
     # warm start: SFT on the held-in templates' traces (llm_zoo.trainers.sft), then RL from it
     "init": "sft",
     "sft": {"options": [{"scenario": s} for s in WARM_START_SCENARIOS], "episodes": 64, "epochs": 3,
@@ -445,6 +449,8 @@ TINY_ONLY: dict[str, tuple[Callable[[Any, Any], bool], str]] = {
     # field: (refused when (value, dataclass default) says so, why it belongs to the tiny model)
     "model_hidden_size": (_changed, "the width of the tiny model built from nothing; a pretrained model has its own"),
     "model_layers": (_changed, "the depth of the tiny model built from nothing; a pretrained model has its own"),
+    "model_tokenizer": (_changed, "how the tiny model's tokenizer is drawn from the env's text; a pretrained model "
+                        "has its own"),
     "model_init_std": (_changed, "the tiny model's random initialisation; a pretrained model's weights are loaded"),
     "model_zero_head": (lambda v, _: bool(v), "the uniform start (a zero output layer), which would erase what the "
                         "pretrained model's output layer knows"),

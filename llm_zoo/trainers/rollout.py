@@ -38,7 +38,7 @@ import numpy as np
 from pettingzoo import AECEnv
 
 from llm_zoo.episode import Episode, Turn
-from llm_zoo.policies.base import Observation, Policy, PromptTooLong, Reply
+from llm_zoo.policy import Observation, Policy, PromptTooLong, Reply
 
 __all__ = ["Answer", "Envs", "Executor", "Failure", "Job", "LocalEnvs", "Outcome", "Waiting", "collect"]
 
@@ -541,7 +541,7 @@ class _Run:
         records = (reply.prompt_ids, reply.completion_ids, reply.logprobs) if type(reply) is Reply else None
         if records is not None and type(self.observation) is dict and all(type(r) in _LIST_OR_NONE for r in records):
             # a Reply keeps its records as lists of int and float (its docstring): copies are enough
-            turn = Turn._from_clean(
+            turn = Turn.unchecked(
                 agent, role, self.steps, self.observation, reply, *(None if r is None else r.copy() for r in records),
                 policy,
             )

@@ -91,6 +91,10 @@ class SFTConfig:
     """Width of the tiny model."""
     model_layers: int = 2
     """Layers of the tiny model."""
+    model_tokenizer: str = "words"
+    """How the tiny model's tokenizer is drawn from the env's corpus: words (word-level; decoding joins words with
+    spaces, so no tool call comes back parsable), bpe (byte-level BPE, lossless) or bpe_words (BPE with merges kept
+    inside words: an id has the same tokens where it is read and where it is copied). Bytes for an env without a corpus."""
     model_init_std: float = 0.02
     """Std of the tiny model's weight initialisation."""
     model_zero_head: bool = False
@@ -193,7 +197,7 @@ class SFTConfig:
             raise ValueError(f"sft config.options must be a list of reset-option mappings; got {self.options!r:.200}")
 
 
-SHARED_WITH_TRAIN = ("env_kwargs", "seed", "model", "model_hidden_size", "model_layers", "model_init_std",
+SHARED_WITH_TRAIN = ("env_kwargs", "seed", "model", "model_hidden_size", "model_layers", "model_tokenizer", "model_init_std",
                      "model_zero_head", "model_copy_heads", "dtype", "gradient_checkpointing", "lora_r", "lora_alpha",
                      "lora_dropout", "lora_target_modules", "memory_limit_gb", "policies", "device", "threads",
                      "progress", "tensorboard")

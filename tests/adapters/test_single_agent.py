@@ -13,7 +13,7 @@ from gymnasium.utils.env_checker import check_env, data_equivalence
 from llm_zoo import kuhn_poker_v0
 from llm_zoo.adapters import DiscreteActions, SingleAgent
 from llm_zoo.envs.kuhn_poker.env import FEATURE_SIZE, MENU
-from llm_zoo.policies.base import RandomPolicy
+from llm_zoo.policy import RandomPolicy
 
 CHECK, BET, CALL, FOLD = (MENU.index(r) for r in ("[check]", "[bet]", "[call]", "[fold]"))
 KING = 2  # index of K in the card one-hot at the start of the feature vector

@@ -168,7 +168,7 @@ def test_prompt_ids_read_other_mappings_as_dicts_and_refuse_non_mappings(tok, mo
 
 
 def test_replies_own_clean_records(tok, model):
-    # act builds its replies unchecked (Reply._from_clean): they must be what Reply(...) would make
+    # act builds its replies unchecked (Reply.unchecked): they must be what Reply(...) would make
     replies = TransformersPolicy(model, tok, seed=0, max_new_tokens=3).act(BATCH + BATCH)
     for reply in replies:
         checked = Reply(reply.text, prompt_ids=reply.prompt_ids, completion_ids=reply.completion_ids,

@@ -297,7 +297,7 @@ def test_both_policies_open_act_with_the_same_prompts_paths_and_refusals(fake_en
 
 
 def test_prompts_over_max_prompt_tokens_are_refused_before_the_engine_sees_the_batch(fake_engine, model_dir):
-    from llm_zoo.policies.base import PromptTooLong
+    from llm_zoo.policy import PromptTooLong
 
     batch = [{"messages": ({"role": "user", "content": "Move?" + " more" * k},)} for k in (0, 30, 1, 60)]
     lengths = [len(p) for p in TransformersPolicy.from_pretrained(model_dir, device="cpu").encode_prompts(batch)]

@@ -32,7 +32,7 @@ def test_a_pretrained_model_starts_from_its_own_preset_with_nothing_of_the_tiny_
 
 @pytest.mark.parametrize("field, value", [
     ("model_hidden_size", 128), ("model_layers", 4), ("model_init_std", 0.125), ("model_zero_head", True),
-    ("model_copy_heads", True), ("max_new_tokens", 1), ("unmask_steps", 200),
+    ("model_copy_heads", True), ("max_new_tokens", 1), ("unmask_steps", 200), ("model_tokenizer", "bpe"),
 ])
 def test_a_tiny_model_setting_on_a_pretrained_model_is_refused_by_name(field, value):
     with pytest.raises(ValueError, match=rf"config\.{field}={value!r} is a setting for the tiny model.*"
@@ -48,6 +48,18 @@ def test_kuhns_tiny_preset_copied_onto_a_pretrained_model_is_refused():
     copied = {**presets.preset("kuhn_poker_v0"), "model": PRETRAINED}
     with pytest.raises(ValueError, match="is a setting for the tiny model"):
         make_config("kuhn_poker_v0", copied)
+
+
+def test_the_tiny_models_tokenizer_is_a_model_setting_each_env_sets_in_its_preset():
+    from llm_zoo.trainers.sft import make_sft_config
+
+    assert {env: make_config(env).model_tokenizer for env in presets.PRESETS} == {
+        "kuhn_poker_v0": "words", "leduc_poker_v0": "words", "agentic_judge_v0": "bpe", "proposer_solver_v0": "bpe",
+        "user_sim_v0": "bpe_words"}
+    assert make_sft_config("user_sim_v0").model_tokenizer == "bpe_words"  # the warm start builds the same model
+    with pytest.raises(ValueError, match=r"config\.model_tokenizer must be one of \('words', 'bpe', 'bpe_words'\); "
+                                         r"got 'sentencepiece'"):
+        make_config("kuhn_poker_v0", {"model_tokenizer": "sentencepiece"})
 
 
 def test_an_env_from_outside_adds_a_preset_per_kind(monkeypatch):

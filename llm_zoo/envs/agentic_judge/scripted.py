@@ -67,7 +67,7 @@ from typing import Any
 
 from llm_zoo.envs.agentic_judge import checks, grading, text
 from llm_zoo.envs.agentic_judge.tasks import SOLUTION_KINDS, load_tasks
-from llm_zoo.policies.base import Observation, Policy, Reply, SeededPolicy
+from llm_zoo.policy import Observation, Policy, Reply, SeededPolicy
 
 __all__ = ["PLAYERS", "RuleJudge", "StoredSolver", "corpus", "decide", "decide_strict", "tool_call"]
 

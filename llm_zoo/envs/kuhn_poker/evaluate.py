@@ -15,9 +15,11 @@ distribution, the mass of those replies per info set (``valid_mass``), and the e
 that strategy with every other reply a forfeit (``unconstrained_exploitability``, exact by
 :func:`forfeit_exploitability`). :func:`evaluate_policies` reports both for models it can score.
 
-For models that reason before answering, the exact reading does not apply (the move comes after
-free text); :func:`sampled_strategy` estimates the strategy by sampling and parsing replies, and
-labels it as an estimate.
+The exact readings ask the policy for :class:`~llm_zoo.policy.ScoresTokens` (its prompt and reply
+tokens, its next-token and teacher-forced log-probs) and nothing else of it. For models that reason
+before answering, or a policy that cannot score tokens, the exact reading does not apply;
+:func:`sampled_strategy` estimates the strategy by sampling and parsing replies through
+:meth:`~llm_zoo.policy.Policy.act` alone, and labels it as an estimate.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 from llm_zoo.envs.kuhn_poker import env as kuhn_env
 from llm_zoo.envs.kuhn_poker import text, theory
 from llm_zoo.envs.kuhn_poker.rules import CARDS, Move
+from llm_zoo.policy import Policy, ScoresTokens, require_scores_tokens
 
 NASH = theory.nash_policy(1 / 6)
 
@@ -57,14 +60,21 @@ def info_set_observation(info_set: str, **env_kwargs: Any) -> dict[str, Any]:
 ENUMERATION_LIMIT = 50_000  # most sequences scored to enumerate every completion of every info set
 
 
-def exact_strategy(policy: Any, env_kwargs: Mapping[str, Any] | None = None) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+def exact_strategy(policy: ScoresTokens, env_kwargs: Mapping[str, Any] | None = None) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
     """Return (the model's strategy renormalised over legal moves, the mass on invalid replies per info set).
 
-    ``policy`` is a :class:`llm_zoo.policies.TransformersPolicy`. Enumerates every completion when
-    that takes at most :data:`ENUMERATION_LIMIT` sequences, else reads the canonical replies only.
+    ``policy`` scores tokens (:class:`~llm_zoo.policy.ScoresTokens`, as
+    :class:`~llm_zoo.policies.TransformersPolicy` does). Enumerates every completion when that takes
+    at most :data:`ENUMERATION_LIMIT` sequences, else reads the canonical replies only.
+
+    Raises:
+        TypeError: ``policy`` does not score tokens; read it with ``method="sampled"`` instead.
     """
-    vocab = len(policy.tokenizer)
-    if getattr(policy, "constrain", False):  # it samples canonical replies only: their renormalised mass
+    require_scores_tokens(policy, reader="kuhn_poker_v0's exact evaluation",
+                          otherwise="evaluate with method='sampled' (llm-zoo eval --method sampled), which reads any "
+                          "policy by sampling its replies")
+    vocab = policy.vocab_size
+    if policy.constrain:  # it samples canonical replies only: their renormalised mass
         return _canonical_strategy(policy, env_kwargs or {})
     if policy.max_new_tokens <= 2 and len(theory.INFO_SETS) * vocab ** (policy.max_new_tokens - 1) <= ENUMERATION_LIMIT:
         return _enumerated_strategy(policy, env_kwargs or {})
@@ -81,7 +91,7 @@ def _renormalise(raw: Mapping[str, Mapping[str, float]]) -> tuple[dict[str, dict
     return table, other
 
 
-def _enumerated_strategy(policy: Any, env_kwargs: Mapping[str, Any]) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+def _enumerated_strategy(policy: ScoresTokens, env_kwargs: Mapping[str, Any]) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
     eos = set(policy.eos_token_ids)
     next_logprobs = policy.next_token_logprobs  # [rows, vocab], tempered, on the CPU
 
@@ -101,7 +111,7 @@ def _enumerated_strategy(policy: Any, env_kwargs: Mapping[str, Any]) -> tuple[di
             probs = row.exp().tolist()
             done.extend((i, ids + [t], p * q) for t, q in enumerate(probs))
     raw = {info_set: dict.fromkeys(theory.legal_moves(info_set), 0.0) for info_set in theory.INFO_SETS}
-    texts = policy.tokenizer.batch_decode([ids for _, ids, _ in done], skip_special_tokens=True)
+    texts = policy.decode_replies([ids for _, ids, _ in done])
     for (i, _, p), reply in zip(done, texts):
         info_set = theory.INFO_SETS[i]
         move = text.parse_move(reply, tuple(Move(m) for m in theory.legal_moves(info_set)))
@@ -110,12 +120,12 @@ def _enumerated_strategy(policy: Any, env_kwargs: Mapping[str, Any]) -> tuple[di
     return _renormalise(raw)
 
 
-def _canonical_strategy(policy: Any, env_kwargs: Mapping[str, Any]) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+def _canonical_strategy(policy: ScoresTokens, env_kwargs: Mapping[str, Any]) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
     prompts, completions, index = [], [], []
     for info_set in theory.INFO_SETS:
         prompt = policy.encode_prompts([info_set_observation(info_set, **env_kwargs)])[0]
         for move in theory.legal_moves(info_set):
-            ids = list(policy.tokenizer.encode(text.reply_for(Move(move)), add_special_tokens=False))
+            ids = policy.encode_reply(text.reply_for(Move(move)))
             if len(ids) < policy.max_new_tokens:
                 ids.append(policy.eos_token_ids[0])
             prompts.append(prompt)
@@ -128,7 +138,7 @@ def _canonical_strategy(policy: Any, env_kwargs: Mapping[str, Any]) -> tuple[dic
     return _renormalise(raw)
 
 
-def unconstrained_strategy(policy: Any, env_kwargs: Mapping[str, Any] | None = None) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+def unconstrained_strategy(policy: ScoresTokens, env_kwargs: Mapping[str, Any] | None = None) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
     """Return (each legal move's unconstrained probability, the mass left over) per info set.
 
     A move's probability is that of its canonical reply then end of turn (``"[bet]"``, EOS) under
@@ -142,7 +152,7 @@ def unconstrained_strategy(policy: Any, env_kwargs: Mapping[str, Any] | None = N
         prompt = policy.encode_prompts([info_set_observation(info_set, **(env_kwargs or {}))])[0]
         for move in theory.legal_moves(info_set):
             prompts.append(prompt)
-            completions.append(list(policy.tokenizer.encode(text.reply_for(Move(move)), add_special_tokens=False)) + [eos])
+            completions.append(policy.encode_reply(text.reply_for(Move(move))) + [eos])
             index.append((info_set, move))
     moves: dict[str, dict[str, float]] = {}
     for (info_set, move), lps in zip(index, policy.logprobs_of(prompts, completions)):
@@ -205,7 +215,7 @@ def forfeit_exploitability(moves: Mapping[str, Mapping[str, float]], forfeit: Ma
     return total / 2
 
 
-def unconstrained_figures(policies: Mapping[str, Any], env_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def unconstrained_figures(policies: Mapping[str, ScoresTokens], env_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Return the unconstrained strategy's figures: exploitability with every other reply a forfeit,
     and the mass of the legal replies (each then end of turn) per info set, its least and its mean."""
     reads: dict[int, tuple[dict, dict]] = {}
@@ -227,7 +237,7 @@ SAMPLES = 64
 """Replies sampled per info set by the sampled estimate (and what its intervals assume)."""
 
 
-def sampled_strategy(policy: Any, samples: int = SAMPLES, env_kwargs: Mapping[str, Any] | None = None) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+def sampled_strategy(policy: Policy, samples: int = SAMPLES, env_kwargs: Mapping[str, Any] | None = None) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
     """Estimate the strategy by sampling ``samples`` replies per info set and parsing them (an estimate)."""
     table, other = {}, {}
     for info_set in theory.INFO_SETS:
@@ -292,11 +302,12 @@ def score_strategy(table: Mapping[str, Mapping[str, float]]) -> dict[str, float]
     }
 
 
-def evaluate(policy: Any, *, method: str = "exact", samples: int = SAMPLES,
+def evaluate(policy: Policy, *, method: str = "exact", samples: int = SAMPLES,
              env_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Evaluate a model on Kuhn poker: exploitability of its strategy, payoffs, mass off the legal replies.
 
-    ``method="exact"`` reads probabilities from log-probs; ``"sampled"`` estimates them by sampling
+    ``method="exact"`` reads probabilities from log-probs (a policy that scores tokens:
+    :class:`~llm_zoo.policy.ScoresTokens`); ``"sampled"`` estimates them by sampling any policy
     (for models that reason before answering) and says so in the result.
     """
     if method == "exact":
@@ -316,7 +327,7 @@ def evaluate(policy: Any, *, method: str = "exact", samples: int = SAMPLES,
     }
 
 
-def evaluate_policies(policies: Mapping[str, Any], *, method: str = "exact",
+def evaluate_policies(policies: Mapping[str, Policy], *, method: str = "exact",
                       env_kwargs: Mapping[str, Any] | None = None, **_: Any) -> dict[str, Any]:
     """Evaluate the strategy formed by ``policies["player_0"]`` (first-to-act info sets) and
     ``policies["player_1"]`` (second-to-act info sets); the trainer's headline metric.
@@ -334,7 +345,7 @@ def evaluate_policies(policies: Mapping[str, Any], *, method: str = "exact",
         table[info_set], other[info_set] = t[info_set], o[info_set]
     intervals = {} if method == "exact" else sampled_intervals(table, other, SAMPLES)
     unmasked = {}
-    if all(hasattr(p, "logprobs_of") and hasattr(p, "eos_token_ids") for p in policies.values()):
+    if all(isinstance(p, ScoresTokens) for p in policies.values()):
         unmasked = unconstrained_figures(policies, env_kwargs)  # beside the masked figures: no decoding mask
     return {"method": method, **score_strategy(table), **intervals,
             "other_mass_mean": sum(other.values()) / len(other), **unmasked, "strategy": table}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llm_zoo.envs.kuhn_poker import theory
-from llm_zoo.policies.tabular import TabularPolicy
+from llm_zoo.policy import TabularPolicy
 
 
 def nash_player(alpha: float = 1 / 6, seed: int | None = None) -> TabularPolicy:

@@ -7,7 +7,8 @@ parses it when that is few enough sequences (the built-in tiny model with one or
 else the probability of each canonical reply (``"[raise]"`` then end of turn). Renormalised over
 the legal moves, that is the model's tabular strategy; the mass left over (invalid replies, and in
 the canonical reading other wordings too) is reported beside it. With a policy that samples legal
-replies only (``constrain``), the canonical reading is the strategy it plays.
+replies only (``constrain``), the canonical reading is the strategy it plays. The reading asks the
+policy for :class:`~llm_zoo.policy.ScoresTokens` and nothing else of it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from llm_zoo.envs.leduc_poker import env as leduc_env
 from llm_zoo.envs.leduc_poker import text, theory
 from llm_zoo.envs.leduc_poker.rules import RANKS, SUITS, Move
+from llm_zoo.policy import Policy, ScoresTokens, require_scores_tokens
 
 ENUMERATION_LIMIT = 50_000
 """Most sequences scored to enumerate every completion of every info set."""
@@ -63,17 +65,24 @@ def info_set_observations(env_kwargs: Mapping[str, Any] | None = None) -> tuple[
     return _observations(json.dumps(dict(env_kwargs or {}), sort_keys=True))
 
 
-def exact_strategy(policy: Any, env_kwargs: Mapping[str, Any] | None = None
+def exact_strategy(policy: ScoresTokens, env_kwargs: Mapping[str, Any] | None = None
                    ) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
     """Return (the model's strategy renormalised over legal moves, the mass off the legal moves per info set).
 
-    ``policy`` is a :class:`llm_zoo.policies.TransformersPolicy`. Enumerates every completion when
-    that takes at most :data:`ENUMERATION_LIMIT` sequences and the policy is not constrained, else
-    reads the canonical replies.
+    ``policy`` scores tokens (:class:`~llm_zoo.policy.ScoresTokens`, as
+    :class:`~llm_zoo.policies.TransformersPolicy` does). Enumerates every completion when that takes
+    at most :data:`ENUMERATION_LIMIT` sequences and the policy is not constrained, else reads the
+    canonical replies.
+
+    Raises:
+        TypeError: ``policy`` does not score tokens (Leduc has no sampled reading).
     """
+    require_scores_tokens(policy, reader="leduc_poker_v0's exact evaluation",
+                          otherwise="measure it in played episodes (llm-zoo crossplay): leduc_poker_v0 has no "
+                          "sampled reading")
     observations = info_set_observations(env_kwargs)
-    vocab = len(policy.tokenizer)
-    if (not getattr(policy, "constrain", False) and policy.max_new_tokens <= 2
+    vocab = policy.vocab_size
+    if (not policy.constrain and policy.max_new_tokens <= 2
             and len(theory.INFO_SETS) * vocab ** (policy.max_new_tokens - 1) <= ENUMERATION_LIMIT):
         return _enumerated_strategy(policy, observations)
     return _canonical_strategy(policy, observations)
@@ -88,7 +97,7 @@ def _renormalise(raw: Mapping[str, Mapping[str, float]]) -> tuple[dict[str, dict
     return table, other
 
 
-def _enumerated_strategy(policy: Any, observations: tuple[dict[str, Any], ...]
+def _enumerated_strategy(policy: ScoresTokens, observations: tuple[dict[str, Any], ...]
                          ) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
     eos = set(policy.eos_token_ids)
     prompts = policy.encode_prompts(list(observations))
@@ -106,7 +115,7 @@ def _enumerated_strategy(policy: Any, observations: tuple[dict[str, Any], ...]
         for (i, ids, p), row in zip(open_, second.exp().tolist()):
             done.extend((i, ids + [t], p * q) for t, q in enumerate(row))
     raw = {i: dict.fromkeys(theory.legal_moves(i), 0.0) for i in theory.INFO_SETS}
-    texts = policy.tokenizer.batch_decode([ids for _, ids, _ in done], skip_special_tokens=True)
+    texts = policy.decode_replies([ids for _, ids, _ in done])
     legal = [tuple(Move(m) for m in theory.legal_moves(i)) for i in theory.INFO_SETS]
     for (i, _, p), reply in zip(done, texts):
         move = text.parse_move(reply, legal[i])
@@ -115,10 +124,10 @@ def _enumerated_strategy(policy: Any, observations: tuple[dict[str, Any], ...]
     return _renormalise(raw)
 
 
-def _canonical_strategy(policy: Any, observations: tuple[dict[str, Any], ...]
+def _canonical_strategy(policy: ScoresTokens, observations: tuple[dict[str, Any], ...]
                         ) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
     encoded = policy.encode_prompts(list(observations))
-    replies = {m: list(policy.tokenizer.encode(text.reply_for(m), add_special_tokens=False)) for m in Move}
+    replies = {m: policy.encode_reply(text.reply_for(m)) for m in Move}
     prompts, completions, index = [], [], []
     for info_set, prompt in zip(theory.INFO_SETS, encoded):
         for move in theory.legal_moves(info_set):
@@ -141,7 +150,7 @@ def score_strategy(table: Mapping[str, Mapping[str, float]]) -> dict[str, float]
     return {"exploitability": theory.exploitability(table), "payoff_vs_uniform": versus}
 
 
-def evaluate_policies(policies: Mapping[str, Any], *, method: str = "exact",
+def evaluate_policies(policies: Mapping[str, Policy], *, method: str = "exact",
                       env_kwargs: Mapping[str, Any] | None = None, **_: Any) -> dict[str, Any]:
     """Evaluate the strategy formed by ``policies["player_0"]`` (seat 0's info sets) and ``policies["player_1"]``
     (seat 1's): the exact exploitability of what the models play, read from their log-probs.

@@ -48,7 +48,7 @@ from llm_zoo.envs.proposer_solver.rules import (
     Mode,
     imported_modules,
 )
-from llm_zoo.policies.base import Observation, Policy, Reply, SeededPolicy
+from llm_zoo.policy import Observation, Policy, Reply, SeededPolicy
 from llm_zoo.sandbox import Limits, run_many
 
 if TYPE_CHECKING:

@@ -53,7 +53,7 @@ from llm_zoo.envs.core import ENV_MARK, parse_tool_calls
 from llm_zoo.envs.user_sim import env as env_module
 from llm_zoo.envs.user_sim import text, world
 from llm_zoo.envs.user_sim.scenarios import PERSONAS, Task
-from llm_zoo.policies.base import Observation, Reply, SeededPolicy
+from llm_zoo.policy import Observation, Reply, SeededPolicy
 
 ORDER_RE = re.compile(r"#W\d{7}")
 EMAIL_RE = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")

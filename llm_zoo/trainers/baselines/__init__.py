@@ -9,7 +9,7 @@
 
 On Kuhn poker each baseline exposes its strategy in the tabular form of
 `llm_zoo.envs.kuhn_poker.theory`, so one exploitability function scores them all, and
-`llm_zoo.policies.tabular.TabularPolicy(table)` plays any of them in the text env (as `llm-zoo
+`llm_zoo.policy.TabularPolicy(table)` plays any of them in the text env (as `llm-zoo
 crossplay` does). The modules are imported on use, so `import llm_zoo.trainers.baselines` needs
 none of the `baselines` extra.
 """

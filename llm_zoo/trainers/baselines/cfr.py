@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from llm_zoo.envs.kuhn_poker import theory
-from llm_zoo.policies.tabular import TabularPolicy
+from llm_zoo.policy import TabularPolicy
 
 if TYPE_CHECKING:
     from open_spiel.python.policy import TabularPolicy as OpenSpielTabularPolicy

@@ -54,7 +54,7 @@ from llm_zoo import kuhn_poker_v0
 from llm_zoo.adapters import DiscreteActions, SingleAgent
 from llm_zoo.envs.kuhn_poker import theory
 from llm_zoo.envs.kuhn_poker.env import MENU
-from llm_zoo.policies.tabular import TabularPolicy
+from llm_zoo.policy import TabularPolicy
 
 if TYPE_CHECKING:
     from pettingzoo import AECEnv

@@ -19,8 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import llm_zoo
-from llm_zoo.policies.base import Policy
-from llm_zoo.policies.tabular import TabularPolicy
+from llm_zoo.policy import Policy, TabularPolicy
 
 __all__ = ["all_players", "players", "table_of", "tables"]
 

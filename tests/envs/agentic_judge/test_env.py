@@ -15,7 +15,7 @@ import llm_zoo
 from llm_zoo import agentic_judge_v0
 from llm_zoo.envs.agentic_judge.scripted import StoredSolver, tool_call
 from llm_zoo.envs.agentic_judge.tasks import load_tasks
-from llm_zoo.policies.base import Policy, Reply
+from llm_zoo.policy import Policy, Reply
 from llm_zoo.trainers import presets
 from llm_zoo.trainers.evaluation import headline
 

@@ -84,3 +84,10 @@ def test_training_one_step_reports_the_exact_exploitability_of_both_iterates(tmp
 def test_a_sampled_reading_is_refused_rather_than_silently_exact():
     with pytest.raises(ValueError, match="method must be 'exact'"):
         evaluate.evaluate_policies({"player_0": None, "player_1": None}, method="sampled")
+
+
+def test_a_policy_that_cannot_score_tokens_is_refused_naming_the_protocol():
+    from llm_zoo.policy import RandomPolicy
+
+    with pytest.raises(TypeError, match=r"leduc_poker_v0's exact evaluation .*llm_zoo.policy.ScoresTokens.*got RandomPolicy"):
+        leduc_poker_v0.SPEC.evaluate({"player_0": RandomPolicy(seed=0), "player_1": RandomPolicy(seed=1)}, env_kwargs={})

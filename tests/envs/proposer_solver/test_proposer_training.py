@@ -10,7 +10,7 @@ from llm_zoo.envs.proposer_solver import scripted, text
 from llm_zoo.envs.proposer_solver.env import HELD_OUT_TOPICS, TOPIC_SPLITS, TOPICS, TRAINING_TOPICS
 from llm_zoo.envs.proposer_solver.rules import Mode
 from llm_zoo.envs.proposer_solver.scripted import PLAYERS, AdaptiveProposer, MixedProposer, ScriptedProposer
-from llm_zoo.policies.base import Policy, Reply
+from llm_zoo.policy import Policy, Reply
 from llm_zoo.spec import EVAL_SEED_BASE
 from llm_zoo.trainers.evaluation import headline
 from llm_zoo.trainers.rollout import collect
@@ -58,7 +58,9 @@ def test_the_tiny_models_tokenizer_is_bpe_over_the_envs_text_and_lossless():
     task = ScriptedProposer(9, seed=12345)._propose(Mode.DEDUCTION)  # constants the corpus never drew
     ids = tokenizer(task).input_ids
     assert tokenizer.decode(ids) == task and len(ids) < len(task) / 1.4
-    assert proposer_solver_v0.SPEC.corpus_tokenizer == "bpe"
+    from llm_zoo.trainers import presets
+
+    assert presets.preset(proposer_solver_v0.SPEC.name)["model_tokenizer"] == "bpe"  # what `train` builds
 
 
 @needs_bwrap

@@ -133,8 +133,11 @@ def test_the_bpe_tokenizer_of_the_corpus_writes_tool_calls_byte_for_byte_and_dig
 def test_the_envs_tokenizer_gives_an_id_the_same_tokens_where_it_is_read_and_where_it_is_copied():
     """What the assistant must copy (an email, an order id, a name) reaches it in the customer's words and goes out
     in a tool call's JSON: the word-bounded BPE gives it the same tokens in both, the plain BPE does not."""
-    assert user_sim_v0.SPEC.corpus_tokenizer == "bpe_words"
-    tokenizer = env_tokenizer(user_sim_v0.SPEC)
+    from llm_zoo.trainers import presets
+
+    kind = presets.preset("user_sim_v0")["model_tokenizer"]
+    assert kind == "bpe_words"
+    tokenizer = env_tokenizer(user_sim_v0.SPEC, kind)
     plain = models.build_bpe_tokenizer(sc.corpus())
     pairs = [("My email is ada.dunn99@example.com.", '{"email": "ada.dunn99@example.com"}', "ada.dunn99@example.com"),
              ("Sure. It's order #W7654509.", '{"order_id": "#W7654509"}', "#W7654509"),
@@ -165,7 +168,7 @@ def test_the_default_training_fits_the_scripted_replies_and_warm_starts_on_held_
     held_in = [o["scenario"] for o in preset["sft"]["options"]]
     assert preset["init"] == "sft" and held_in == list(user_sim_v0.WARM_START_SCENARIOS)
     assert set(held_in) < set(scenarios)  # RL sees templates the warm start never did
-    tokenizer = env_tokenizer(user_sim_v0.SPEC)  # the tokenizer `llm-zoo train user_sim_v0` builds
+    tokenizer = env_tokenizer(user_sim_v0.SPEC, preset["model_tokenizer"])  # what `llm-zoo train user_sim_v0` builds
     longest = 0
     for messages in sc.scripted_transcripts(scenarios, seeds=(0, 1), prompt="compact")[::2]:
         replies = [m["content"] for m in messages if m["role"] == "assistant"]

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from llm_zoo import user_sim_v0
 from llm_zoo.envs.user_sim import scripted as sc
 from llm_zoo.envs.user_sim import text
-from llm_zoo.policies.base import FunctionPolicy
+from llm_zoo.policy import FunctionPolicy
 from llm_zoo.trainers.evaluation import headline
 from llm_zoo.trainers.rollout import collect
 

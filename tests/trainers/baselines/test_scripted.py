@@ -6,7 +6,7 @@ import pytest
 
 import llm_zoo
 from llm_zoo.envs.kuhn_poker import theory
-from llm_zoo.policies.base import RandomPolicy
+from llm_zoo.policy import RandomPolicy
 from llm_zoo.trainers.baselines import scripted
 
 

@@ -1,4 +1,4 @@
-"""Tests for llm_zoo.policies.base: Reply, the Policy contract, RandomPolicy and FunctionPolicy."""
+"""Tests for llm_zoo.policy: Reply, the Policy contract, RandomPolicy and FunctionPolicy."""
 
 from __future__ import annotations
 
@@ -76,8 +76,8 @@ def test_reply_repr_is_readable():
     assert len(repr(Reply("x" * 1000))) < 100
 
 
-def test_reply_from_clean_records_equals_the_checked_reply():
-    fast = Reply._from_clean("[bet]", [1, 2, 3], [4, 5], [-0.5, -0.25], "p")
+def test_reply_unchecked_records_equal_the_checked_reply():
+    fast = Reply.unchecked("[bet]", [1, 2, 3], [4, 5], [-0.5, -0.25], "p")
     slow = Reply("[bet]", prompt_ids=[1, 2, 3], completion_ids=[4, 5], logprobs=[-0.5, -0.25], policy="p")
     assert type(fast) is Reply and fast == slow and fast.text == slow.text
     assert fast.__dict__ == slow.__dict__
