@@ -25,141 +25,63 @@ from llm_zoo.catalogue import is_pretrained
 from llm_zoo.envs.agentic_judge.env import LEARNING_TASKS
 from llm_zoo.envs.user_sim.env import LEARNING_SCENARIOS, WARM_START_SCENARIOS
 
-__all__ = ["PRESETS", "PRETRAINED_PRESETS", "TINY_ONLY", "add", "check_model_settings", "preset"]
+__all__ = ["PRESETS", "PRETRAINED_PRESETS", "TINY_ONLY", "add", "check_model_settings", "preset", "value_and_default"]
 
 KUHN_POKER_V0: dict[str, Any] = {
-    # The main job (`llm-zoo train kuhn_poker_v0`): self-play of the tiny model with RAE, one model
-    # per seat, on a 2-core CPU in minutes. Each choice below was measured (seed 0, same budget, one
-    # change at a time); docs/kuhn_selfplay.md has the runs.
-    # 2000 steps (the schedules below span the run): seeds 0, 1, 2 end at 0.0037, 0.0032, 0.0076 (last iterates
-    # 0.0074, 0.0068, 0.0038) and first reach 0.05 after 200, 150, 100 steps (50.3 s of training on average); a run
-    # took 12 min at 0.35 s a step on a 2-core AMD EPYC (docs/kuhn_selfplay.md, section 13). 2500 steps ended lower
-    # (0.0021, 0.0051, 0.0073) but took 16.8-17.5 min at 0.35-0.42 s a step, past the 15 minutes of issue 20.
-    # With AdamW, 1200 steps were at 0.052-0.053 at step 1000, where 2500 were at 0.008-0.010 (section 10).
-    "steps": 2000,
-    # 1024 hands a step: 4x the episodes for about 1.3x a step's time (the rollout and the update run each distinct
-    # prompt once, and Kuhn has 12), so a quarter of the gradient's variance. With 256 on that machine seed 2 stalled
-    # at 0.10-0.14 for 1300 steps (0.049 at the end), and with the body at a tenth of the rate (body_lr_scale 0.1)
-    # seed 1 ended at 0.037 (docs/kuhn_selfplay.md, section 10); with 128 the last iterate's exploitability swung
-    # 0.05-0.10 from one eval to the next
-    "episodes_per_step": 1024,
+    # The main job: self-play of the tiny model, one model per seat, on a 2-core CPU in minutes. Each value was
+    # measured one change at a time; docs/kuhn_selfplay.md ("Why the main job's preset holds each value") has the runs.
+    "steps": 2000,  # seeds 0, 1, 2 end at 0.0037, 0.0032, 0.0076 in about 12 min on a 2-core AMD EPYC
+    "episodes_per_step": 1024,  # 4x the episodes for about 1.3x a step's time: a quarter of the gradient's variance
     "eval_every": 50,
     "checkpoint_every": 250,
-    # one update over the whole batch: each distinct prompt then runs once (micro-batches of 64: 3x slower steps)
-    "micro_batch_size": 2048,
-    # every episode of the step side by side: a policy call per seat and turn for the whole batch, not per 64 envs
-    # (with 256 episodes: rollout 0.16 -> 0.06 s a step, step 0.25 -> 0.14 s; the episodes are other draws)
-    "rollout_batch_size": 1024,
-    # one-token replies: the tiny model's vocabulary has each move as a single token
-    "max_new_tokens": 1,
-    # The rules stay out of the prompt: the tiny model learns the game from play, 3x faster per step.
-    # No retries: an invalid reply forfeits at once, so it costs what it should.
-    "env_kwargs": {"rules_in_prompt": False, "max_retries": 0},
-    # Sample only legal replies (action masking, as MaskablePPO does): a model learning from scratch
-    # otherwise spends its budget on the format and collapses onto one token for every context.
-    "constrain_to_legal": True,
-    # A magnet: an exact KL to an EMA of the learner's own weights. Plain self-play policy gradients
-    # cycle around Kuhn's mixed equilibrium (exploitability 0.15-0.4 with an entropy bonus alone).
-    # With the plain gradient steps below, 0.2: 0.05 first at steps 150, 150 and 100 on seeds 0, 1 and 2, against
-    # 100, 150 and 225 at 0.3 (docs/kuhn_selfplay.md, section 12); with AdamW it was 1.0.
-    "beta": 0.2,
-    # ...rising to 1 over the last 40% of the run (from magnet_average_from, below): at 0.2 to the end the learner,
-    # which leads its magnet by about its advantages over beta, ended 0.0077 and 0.0166 from the reported policy on
-    # seeds 1 and 2 (0.0119 / 0.0042, 0.0223 / 0.0057); at 1 it had ended within 0.003 (docs/kuhn_selfplay.md, 12)
-    "beta_final": 1.0,
+    "micro_batch_size": 2048,  # one update over the whole batch: each distinct prompt runs once (64: 3x slower)
+    "rollout_batch_size": 1024,  # every episode of the step side by side: one policy call per seat and turn
+    "max_new_tokens": 1,  # one-token replies: the tiny model's vocabulary has each move as a single token
+    "env_kwargs": {"rules_in_prompt": False, "max_retries": 0},  # learned from play, 3x faster; invalid forfeits
+    "constrain_to_legal": True,  # action masking: unmasked, a model from scratch collapses onto one token
+    "beta": 0.2,  # the magnet's weight with SGD: 0.05 first at steps 150, 150, 100 (at 0.3: 100, 150, 225)
+    "magnet.beta_final": 1.0,  # rising over the last 40%: the learner ends within 0.003 of the reported policy
     "kl_estimator": "exact",
-    # With beta 1 the learner leads its magnet by about (advantage / beta) in logits, so the policy moves
-    # as fast as the magnet follows: a magnet of horizon 20 steps early, growing linearly to 200 at the
-    # end (issue 20). A constant 0.995 (200 steps) from the start: 0.048 after 1500 steps, 0.05 first
-    # after about 1400; this schedule with lr 3e-3 and the warm-up below: 0.015 (seed 0; seeds 1 and 2 in
-    # docs/kuhn_selfplay.md, section 7).
-    "reference_ema": 0.95,
-    "reference_ema_final": 0.995,
-    # The trained policy is an average of the weights (Polyak averaging), as CFR reports its average
-    # strategy: weights in proportion to step ** 2 (average_power), a window that grows with the run
-    # and forgets the uniform start. The EMA of 0.998 (about 500 steps) lags far behind early (old main
-    # job, step 500: 0.155 against the learner's 0.096); step ** 1 lagged by 0.011 at step 400, ** 2 by 0.004.
-    "average_ema": 0.998,
-    "average_power": 2.0,
-    # For the last 40% of the run the magnet is that average: the learner, which leads its magnet by about its
-    # advantages over beta, settles near the reported policy instead of circling it (seed 2, 256 episodes a step:
-    # last iterate 0.0092 against the average's 0.0059, where its own EMA as the magnet ended at 0.0125 against 0.0079)
-    "magnet_average_from": 0.6,
-    # One model per seat, each with its own initialisation and optimiser, both starting from the
-    # uniform policy (zero output layers) and playing each other. One network playing both seats
-    # ties together information sets that need different answers (K first vs K after a check, ...)
-    # and stalls at 0.056-0.060 on this budget.
-    "policies": {"player_0": "seat_0", "player_1": "seat_1"},
-    # One RAE baseline per seat (with one model per seat, per model). Both seats have the role
-    # "player", and one baseline over both seats of a zero-sum game stays at 0 (RAE would be
-    # REINFORCE without a baseline); per seat it learns the first player's disadvantage.
-    "baseline_key": "agent",
-    # a wider model than the default decouples the 12 information sets better (0.08-0.11 vs 0.1-0.2)
-    "model_hidden_size": 128,
+    "magnet.ema": 0.95,  # a magnet of horizon 20 steps early: plain self-play cycles at 0.15-0.4
+    "magnet.ema_final": 0.995,  # ...growing linearly to 200 steps at the end (a constant 0.995: 0.048 at 1500)
+    "average.ema": 0.998,  # the reported policy is an average of the weights, as CFR reports its average strategy
+    "average.power": 2.0,  # weighted step ** 2: lagged 0.004 at step 400 (step ** 1: 0.011; the EMA far more)
+    "magnet.average_from": 0.6,  # the last 40%: the magnet is that average, so the learner settles near it
+    "policies": {"player_0": "seat_0", "player_1": "seat_1"},  # one network for both seats stalls at 0.056-0.060
+    "baseline_key": "agent",  # one RAE baseline per seat: one over both seats of a zero-sum game stays at 0
+    "model_hidden_size": 128,  # wider decouples the 12 information sets better (0.08-0.11 against 0.1-0.2)
     "model_init_std": 0.125,
-    # ...but with that init a random output layer can make a context nearly deterministic from the
-    # start (seed 1: call a bet with every card at 0.99), where the gradient vanishes and the run
-    # sticks at 0.35; a zero output layer starts every seed from the uniform policy
-    "model_zero_head": True,
-    # Plain gradient steps (SGD, no momentum), not AdamW: a step shrinks with its gradient, so the policy slows
-    # down as the advantages shrink near the equilibrium, where AdamW's steps of about lr on every weight keep
-    # the learner circling it. Seed 0 to step 250 (reported policy): 0.050 with SGD at 0.1 and beta 0.5, 0.083 with
-    # AdamW at 3e-3 and beta 1; with beta 0.2, 0.05 is first reached at step 100-150 on seeds 0-2, where AdamW
-    # reached it at step 600 (docs/kuhn_selfplay.md, section 12). 0.3 circles (0.12 at step 250).
-    "optimizer": "sgd",
-    "lr": 0.1,
-    # ...after a warm-up. With AdamW at full step from the first update, seed 1 lost the difference between Q and K
-    # in seat 1's network within 50 steps and stuck at 0.165, and 50 warm-up steps cured it. With SGD (whose first
-    # steps are small, the gradient clipped to norm 1) 25 suffice and reach 0.05 sooner: first at steps 125, 150
-    # and 100 on seeds 0-2 (evaluated every 25), against 200, 175 and 100 with 50 (docs/kuhn_selfplay.md, section 13)
-    "warmup_steps": 25,
+    "model_zero_head": True,  # every seed starts from the uniform policy (a random head stuck seed 1 at 0.35)
+    "optimizer": "sgd",  # steps shrink with the gradient near the equilibrium, where AdamW's keep circling it
+    "lr": 0.1,  # 0.3 circles (0.12 at step 250)
+    "warmup_steps": 25,  # 0.05 first at steps 125, 150, 100 on seeds 0-2, against 200, 175, 100 with 50
     "lr_schedule": "linear",
-    # one torch thread: the tiny model's kernels are too small to gain from more, and lose to contention
-    "threads": 1,
-    # After the last step, the delivered weights learn to reply validly with no decoding mask: 200 full-batch steps
-    # fitting the unconstrained model to its own masked strategy at the info sets its turns met (issue 20, item 3).
-    # Measured on a trained seed-1 checkpoint: least legal mass 0.0001 -> 0.9994 over the 12 info sets, the masked
-    # strategy moved by at most 1e-4, exploitability 0.0344 before and after, 0.0346 with no mask; about 25 s.
-    # RL with a validity term in the loss instead spoilt the strategy (docs/kuhn_selfplay.md, section 8).
-    "unmask_steps": 200,
+    "threads": 1,  # the tiny model's kernels are too small to gain from more threads, and lose to contention
+    "unmask.steps": 200,  # after the last step, play without the mask: least legal mass 0.0001 -> 0.9994
 }
 """The main job (``llm-zoo train kuhn_poker_v0``); each choice measured in docs/kuhn_selfplay.md."""
 
 LEDUC_POKER_V0: dict[str, Any] = {
-    # Kuhn's main job carried over to Leduc hold'em (288 info sets against Kuhn's 12), to show how the
-    # trainer's cost grows with the game: one model per seat, RAE with a baseline per seat, the EMA
-    # magnet, the EMA average as the reported policy, masking, one-token replies; benchmarks/leduc.py
-    # measures it beside CFR+ and MaskablePPO.
+    # Kuhn's main job carried over to Leduc hold'em (288 info sets against Kuhn's 12), to show how the trainer's cost
+    # grows with the game; benchmarks/leduc.py measures it beside CFR+ and MaskablePPO (docs/kuhn_selfplay.md).
     **KUHN_POKER_V0,
-    # A Leduc episode is about 4 decisions on prompts of about 100 tokens (Kuhn: 2 on about 50), and a
-    # step of 256 episodes took 4-9 s on the shared 2-core machine (load average 6-10): 90 steps keep the
-    # run within 15 minutes there.
-    "steps": 90,
+    "steps": 90,  # a step of 256 episodes took 4-9 s on the shared 2-core machine: within 15 minutes
     "eval_every": 20,
     "checkpoint_every": 0,
-    # With 90 steps Kuhn's time constants (500 steps for the average, 200 for the magnet) would leave
-    # the reported policy and the magnet at the uniform start (measured: with 0.998 the average was at
-    # 2.31 after 40 steps while the last iterate was at 1.60): about 50 steps each instead. The larger
-    # step for the short schedule (1e-3 against Kuhn's 3e-4) is not compared on Leduc.
-    "average_ema": 0.98,
-    "reference_ema": 0.98,
-    "lr": 1e-3,
-    # Kuhn's magnet schedule, step-weighted average and warm-up (issue 20) are not measured on Leduc: its
-    # constant EMAs above and no warm-up, as benchmarks/leduc.py ran them
-    "reference_ema_final": 0.0,
-    "average_power": 0.0,
-    "warmup_steps": 0,
-    # Kuhn's fit without the mask is not measured on Leduc's 288 info sets (nor its cost within the 15 minutes)
-    "unmask_steps": 0,
-    # nor are Kuhn's later changes (issue 20, section 10 of docs/kuhn_selfplay.md): Leduc keeps what it measured
-    "episodes_per_step": 256,
+    "average.ema": 0.98,  # about 50 steps: Kuhn's 500 would leave the reported policy at the uniform start
+    "magnet.ema": 0.98,  # about 50 steps, as the average
+    "lr": 1e-3,  # the larger step for the short schedule is not compared on Leduc
+    "magnet.ema_final": 0.0,  # Kuhn's magnet schedule is not measured on Leduc: a constant EMA
+    "average.power": 0.0,  # nor its step-weighted average
+    "warmup_steps": 0,  # nor its warm-up
+    "unmask.steps": 0,  # nor its fit without the mask (nor that fit's cost on 288 info sets)
+    "episodes_per_step": 256,  # nor Kuhn's later batch sizes: Leduc keeps what it measured
     "rollout_batch_size": 64,
     "micro_batch_size": 512,
-    "magnet_average_from": 0.0,
-    # nor Kuhn's plain gradient steps and weaker magnet (section 12): AdamW and beta 1, as benchmarks/leduc.py ran them
-    "optimizer": "adamw",
+    "magnet.average_from": 0.0,
+    "optimizer": "adamw",  # nor Kuhn's plain gradient steps and weaker magnet: AdamW and beta 1, as measured
     "beta": 1.0,
-    "beta_final": 0.0,
+    "magnet.beta_final": 0.0,
 }
 """``llm-zoo train leduc_poker_v0``: Kuhn's main job on Leduc, sized to finish within 15 minutes on 2 shared cores."""
 
@@ -447,11 +369,11 @@ TINY_ONLY: dict[str, tuple[Callable[[Any, Any], bool], str]] = {
     "model_init_std": (_changed, "the tiny model's random initialisation; a pretrained model's weights are loaded"),
     "model_zero_head": (lambda v, _: bool(v), "the uniform start (a zero output layer), which would erase what the "
                         "pretrained model's output layer knows"),
-    "model_copy_heads": (lambda v, _: bool(v), "the copy heads written over the tiny model's first two layers"),
+    "copy_heads.enabled": (lambda v, _: bool(v), "the copy heads written over the tiny model's first two layers"),
     "max_new_tokens": (lambda v, _: int(v) <= 1, "one-token replies, for the tiny model's tokenizer that has each "
                        "move as one token; a pretrained tokenizer spells a move in several, so no legal reply fits "
                        "and an evaluation would read nothing of the model"),
-    "unmask_steps": (lambda v, _: int(v) > 0, "the fit without the decoding mask after the last step, measured on "
+    "unmask.steps": (lambda v, _: int(v) > 0, "the fit without the decoding mask after the last step, measured on "
                      "the tiny model's one-token moves only"),
 }
 """Settings tuned for the tiny model built from nothing, which :func:`check_model_settings` refuses on a pretrained one."""
@@ -477,15 +399,23 @@ def check_model_settings(config: Any) -> None:
     """
     if not is_pretrained(config.model):
         return
-    defaults = {f.name: f.default for f in dataclasses.fields(config)}
     for name, (refused, why) in TINY_ONLY.items():
-        if name not in defaults or not refused(getattr(config, name), defaults[name]):
+        value, default = value_and_default(config, name)
+        if not refused(value, default):
             continue
-        fix = f"leave it at its default ({defaults[name]!r})" if not refused(defaults[name], defaults[name]) else \
-            "raise it"
-        raise ValueError(f"config.{name}={getattr(config, name)!r} is a setting for the tiny model: {why}. With a "
+        fix = f"leave it at its default ({default!r})" if not refused(default, default) else "raise it"
+        raise ValueError(f"config.{name}={value!r} is a setting for the tiny model: {why}. With a "
                          f"pretrained model (config.model={config.model!r}) {fix}; `llm-zoo train {config.env} --set "
                          f"model={config.model}` starts from the env's preset for pretrained models")
+
+
+def value_and_default(config: Any, name: str) -> tuple[Any, Any]:
+    """Return a field's value in ``config`` and its dataclass default; ``name`` may be a plug-in's ``SECTION.FIELD``."""
+    section, dot, sub = name.partition(".")
+    holder = getattr(config, section) if dot else config
+    key = sub if dot else name
+    default = next(f.default for f in dataclasses.fields(holder) if f.name == key)
+    return getattr(holder, key), default
 
 
 def add(env: str, values: Mapping[str, Any], *, pretrained: bool = False) -> None:
