@@ -32,7 +32,7 @@ import json
 import random
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -624,6 +624,7 @@ def train(config: TrainConfig, *, resume: bool = False, overwrite: bool = False)
 def _train(config: TrainConfig, resume: bool, device: torch.device, run_dir: Path) -> dict[str, Any]:
     from llm_zoo.trainers.logging import MetricsLogger
 
+    # SETUP: who plays which agent, the learners (fresh, warm-started or resumed), who samples for them
     main = distributed.is_main()  # rank 0 writes the run directory, logs and shows progress
     spec = llm_zoo.env_spec(config.env)
     probe = llm_zoo.make_env(config.env, **config.env_kwargs).unwrapped
@@ -682,9 +683,7 @@ def _train(config: TrainConfig, resume: bool, device: torch.device, run_dir: Pat
         t0 = time.perf_counter()
         sandbox_before = _sandbox_runs()
         active = active_learners(step, config.schedule, config.rotate_every, learn, roles, policy_of) - scripted
-        for learner in learners.values():
-            for group in learner.optimizer.param_groups:
-                group["lr"] = config.lr * learning_rate_factor(step, config) * group.get("lr_scale", 1.0)
+        _set_learning_rates(learners.values(), step, config)
 
         # ROLLOUT: groups of episodes share an env seed; some episodes meet pool snapshots
         rng = step_rng(config.seed, step, "rollout")
@@ -766,6 +765,13 @@ def _train(config: TrainConfig, resume: bool, device: torch.device, run_dir: Pat
     if main:
         (run_dir / "eval.json").write_text(json.dumps(final_eval, indent=2, default=str))
     return distributed.broadcast(final_eval)
+
+
+def _set_learning_rates(learners: Iterable[Learner], step: int, config: TrainConfig) -> None:
+    """Set each parameter group's rate for ``step``: ``lr`` on the schedule, times the group's ``lr_scale``."""
+    for learner in learners:
+        for group in learner.optimizer.param_groups:
+            group["lr"] = config.lr * learning_rate_factor(step, config) * group.get("lr_scale", 1.0)
 
 
 def _outcomes(episodes: Sequence[Episode], trained_agents: Sequence[set[str]], roles: Mapping[str, str],

@@ -30,7 +30,7 @@ def test_centre_by_prompt_subtracts_each_prompt_s_mean_and_scales_by_its_std():
     assert loss_terms.centre_by_prompt(adv, prompts, "prompt") == [-1.0, 1.0, 0.0, -1.0, 1.0]  # [9] alone: 0
     scaled = loss_terms.centre_by_prompt(adv, prompts, "prompt_std")
     assert scaled[0] == pytest.approx(-1 / (1 + loss_terms.STD_EPS)) and scaled[2] == 0.0
-    with pytest.raises(ValueError, match="turn_baseline must be one of"):
+    with pytest.raises(ValueError, match="turn_baseline.mode must be one of"):
         loss_terms.centre_by_prompt(adv, prompts, "info_set")
 
 
