@@ -40,7 +40,15 @@ def test_train_help_lists_every_field_with_its_type_env_default_and_docstring(ca
         line = f"  {f.name}: "
         assert line in text, f.name
         shown = text.split(line, 1)[1].split("\n", 1)[0]
-        assert shown == f"{configdoc.type_name(hints[f.name])} = {getattr(config, f.name)!r}", (f.name, shown)
+        if f.name in configdoc.sections(TrainConfig):  # a plug-in's section: its doc, then each field as SECTION.FIELD
+            assert shown == f"section, set as {f.name}.FIELD=VALUE", (f.name, shown)
+            section = getattr(config, f.name)
+            for sub in dataclasses.fields(section):
+                assert (f"  {f.name}.{sub.name}: {configdoc.type_name(typing.get_type_hints(type(section))[sub.name])}"
+                        f" = {getattr(section, sub.name)!r}\n") in text, (f.name, sub.name)
+                assert configdoc.field_docs(type(section))[sub.name], f"{f.name}.{sub.name} has no docstring"
+        else:
+            assert shown == f"{configdoc.type_name(hints[f.name])} = {getattr(config, f.name)!r}", (f.name, shown)
         assert docs[f.name], f"TrainConfig.{f.name} has no docstring"
         assert _flat(docs[f.name].replace("``", "`"))[:50] in _flat(text), f.name
     assert "  env_kwargs: dict[str, Any] = " in text and "  learn: list[str] = " in text

@@ -86,41 +86,26 @@ LEDUC_POKER_V0: dict[str, Any] = {
 """``llm-zoo train leduc_poker_v0``: Kuhn's main job on Leduc, sized to finish within 15 minutes on 2 shared cores."""
 
 AGENTIC_JUDGE_V0: dict[str, Any] = {
-    # The main job (`llm-zoo train agentic_judge_v0`, issue 17): the tiny solver, warm-started by SFT on the stored
-    # solutions of six tasks (correct and wrong ones mixed, so it starts by sampling both), then RL on the frozen
-    # rule judge's score (`env_kwargs.solver_reward`: `visible` and `hidden` pay the tests' pass rates instead;
-    # benchmarks/learning.py runs all three). A real model: `--set model=DIR init=none max_new_tokens=512`.
+    # The main job: the tiny solver, warm-started by SFT on stored solutions, then RL on the frozen rule judge's score;
+    # the measurements behind each value are in docs/training.md.
     "env_kwargs": {"tasks": list(LEARNING_TASKS), "prompt": "compact", "solver_reward": "judge", "max_tool_calls": 4,
                    "max_retries": 0},
-    # the judge is frozen: the rule-based judge, which uses its tools but never the hidden tests
-    "policies": {"judge": "scripted:rule_judge"},
+    "policies": {"judge": "scripted:rule_judge"},  # frozen: it uses its tools but never the hidden tests
     "init": "sft",
-    # the traces cycle over the tasks (8 episodes each); the solver draws the reference, the alternative or one of
-    # the two wrong solutions, about a quarter each. Measured (seed 0, 12 epochs of 48 episodes, 2 per task): train
-    # token accuracy 0.977, and sampled at temperature 1.0 no reply was a stored solution byte for byte, at 0.5 half.
-    # The rate decays linearly to 0 over the fit: at a constant 3e-3 the fit ended at train loss 0.064 and 25 of 48
-    # solutions sampled at 0.7 were corrupted copies (hidden pass 0.146); decayed, 0.022 and 14 of 48 (0.292; seed 0)
+    # correct and wrong solutions mixed, so the warm start samples both; the rate decays to 0 over the fit
     "sft": {"teachers": {"solver": ["reference", "alternative", "wrong", "wrong"], "judge": "rule_judge"},
             "options": [{"task": t} for t in LEARNING_TASKS], "episodes": 48, "epochs": 20, "batch_size": 4,
             "lr": 3e-3, "warmup_steps": 4, "lr_schedule": "linear", "lr_min_ratio": 0.0, "val_fraction": 0.0},
     "model_hidden_size": 128,
-    # the longest stored solution's reply (write_file + run_tests) is 340 tokens of the env's BPE tokenizer
-    "max_new_tokens": 352,
-    # sampling (and the loss) at 0.7: the tiny model's tail tokens corrupt a memorised solution (see above)
-    "temperature": 0.7,
-    # 32 steps of 8 episodes: each episode runs about 5 sandboxed programs (a step takes about 3-6 s on a 2-core CPU)
-    "steps": 32,
-    # four episodes per env seed share the task: GRPO compares four solutions of one task
+    "max_new_tokens": 352,  # the longest stored solution's reply is 340 tokens of the env's BPE tokenizer
+    "temperature": 0.7,  # sampling (and the loss) at 0.7: the tiny model's tail tokens corrupt a memorised solution
+    "steps": 32,  # each episode runs about 5 sandboxed programs: a step takes about 3-6 s on a 2-core CPU
     "episodes_per_step": 8,
-    "group_size": 4,
+    "group_size": 4,  # four episodes per env seed share the task: GRPO compares four solutions of one task
     "rollout_batch_size": 8,
     "micro_batch_size": 8,
     "algorithm": "grpo",
-    # RL at 1e-4 moves the warm start's mass among its memorised solutions; faster rates drift the copies into
-    # unstored code. Seed 0, from the same warm start (0.292 [0.18, 0.43] hidden pass, 48 evaluation episodes):
-    # 1e-4 ends at 0.542 [0.40, 0.67]; 3e-4 fell to 0.125 on its own 8-episode evaluations (0.5 at step 8); the
-    # earlier 8 steps at 1e-3 ended at 0.0
-    "lr": 1e-4,
+    "lr": 1e-4,  # moves the warm start's mass among its solutions; faster rates drift into unstored code
     "eval_every": 8,
     "checkpoint_every": 0,
     "sample_every": 0,
@@ -130,20 +115,12 @@ AGENTIC_JUDGE_V0: dict[str, Any] = {
 frozen rule judge's score; ``benchmarks/learning.py`` runs it 3 seeds x 3 rewards (judge, visible, hidden tests)."""
 
 PROPOSER_SOLVER_V0: dict[str, Any] = {
-    # The main job (`llm-zoo train proposer_solver_v0`, issue 17): the proposer, warm-started by SFT on
-    # the scripted proposer's tasks of every difficulty (1-9, so it starts by sampling easy and hard
-    # ones), then RL on learnability 4p(1-p) against a frozen panel of scripted solvers of fixed skill.
-    # Training draws from the 30 training topics; the evaluation poses tasks on the 10 held-out ones.
+    # The main job: the proposer, warm-started by SFT on tasks of every difficulty, then RL on learnability 4p(1-p)
+    # against a frozen panel of scripted solvers; the measurements behind each value are in docs/training.md.
     "learn": ["proposer"],
     "policies": {"solver_0": "scripted:solver_weak", "solver_1": "scripted:solver", "solver_2": "scripted:solver",
                  "solver_3": "scripted:solver_strong"},  # proposer_solver_v0.PANEL, seat by seat
-    # Program modes only: their tasks are 49-185 tokens of the env's BPE tokenizer (induction's and
-    # integer's run to 480-580 at difficulty 9). No retries: a malformed task ends the episode at once.
-    # An invalid task scores -0.5 (the env's default is -1). Measured, 3 seeds x hgrpo/rae/grpo at lr 1e-3
-    # from warm starts sampled at temperature 1 (44-78% invalid tasks): with -1, RL first escaped the
-    # penalty, 2 of 9 runs ending on tasks every solver gets right (0 > -1, and a group of those has no
-    # variance left) and 2 of 9 (rae) on invalid ones. With 0, invalid tasks became the trap instead (the
-    # default run and one other collapsed to 100% invalid within 10 steps: all-zero groups, no gradient out).
+    # program modes only (tasks of 49-185 tokens), no retries, an invalid task at -0.5 (-1 and 0 both set traps)
     "env_kwargs": {"modes": ["deduction", "abduction"], "topics": "training", "max_retries": 0,
                    "invalid_penalty": 0.5},
     "init": "sft",
@@ -151,23 +128,15 @@ PROPOSER_SOLVER_V0: dict[str, Any] = {
     "sft": {"teachers": {"proposer": "proposer_mixed"}, "episodes": 256, "epochs": 10, "batch_size": 16,
             "lr": 3e-3, "warmup_steps": 4, "val_fraction": 0.1},
     "model_hidden_size": 128,
-    # the longest scripted task of these modes is 185 tokens (difficulty 9)
-    "max_new_tokens": 192,
-    # the tiny model's tail tokens are syntax errors: sampling (and the loss) at 0.8 keeps tasks valid (the
-    # warm start's invalid share on held-out topics: 6% at 0.8, seed 0; 44-78% at 1.0, 3 seeds)
-    "temperature": 0.8,
-    # hierarchical GRPO: each proposal minus the mean of the proposals on its seed topic; four episodes
-    # per env seed share the topic and mode, so each group compares four tasks written for one prompt
-    "algorithm": "hgrpo",
-    # 30 steps of 32 episodes (8 topics x 4 tasks)
-    "steps": 30,
+    "max_new_tokens": 192,  # the longest scripted task of these modes is 185 tokens (difficulty 9)
+    "temperature": 0.8,  # keeps tasks valid: 6% invalid on held-out topics at 0.8, 44-78% at 1.0
+    "algorithm": "hgrpo",  # each proposal minus the mean of the four proposals on its seed topic
+    "steps": 30,  # 30 steps of 32 episodes (8 topics x 4 tasks)
     "episodes_per_step": 32,
     "group_size": 4,
     "rollout_batch_size": 32,
     "micro_batch_size": 32,
-    # Adam moves every weight by about lr per step whatever the gradient's size: at 1e-3 the runs above
-    # drifted off their warm start in a few steps; 3e-4 (seed 0, penalty 0.5) rose steadily instead
-    "lr": 3e-4,
+    "lr": 3e-4,  # at 1e-3 AdamW drifted off the warm start in a few steps; 3e-4 rose steadily
     "eval_every": 15,
     "checkpoint_every": 0,
     "sample_every": 0,
@@ -177,12 +146,9 @@ PROPOSER_SOLVER_V0: dict[str, Any] = {
 against the frozen scripted solvers; ``benchmarks/learning.py`` runs it 3 seeds x 3 advantage estimators."""
 
 USER_SIM_V0: dict[str, Any] = {
-    # The main job (`llm-zoo train user_sim_v0`): a tiny model warm-started by SFT on the scripted
-    # assistant's traces of the six held-in templates, then RL for the assistant against the frozen
-    # scripted user on all twelve templates of the subset; sized to about 5 minutes on a 2-core CPU
-    # (benchmarks/learning.py runs it 3 seeds x 3 advantage estimators).
-    # the user is frozen: the scripted simulator plays each persona faithfully
-    "policies": {"user": "scripted:scripted"},
+    # The main job: a tiny model warm-started by SFT on the scripted assistant's traces, then RL for the assistant
+    # against the frozen scripted user, about 5 minutes on a 2-core CPU (docs/training.md).
+    "policies": {"user": "scripted:scripted"},  # frozen: the scripted simulator plays each persona faithfully
     "env_kwargs": {
         # tools by name and argument names instead of JSON schemas: 818 characters instead of 7354
         "prompt": "compact",
@@ -192,26 +158,21 @@ USER_SIM_V0: dict[str, Any] = {
         "max_turns": 12,
         "max_tool_calls": 8,
     },
-    # the scripted assistant's longest reply on these templates is 85 tokens of the env's word-bounded BPE tokenizer
-    # (66 with the plain BPE it had before, whose merges glued a space or a quote onto the next word)
-    "max_new_tokens": 96,
+    "max_new_tokens": 96,  # the scripted assistant's longest reply here is 85 tokens of the env's tokenizer
     "model_hidden_size": 128,
-    # warm start: SFT on the held-in templates' traces (llm_zoo.trainers.sft), then RL from it
-    "init": "sft",
+    "init": "sft",  # warm start: SFT on the held-in templates' traces, then RL from it
     "sft": {"options": [{"scenario": s} for s in WARM_START_SCENARIOS], "episodes": 64, "epochs": 3,
             "batch_size": 4, "lr": 3e-3, "warmup_steps": 5, "max_tokens_per_micro_batch": 4096},
     "steps": 4,
-    # four episodes per env seed (the same template and world): GRPO compares them
     "episodes_per_step": 8,
-    "group_size": 4,
+    "group_size": 4,  # four episodes per env seed (the same template and world): GRPO compares them
     "rollout_batch_size": 8,
     "micro_batch_size": 16,
     "lr": 3e-4,
     "eval_every": 2,
     "checkpoint_every": 0,
     "sample_every": 0,
-    # one torch thread: the tiny model's kernels are too small to gain from more
-    "threads": 1,
+    "threads": 1,  # the tiny model's kernels are too small to gain from more threads
 }
 """The main job of user_sim (``llm-zoo train user_sim_v0``): warm start, then RL with the user frozen."""
 
@@ -233,17 +194,10 @@ PRESETS: dict[str, dict[str, Any]] = {
 # benchmarks/learning.py's to measure: these are starting points, safe rather than tuned.
 
 _PRETRAINED_COMMON: dict[str, Any] = {
-    # LoRA adapters of rank 16 on every linear layer of the blocks, and activations recomputed in the backward pass:
-    # each preset's estimated peak with SmolLM2-135M is then 2.0-2.6 GiB for the games, within the default
-    # memory_limit_gb, and 6.3-7.1 GiB for the agentic envs, whose prompts run to thousands of tokens (their own
-    # limits below); full fine-tuning's weights, gradients and AdamW state alone are 3.2 GiB. --set lora_r=0 trains
-    # every weight (at about a tenth of the rate below).
-    "lora_r": 16,
+    "lora_r": 16,  # with checkpointing a game's estimated peak is 2.0-2.6 GiB (full fine-tuning's state: 3.2)
     "lora_alpha": 32.0,
-    "gradient_checkpointing": True,
-    # LoRA's rate is about ten times full fine-tuning's (Schulman et al., "LoRA Without Regret", 2025), and small
-    # beside the tiny model's 1e-3 to 0.1: the pretrained weights are the asset
-    "lr": 1e-4,
+    "gradient_checkpointing": True,  # a backward keeps one block's activations and a hidden state per block
+    "lr": 1e-4,  # LoRA's rate is about ten times full fine-tuning's (Schulman et al., "LoRA Without Regret", 2025)
     "optimizer": "adamw",
     "lr_schedule": "constant",
     "warmup_steps": 0,
@@ -256,20 +210,12 @@ _PRETRAINED_COMMON: dict[str, Any] = {
 
 KUHN_POKER_V0_PRETRAINED: dict[str, Any] = {
     **_PRETRAINED_COMMON,
-    # the rules in the prompt (the env's default): the model reads the game, it does not learn it from play
-    "env_kwargs": {"max_retries": 0},
-    # a move and end of turn (SmolLM2: [check] is 3 tokens), with room for a word around it when unmasked
-    "max_new_tokens": 8,
-    # the legal replies only, each a path of several tokens (llm_zoo.policies.constraints): zero-shot a pretrained
-    # model writes no move in 90-96% of its replies (issue 39), and RL needs moves to compare
-    "constrain_to_legal": True,
-    # one model for both seats, so one copy of the weights in memory
-    "baseline_key": "agent",
-    # SmolLM2's prompt at a hand's first decision is 154-187 tokens with the rules; a hand adds a few dozen
-    "max_prompt_tokens": 384,
-    # 2 rows of 392 tokens a pass: under checkpointing a LoRA backward holds about 15 hidden sizes per token and
-    # block (measured on SmolLM2-135M, trainers/memory.py's CHECKPOINT_KEPT), 2.3 GiB estimated in all
-    "max_forward_tokens": 1024,
+    "env_kwargs": {"max_retries": 0},  # the rules in the prompt: the model reads the game, not learns it from play
+    "max_new_tokens": 8,  # a move and end of turn (SmolLM2: [check] is 3 tokens), with room for a word around it
+    "constrain_to_legal": True,  # zero-shot a pretrained model writes no move in 90-96% of its replies
+    "baseline_key": "agent",  # one model for both seats (one copy of the weights), a baseline per seat
+    "max_prompt_tokens": 384,  # SmolLM2's prompt at a hand's first decision is 154-187 tokens with the rules
+    "max_forward_tokens": 1024,  # 2 rows of 392 tokens a pass: 2.3 GiB estimated in all (trainers/memory.py)
     "steps": 20,
     "episodes_per_step": 32,
     "rollout_batch_size": 32,
@@ -289,14 +235,10 @@ AGENTIC_JUDGE_V0_PRETRAINED: dict[str, Any] = {
     # the env's full prompt: the tools declared as JSON schemas, as a chat model expects them
     "env_kwargs": {"tasks": list(LEARNING_TASKS), "solver_reward": "judge", "max_tool_calls": 4, "max_retries": 0},
     "policies": {"judge": "scripted:rule_judge"},
-    # a solution written through write_file, then run_tests
-    "max_new_tokens": 384,
-    # the solver's first prompt is 1025 tokens of SmolLM2's (the tools as JSON schemas); each tool call and result adds
-    "max_prompt_tokens": 3072,
+    "max_new_tokens": 384,  # a solution written through write_file, then run_tests
+    "max_prompt_tokens": 3072,  # the solver's first prompt is 1025 tokens of SmolLM2's; each tool call adds
     "max_forward_tokens": 4096,
-    # one sequence of 3456 tokens alone holds about 3.5 GiB in a LoRA backward under checkpointing (15 hidden sizes
-    # per token and block, measured on SmolLM2-135M): 6.3 GiB estimated in all, within this CPU machine's 23 GB
-    "memory_limit_gb": 7.0,
+    "memory_limit_gb": 7.0,  # one sequence of 3456 tokens holds about 3.5 GiB in a LoRA backward: 6.3 GiB in all
     "steps": 8,
     "episodes_per_step": 8,
     "group_size": 4,
@@ -312,9 +254,7 @@ PROPOSER_SOLVER_V0_PRETRAINED: dict[str, Any] = {
     "policies": dict(PROPOSER_SOLVER_V0["policies"]),
     "env_kwargs": {"modes": ["deduction", "abduction"], "topics": "training", "max_retries": 0,
                    "invalid_penalty": 0.5},
-    # the longest scripted task of these modes is 185 tokens of the env's BPE tokenizer; a pretrained tokenizer
-    # writes Python in about as many
-    "max_new_tokens": 256,
+    "max_new_tokens": 256,  # the longest scripted task is 185 tokens of the env's BPE; a pretrained one is alike
     "max_prompt_tokens": 512,  # the proposer's prompt is 380 tokens of SmolLM2's
     "max_forward_tokens": 1024,  # one row of 768 tokens a pass: 2.6 GiB estimated (Kuhn's comment)
     "algorithm": "hgrpo",
@@ -331,15 +271,9 @@ USER_SIM_V0_PRETRAINED: dict[str, Any] = {
     "policies": {"user": "scripted:scripted"},
     # the tools as JSON schemas (the env's default prompt), not the compact listing the tiny model was given
     "env_kwargs": {"scenarios": list(LEARNING_SCENARIOS), "max_turns": 12, "max_tool_calls": 8},
-    # the scripted assistant's longest reply on these templates is 60 tokens of SmolLM2's (24 episodes): room for
-    # a model's own wording
-    "max_new_tokens": 128,
-    # the assistant's first prompt is 2026 tokens of SmolLM2's (the 13 tools as JSON schemas); a conversation of 12
-    # turns grows past it, up to the default 4096
-    "max_forward_tokens": 4224,
-    # one sequence of 4224 tokens alone holds about 4.3 GiB in a LoRA backward under checkpointing (15 hidden sizes
-    # per token and block, measured on SmolLM2-135M): 7.1 GiB estimated in all, within this CPU machine's 23 GB
-    "memory_limit_gb": 8.0,
+    "max_new_tokens": 128,  # the scripted assistant's longest reply is 60 tokens of SmolLM2's: room for its own
+    "max_forward_tokens": 4224,  # the first prompt is 2026 tokens of SmolLM2's; 12 turns grow it up to 4096
+    "memory_limit_gb": 8.0,  # one sequence of 4224 tokens holds about 4.3 GiB in a LoRA backward: 7.1 GiB in all
     "steps": 4,
     "episodes_per_step": 8,
     "group_size": 4,
