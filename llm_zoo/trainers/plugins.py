@@ -233,27 +233,36 @@ class Plugin:
         raise NotImplementedError
 
     def param_groups(self, model: torch.nn.Module, params: list[torch.nn.Parameter]) -> list[dict[str, Any]] | None:
+        """When a learner's optimiser is built: its parameter groups (each with an ``lr_scale``), or None for one."""
         return None
 
     def setup(self, learner: Any) -> None:
+        """Once, right after a learner is built (before a checkpoint is loaded into it)."""
         return None
 
     def see_turn(self, learner: Any, turn: Any) -> dict[str, Any]:
+        """For each trained turn of a step, in episode order: extra fields of the turn's ``Sample``."""
         return {}
 
     def advantages(self, batch: list[Any]) -> list[Any]:
+        """Once a step per learner, before its update: the learner's samples, their advantages changed or not."""
         return batch
 
     def kl_weight(self, step: int, beta: float) -> float:
+        """At the start of each update: the KL weight of ``step`` (0-based), given the one so far."""
         return beta
 
     def extra_loss(self, learner: Any, batch: Sequence[Any], temperature: float) -> tuple[float, dict[str, float]]:
+        """After the policy loss's backward, before the gradients are reduced: run a term's backward on the whole
+        batch (each rank its share); return its value and stats."""
         return 0.0, {}
 
     def after_step(self, learner: Any, step: int) -> None:
+        """After the optimiser's step, under ``torch.no_grad``: move what follows the weights."""
         return None
 
     def after_training(self, learners: Mapping[str, Any]) -> dict[str, float]:
+        """After the last step's update, before the last evaluation and checkpoint: return metrics."""
         return {}
 
 
