@@ -91,7 +91,9 @@ OPTIMIZERS = ("adamw", "sgd")
 @dataclass
 class TrainConfig:
     """Everything a training run needs; every field has a default. Per-env defaults
-    (:mod:`llm_zoo.trainers.presets`) apply over these before a config file and ``--set`` do."""
+    (:mod:`llm_zoo.trainers.presets`) apply over these before a config file and ``--set`` do. The fields
+    every run uses come first; the plug-ins (:mod:`~llm_zoo.trainers.plugins`) are sections, one field each,
+    set as ``SECTION.FIELD`` (docs/training.md)."""
 
     env: str = "kuhn_poker_v0"
     """Versioned env name."""
