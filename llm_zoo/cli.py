@@ -215,14 +215,14 @@ def _train(args: argparse.Namespace) -> int:
     print(f"llm-zoo train {config.env}: run directory {config.run_dir}", file=sys.stderr, flush=True)
     result = train(config, resume=args.resume, overwrite=args.overwrite)
     distributed.teardown(joined)
-    power = f", average_power={config.average_power:g}" if config.average_power else ""
-    scored = (f"the average of the learner's weights (average_ema={config.average_ema}{power})" if config.average_ema
+    power = f", average.power={config.average.power:g}" if config.average.power else ""
+    scored = (f"the average of the learner's weights (average.ema={config.average.ema}{power})" if config.average.ema
               else "the last iterate (the learner's own weights)")
-    if config.unmask_steps:
-        scored += f", fitted without the decoding mask after the last step (unmask_steps={config.unmask_steps})"
+    if config.unmask.steps:
+        scored += f", fitted without the decoding mask after the last step (unmask.steps={config.unmask.steps})"
     summary = {"run_dir": config.run_dir, "scored": scored,
                **{k: v for k, v in result.items() if k != "strategy"}}
-    last = _last_iterate(config.run_dir) if config.average_ema else {}
+    last = _last_iterate(config.run_dir) if config.average.ema else {}
     if last:
         summary["last_iterate"] = last
     print(json.dumps(summary, indent=2, default=str), flush=True)

@@ -83,6 +83,8 @@ def _run_name(run_dir: Path, rows: list[dict[str, float]]) -> str:
     if config.get("env"):
         parts.append(str(config["env"]))
     parts.append(f"{int(rows[-1].get('step', len(rows)))} steps")
-    if config.get("average_ema"):
-        parts.append(f"evaluations score the weights' average (average_ema={config['average_ema']})")
+    average = config.get("average")  # a plug-in section; a run written before them has the flat average_ema
+    ema = average.get("ema") if isinstance(average, dict) else config.get("average_ema")
+    if ema:
+        parts.append(f"evaluations score the weights' average (average.ema={ema})")
     return " · ".join(parts)

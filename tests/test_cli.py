@@ -40,7 +40,15 @@ def test_train_help_lists_every_field_with_its_type_env_default_and_docstring(ca
         line = f"  {f.name}: "
         assert line in text, f.name
         shown = text.split(line, 1)[1].split("\n", 1)[0]
-        assert shown == f"{configdoc.type_name(hints[f.name])} = {getattr(config, f.name)!r}", (f.name, shown)
+        if f.name in configdoc.sections(TrainConfig):  # a plug-in's section: its doc, then each field as SECTION.FIELD
+            assert shown == f"section, set as {f.name}.FIELD=VALUE", (f.name, shown)
+            section = getattr(config, f.name)
+            for sub in dataclasses.fields(section):
+                assert (f"  {f.name}.{sub.name}: {configdoc.type_name(typing.get_type_hints(type(section))[sub.name])}"
+                        f" = {getattr(section, sub.name)!r}\n") in text, (f.name, sub.name)
+                assert configdoc.field_docs(type(section))[sub.name], f"{f.name}.{sub.name} has no docstring"
+        else:
+            assert shown == f"{configdoc.type_name(hints[f.name])} = {getattr(config, f.name)!r}", (f.name, shown)
         assert docs[f.name], f"TrainConfig.{f.name} has no docstring"
         assert _flat(docs[f.name].replace("``", "`"))[:50] in _flat(text), f.name
     assert "  env_kwargs: dict[str, Any] = " in text and "  learn: list[str] = " in text
@@ -86,7 +94,7 @@ def test_set_values_are_yaml_checked_against_the_field_types(monkeypatch, tmp_pa
     config = _captured_config(monkeypatch, [
         "train", "kuhn_poker_v0", "--run-dir", str(tmp_path), "--set", "steps=7", "--set", "lr=1e-3",
         "--set", "progress=false", "--set", "learn=[player_0, player_1]", "--set", "env_kwargs={num_hands: 3}",
-        "--set", "model=1.10", "--set", "policies={player_0: p0}", "--set", "average_ema=0"])
+        "--set", "model=1.10", "--set", "policies={player_0: p0}", "--set", "average.ema=0"])
     assert (config.steps, config.lr, config.progress) == (7, 0.001, False)
     assert config.learn == ["player_0", "player_1"] and config.env_kwargs == {"num_hands": 3}
     assert config.model == "1.10"  # a str field takes the text as it is, not YAML's float 1.1
@@ -142,20 +150,20 @@ def test_train_names_its_run_directory_and_the_weights_it_scored(tmp_path, capsy
     run = tmp_path / "run"
     assert hf_logging.is_progress_bar_enabled()
     # checkpoints at every step: each one's save_pretrained would draw a "Writing model shards" bar
-    assert main(["train", "kuhn_poker_v0", *TINY, "--set", "checkpoint_every=1", "--set", "average_ema=0.5",
+    assert main(["train", "kuhn_poker_v0", *TINY, "--set", "checkpoint_every=1", "--set", "average.ema=0.5",
                  "--set", "progress=true", "--run-dir", str(run)]) == 0
     out, err = capsys.readouterr()
     lines = [line for line in err.splitlines() if line.strip()]
     assert lines[0] == f"llm-zoo train kuhn_poker_v0: run directory {run}"
     summary = json.loads(out)
-    assert summary["run_dir"] == str(run) and "average_ema=0.5" in summary["scored"]
+    assert summary["run_dir"] == str(run) and "average.ema=0.5" in summary["scored"]
     assert 0 <= summary["last_iterate"]["exploitability"] <= 1
     final = lines[-1]
     assert final.startswith(f"llm-zoo train kuhn_poker_v0: exploitability {summary['exploitability']:.4f}, ")
     # the main job's fit without the mask: the unconstrained figures beside the masked one, and the scored weights say so
     assert (f"unconstrained_exploitability {summary['unconstrained_exploitability']:.4f}, valid_mass_min "
             f"{summary['valid_mass_min']:.4f}, scoring the average of the learner's weights") in final
-    assert "fitted without the decoding mask after the last step (unmask_steps=200)" in summary["scored"]
+    assert "fitted without the decoding mask after the last step (unmask.steps=200)" in summary["scored"]
     assert f"the last iterate: exploitability {summary['last_iterate']['exploitability']:.4f}" in final
     assert f"Run directory {run}" in final
     assert "Writing model shards" not in err and "train kuhn_poker_v0: 100%" in err

@@ -56,7 +56,7 @@ def checkpoint(tmp_path_factory):
     pytest.importorskip("torch")
     run_dir = tmp_path_factory.mktemp("run")
     assert main(["train", "kuhn_poker_v0", "--set", "steps=1", "--set", "episodes_per_step=4",
-                 "--set", "model_hidden_size=32", "--set", "unmask_steps=0", "--run-dir", str(run_dir)]) == 0
+                 "--set", "model_hidden_size=32", "--set", "unmask.steps=0", "--run-dir", str(run_dir)]) == 0
     found = sorted((run_dir / "checkpoints").glob("step_*"))
     assert found, "the tiny run wrote no checkpoint"
     return found[-1]

@@ -228,7 +228,14 @@ def _sets_arrived(argv: list[str], config: dict) -> bool:
     sets = [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == "--set"]
     for pair in sets:
         key, _, value = pair.partition("=")
-        if key not in config or config[key] not in (value, yaml.safe_load(value)):
+        section, dot, sub = key.partition(".")
+        held = config.get(section, {}) if dot else config  # a plug-in's field, SECTION.FIELD, sits in its section
+        key = sub if dot else key
+        if isinstance(held.get(key), dict) and isinstance(yaml.safe_load(value), dict):  # a section set as a mapping
+            if any(held[key].get(k) != v for k, v in yaml.safe_load(value).items()):
+                return False
+            continue
+        if key not in held or held[key] not in (value, yaml.safe_load(value)):
             return False
     return True
 

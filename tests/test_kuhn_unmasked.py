@@ -1,7 +1,7 @@
 """A Kuhn checkpoint of the main job's settings plays without a decoding mask, served by ``llm-zoo serve``.
 
 The trainer samples Kuhn's moves under a mask (``constrain_to_legal``); after the last step the main job
-fits the delivered weights without the mask to their own masked strategy (``unmask_steps``), so the model
+fits the delivered weights without the mask to their own masked strategy (``unmask.steps``), so the model
 puts its own, unconstrained mass on the legal replies. This test trains a small run of those settings,
 checks the exact unconstrained figures of ``llm-zoo eval``, then serves each seat's checkpoint with the
 real ``llm-zoo serve`` command on 127.0.0.1 and plays it through
@@ -36,7 +36,7 @@ HANDS = 48
 RUN = {"steps": 20, "episodes_per_step": 32, "rollout_batch_size": 32, "model_hidden_size": 32, "eval_every": 0,
        "checkpoint_every": 0, "sample_every": 0, "progress": False, "tensorboard": False, "threads": 1}
 """A small run of the main job's settings (one model per seat, the mask, the step-weighted weights' average, the fit
-without the mask after the last step: ``unmask_steps`` of the preset)."""
+without the mask after the last step: ``unmask.steps`` of the preset)."""
 
 
 @pytest.fixture(scope="module")

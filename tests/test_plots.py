@@ -19,12 +19,12 @@ def test_axes_are_labelled_and_the_run_is_named(tmp_path):
              "eval/payoff_vs_nash": -0.1 / s, "eval/other_mass_mean": 0.95, "charts/reward/player": 0.0,
              "charts/invalid_reply_rate": 0.01, "losses/entropy/main": 0.6, "losses/loss/main": 0.1,
              "losses/grad_norm/main": 1.0} for s in range(1, 6)]
-    _write_run(run, rows, {"env": "kuhn_poker_v0", "average_ema": 0.99})
+    _write_run(run, rows, {"env": "kuhn_poker_v0", "average": {"ema": 0.99}})
     fig = run_figure(run)
     axes = fig.axes
     assert all(ax.get_ylabel() for ax in axes), [ax.get_title() for ax in axes if not ax.get_ylabel()]
     title = fig._suptitle.get_text()
-    assert "kuhn-run" in title and "kuhn_poker_v0" in title and "5 steps" in title and "average_ema=0.99" in title
+    assert "kuhn-run" in title and "kuhn_poker_v0" in title and "5 steps" in title and "average.ema=0.99" in title
     by_title = {ax.get_title(): ax for ax in axes}
     headline = next(ax for t, ax in by_title.items() if t.startswith("headline"))
     labels = [line.get_label() for line in headline.get_lines() if not line.get_label().startswith("_")]

@@ -44,7 +44,7 @@ from benchmarks.hacks import Hack, Outcome
 ENV = "pipeline"
 TINY = {"steps": 1, "episodes_per_step": 8, "rollout_batch_size": 8, "model_hidden_size": 32, "eval_every": 0,
         "progress": False, "tensorboard": False, "threads": 1, "sample_every": 0, "policies": {},
-        "checkpoint_every": 1, "unmask_steps": 0, "device": "cpu"}
+        "checkpoint_every": 1, "unmask.steps": 0, "device": "cpu"}
 SETS = [a for k, v in TINY.items() for a in ("--set", f"{k}={v if isinstance(v, str) else json.dumps(v)}")]
 
 

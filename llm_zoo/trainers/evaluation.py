@@ -156,15 +156,22 @@ def headline_summary(figures: Mapping[str, Any], *, method: str = "exact") -> di
 
 
 def scored_weights(config: Mapping[str, Any]) -> str:
-    """Say which weights a checkpoint's ``policies/`` hold: the average of the learner's (``average_ema`` > 0) or its own."""
-    ema = float(config.get("average_ema", 0.0) or 0.0)
-    power = float(config.get("average_power", 0.0) or 0.0)  # weights step ** power in place of the EMA's decay
+    """Say which weights a checkpoint's ``policies/`` hold: the average of the learner's (``average.ema`` > 0) or its own.
+
+    ``config`` is a run's config.json: plug-in sections (``{"average": {"ema": ...}}``), or the flat names
+    (``average_ema``) of a run written before them."""
+    def saved(section: str, key: str) -> float:
+        part = config.get(section)
+        value = part.get(key) if isinstance(part, Mapping) else config.get(f"{section}_{key}")
+        return float(value or 0.0)
+
+    ema, power = saved("average", "ema"), saved("average", "power")  # power: step ** power in place of the EMA's decay
     if ema > 0 and power > 0:
-        which = f"average (average_ema={ema:g}, average_power={power:g})"
+        which = f"average (average.ema={ema:g}, average.power={power:g})"
     else:
-        which = f"average (average_ema={ema:g})" if ema > 0 else "last iterate"
-    unmask = int(config.get("unmask_steps", 0) or 0)  # the delivered weights, fitted after the last step
-    return which + (f", then fitted without the decoding mask (unmask_steps={unmask})" if unmask else "")
+        which = f"average (average.ema={ema:g})" if ema > 0 else "last iterate"
+    unmask = int(saved("unmask", "steps"))  # the delivered weights, fitted after the last step
+    return which + (f", then fitted without the decoding mask (unmask.steps={unmask})" if unmask else "")
 
 
 def _sampling(sampling: Mapping[str, Any] | None) -> dict[str, Any]:

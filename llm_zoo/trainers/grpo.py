@@ -1,10 +1,13 @@
 """Token-level GRPO / RAE training of LLM policies on llm_zoo's multi-agent envs.
 
 Reads top to bottom: the config, small pure helpers (the per-token loss, the loss normalisations,
-the learning-rate schedules), a learner per policy, then :func:`train`, whose body is the loop:
-ROLLOUT -> REWARDS -> ADVANTAGES -> LOSS and STEP -> LOG, and :func:`update`, the token-level step.
-Its neighbours hold the rest: advantage estimators (:mod:`~llm_zoo.trainers.advantages`, one
-table), per-env defaults (:mod:`~llm_zoo.trainers.presets`), checkpoints
+the learning-rate schedules, the records of a step: :class:`Outcome` and :class:`Sample`), a learner
+per policy, then :func:`train`, whose body is the loop: ROLLOUT -> REWARDS -> ADVANTAGES -> LOSS and
+STEP -> LOG, and :func:`update`, the token-level step. Its neighbours hold the rest: advantage
+estimators (:mod:`~llm_zoo.trainers.advantages`, one table), the plug-ins beyond the core loop (the
+magnet, the weights' average, the validity term, the fit without the mask, per-layer rates, copy heads,
+turn baselines: :mod:`~llm_zoo.trainers.plugins`, one table, each a config section such as
+``--set magnet.ema=0.95``), per-env defaults (:mod:`~llm_zoo.trainers.presets`), checkpoints
 (:mod:`~llm_zoo.trainers.checkpoint`), the self-play pool and schedules
 (:mod:`~llm_zoo.trainers.selfplay`), and the scoring pass (:mod:`llm_zoo.scoring`).
 
@@ -26,14 +29,13 @@ import copy
 import dataclasses
 import hashlib
 import json
-import math
 import random
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -46,7 +48,7 @@ from llm_zoo.scoring import completion_logprobs
 from llm_zoo.seating import Seating, scripted_name
 from llm_zoo.spec import EnvSpec
 from llm_zoo.trainers import advantages as adv
-from llm_zoo.trainers import distributed, loss_terms, presets
+from llm_zoo.trainers import distributed, plugins, presets
 from llm_zoo.trainers import sft as sft_stage
 from llm_zoo.trainers.checkpoint import (
     Checkpoint,
@@ -61,13 +63,21 @@ from llm_zoo.trainers.checkpoint import (
 from llm_zoo.trainers.evaluation import headline_evaluator
 from llm_zoo.trainers.executors import EXECUTORS, make_executor
 from llm_zoo.trainers.memory import micro_batches, preflight
+from llm_zoo.trainers.plugins import (
+    AverageConfig,
+    BodyLRConfig,
+    CopyHeadsConfig,
+    MagnetConfig,
+    TurnBaselineConfig,
+    UnmaskConfig,
+    ValidityConfig,
+)
 from llm_zoo.trainers.rollout import collect
 from llm_zoo.trainers.schedules import check_schedule, lr_factor
 from llm_zoo.trainers.selfplay import (
     SCHEDULES,
     active_learners,
     add_snapshot,
-    frozen_copy,
     meet_snapshots,
     snapshot_policy,
 )
@@ -83,7 +93,9 @@ OPTIMIZERS = ("adamw", "sgd")
 @dataclass
 class TrainConfig:
     """Everything a training run needs; every field has a default. Per-env defaults
-    (:mod:`llm_zoo.trainers.presets`) apply over these before a config file and ``--set`` do."""
+    (:mod:`llm_zoo.trainers.presets`) apply over these before a config file and ``--set`` do. The fields
+    every run uses come first; the plug-ins (:mod:`~llm_zoo.trainers.plugins`) are sections, one field each,
+    set as ``SECTION.FIELD`` (docs/training.md)."""
 
     env: str = "kuhn_poker_v0"
     """Versioned env name."""
@@ -120,10 +132,6 @@ class TrainConfig:
     """Std of the tiny model's weight initialisation."""
     model_zero_head: bool = False
     """Start the tiny model's output layer at zero: a uniform first policy whatever the seed."""
-    model_copy_heads: bool = False
-    """Start the tiny model's first two layers as an induction circuit (llm_zoo.models.install_copy_heads):
-    it copies what its context holds (an id, an email) before any training, which a tiny model trained from
-    scratch learns only after a long plateau. Needs model_layers >= 2 and 4 or more heads."""
     dtype: str = "auto"
     """float32, bfloat16, or auto: bfloat16 for a model directory on a GPU that supports it, float32 otherwise
     (the tiny model always)."""
@@ -179,11 +187,6 @@ class TrainConfig:
     """Peak learning rate (of the optimizer below)."""
     optimizer: str = "adamw"
     """adamw, or sgd (plain gradient steps, no momentum: a step shrinks with its gradient)."""
-    body_lr_scale: float = 1.0
-    """The learning rate of every weight but the output layer's, as a fraction of ``lr`` (1: one rate for all).
-    Below 1 the body's features move slowly while the output layer learns the strategy on them; AdamW's
-    steps of about ``lr`` on every weight, whatever its gradient's size, otherwise let noisy policy gradients
-    merge the features of contexts that need different answers (measured on Kuhn: docs/kuhn_selfplay.md)."""
     lr_schedule: str = "constant"
     """constant, linear or cosine decay to lr_min_ratio * lr over the run."""
     lr_min_ratio: float = 0.1
@@ -210,62 +213,28 @@ class TrainConfig:
     or constant (sum over tokens / (sequences * max_new_tokens))."""
     beta: float = 0.0
     """Weight of the KL penalty to the reference policy (0: no reference model)."""
-    beta_final: float = 0.0
-    """0: the KL weight stays ``beta``. Above 0: from the step at which the magnet becomes the weights' average
-    (``magnet_average_from``; from the start when that is 0) the weight moves linearly to this at the last step,
-    so that a learner on a weak magnet (which leads it by about its advantages over the weight) ends near it."""
-    reference_ema: float = 1.0
-    """1 keeps the reference at the initial policy; below 1 the reference follows the learner as an
-    EMA of its weights (decay per step): a magnet that regularises self-play toward its own recent
-    past (as in magnetic mirror descent and R-NaD), which damps the cycling of plain self-play."""
-    reference_ema_final: float = 0.0
-    """0: the magnet's decay stays ``reference_ema``. In (0, 1): the decay moves from ``reference_ema`` to
-    this over the run, linearly in the magnet's horizon ``1 / (1 - decay)`` (a fast magnet early, a slow
-    one late); :func:`~llm_zoo.trainers.loss_terms.magnet_decay`."""
-    magnet_average_from: float = 0.0
-    """0: off. In (0, 1): from this fraction of the run on, the magnet is the weights' average instead of its own
-    EMA (``reference_ema``), so that the learner, which leads its magnet by about its advantages over ``beta``,
-    settles where the average is rather than keep circling the equilibrium: a last iterate that ends near the
-    reported policy. Read only when there are both a magnet (``beta`` > 0) and an average (``average_ema`` > 0)."""
-    average_ema: float = 0.0
-    """0: the trained policy is the learner itself. Above 0 the trainer also keeps an EMA of the
-    learner's weights (Polyak averaging, this decay per step), and that average is the trained
-    policy: it is what evaluations score and what checkpoints export under ``policies/`` (the
-    learner's own weights go into ``NAME.trainer.pt`` to resume). Self-play's last iterate circles a
-    mixed equilibrium; the average sits nearer its centre, as CFR and fictitious play report their
-    average strategy."""
-    average_debias: bool = False
-    """Bias-correct the weights' average (``average_ema``) as Adam does its moments: the starting weights
-    get no share, so the average is the learner itself after the first step and tends to the plain EMA
-    after about ``1 / (1 - average_ema)`` steps, instead of lagging toward the initial policy early on."""
-    average_power: float = 0.0
-    """0: the weights' average is the EMA of ``average_ema``. Above 0 it weights the learner's weights after
-    steps ``1..t`` by ``step ** average_power`` instead (1: linear, as CFR+ averages its strategies; over
-    ``average_debias``): a window that grows with the run, in which the early steps fade. Read only when
-    an average is kept (``average_ema`` > 0); :func:`~llm_zoo.trainers.loss_terms.average_keep`."""
     kl_estimator: str = "k3"
     """k3 (sampled-token estimator) or exact (summed over the vocabulary)."""
     entropy_coef: float = 0.0
     """Weight of the entropy bonus on completion tokens."""
-    turn_baseline: str = "none"
-    """none, prompt (each trained turn's advantage minus the mean over the step's turns of the same learner
-    with the same prompt: for Kuhn poker one baseline per information set) or prompt_std (also divided
-    by their std); :mod:`~llm_zoo.trainers.loss_terms`."""
-    validity_coef: float = 0.0
-    """Weight of ``-log P(a legal reply, then end of turn)`` under the unconstrained model, per distinct
-    prompt of the step: with ``constrain_to_legal`` it teaches the model to reply validly without the
-    mask too (0: off); :mod:`~llm_zoo.trainers.loss_terms`."""
 
-    unmask_steps: int = 0
-    """0: off. Above 0, after the last step each learner's delivered policy (its weights' average when kept) is fitted
-    with no decoding mask to its own masked strategy at every distinct prompt with legal replies that its trained
-    turns met, for this many full-batch Adam steps: the unconstrained model then puts its mass on the legal replies
-    (each then end of turn) in the proportions the mask sampled, so it plays without the mask, served to a client
-    that cannot constrain decoding; :func:`~llm_zoo.trainers.loss_terms.unmask_fit`."""
-    unmask_lr: float = 3e-3
-    """Learning rate of the fit of ``unmask_steps`` (a fresh Adam, gradient norm clipped to 1)."""
-    unmask_prompts: int = 1024
-    """Most distinct prompts kept for the fit of ``unmask_steps`` per learner (the first met; checkpoints keep them)."""
+    # plug-ins (trainers/plugins.py), each off by default and set as a section: --set magnet.ema=0.95
+    magnet: MagnetConfig = field(default_factory=MagnetConfig)
+    """The KL reference follows the learner (ema, ema_final), becomes its weights' average (average_from), and the KL
+    weight rises to beta_final."""
+    average: AverageConfig = field(default_factory=AverageConfig)
+    """The trained policy is an average of the learner's weights (ema, debias, power)."""
+    validity: ValidityConfig = field(default_factory=ValidityConfig)
+    """A loss term for the unconstrained mass of the legal replies (coef)."""
+    unmask: UnmaskConfig = field(default_factory=UnmaskConfig)
+    """After the last step, fit the delivered policy to play its masked strategy without the mask (steps, lr,
+    prompts)."""
+    body_lr: BodyLRConfig = field(default_factory=BodyLRConfig)
+    """The body of the model at a fraction of the output layer's learning rate (scale)."""
+    copy_heads: CopyHeadsConfig = field(default_factory=CopyHeadsConfig)
+    """Start the tiny model with an induction circuit (enabled)."""
+    turn_baseline: TurnBaselineConfig = field(default_factory=TurnBaselineConfig)
+    """Centre each trained turn's advantage on the step's turns with the same prompt (mode)."""
 
     pool_every: int = 0
     """Snapshot each learner into the self-play pool every this many steps (0: no pool)."""
@@ -300,7 +269,13 @@ class TrainConfig:
     tensorboard: bool = True
     """Also write TensorBoard event files (when tensorboard is installed)."""
 
+    RENAMED: ClassVar[dict[str, str]] = plugins.RENAMED
+    """Former fields -> the plug-in fields that hold them now (a config that sets one is refused, naming it)."""
+
     def __post_init__(self) -> None:
+        for name, plugin in plugins.PLUGINS.items():  # TrainConfig(magnet={"ema": 0.9}) as a section would be built
+            if isinstance(getattr(self, name), Mapping):
+                setattr(self, name, plugin.config_class(**getattr(self, name)))
         # first: a tiny-model setting on a pretrained model is the cause of whatever else would not fit with it
         presets.check_model_settings(self)
         choices = {"algorithm": tuple(adv.ESTIMATORS), "schedule": tuple(SCHEDULES),
@@ -320,34 +295,8 @@ class TrainConfig:
         if self.episodes_per_step % self.group_size:
             raise ValueError(f"config.episodes_per_step ({self.episodes_per_step}) must be a multiple of "
                              f"config.group_size ({self.group_size})")
-        if not 0.0 <= self.reference_ema <= 1.0:
-            raise ValueError(f"config.reference_ema must be in [0, 1]; got {self.reference_ema!r}")
-        if not 0.0 <= self.average_ema < 1.0:
-            raise ValueError(f"config.average_ema must be in [0, 1) (0: no average); got {self.average_ema!r}")
-        if not 0.0 <= self.reference_ema_final < 1.0 or (self.reference_ema_final and self.reference_ema >= 1.0):
-            raise ValueError(f"config.reference_ema_final must be in [0, 1) (0: off), with reference_ema < 1; got "
-                             f"{self.reference_ema_final!r} (reference_ema={self.reference_ema!r})")
-        if not (math.isfinite(self.beta_final) and self.beta_final >= 0.0) or (self.beta_final and not self.beta):
-            raise ValueError(f"config.beta_final must be >= 0 (0: off), and needs beta > 0; got {self.beta_final!r} "
-                             f"with beta {self.beta!r}")
-        if not 0.0 <= self.magnet_average_from < 1.0:
-            raise ValueError(f"config.magnet_average_from must be in [0, 1) (0: off); got {self.magnet_average_from!r}")
-        if not (math.isfinite(self.body_lr_scale) and 0.0 <= self.body_lr_scale <= 1.0):
-            raise ValueError(f"config.body_lr_scale must be in [0, 1] (1: one learning rate for every weight); got "
-                             f"{self.body_lr_scale!r}")
-        if not (math.isfinite(self.average_power) and self.average_power >= 0.0):
-            raise ValueError(f"config.average_power must be a finite number >= 0 (0: off); got {self.average_power!r}")
         if not self.memory_limit_gb >= 0.0:
             raise ValueError(f"config.memory_limit_gb must be >= 0 (0: no check); got {self.memory_limit_gb!r}")
-        if self.turn_baseline not in loss_terms.TURN_BASELINES:
-            raise ValueError(f"config.turn_baseline must be one of {loss_terms.TURN_BASELINES}; got {self.turn_baseline!r}")
-        if not (math.isfinite(self.validity_coef) and self.validity_coef >= 0.0):
-            raise ValueError(f"config.validity_coef must be a finite number >= 0 (0: off); got {self.validity_coef!r}")
-        if int(self.unmask_steps) < 0 or int(self.unmask_prompts) < 1:
-            raise ValueError(f"config.unmask_steps must be >= 0 (0: off) and config.unmask_prompts >= 1; got "
-                             f"{self.unmask_steps!r} and {self.unmask_prompts!r}")
-        if not (math.isfinite(self.unmask_lr) and self.unmask_lr > 0.0):
-            raise ValueError(f"config.unmask_lr must be a finite number > 0; got {self.unmask_lr!r}")
         check_schedule(self.lr_schedule, self.lr_min_ratio)
         if not 0.0 <= self.p_latest <= 1.0:
             raise ValueError(f"config.p_latest must be in [0, 1]; got {self.p_latest!r}")
@@ -358,40 +307,70 @@ class TrainConfig:
             raise ValueError(f"config.env must be a registered env, one of {llm_zoo.registered()}; got {self.env!r}")
         sft_stage.check_stage_fields(self.sft)
         sft_stage.check_model_fields(self)
-        if self.lora_r and (self.reference_ema < 1.0 or self.magnet_average_from):
-            raise ValueError(f"config.lora_r={self.lora_r}: the KL reference is the model with its adapters disabled "
-                             f"(the base model), which cannot follow the learner; set reference_ema=1 and "
-                             f"magnet_average_from=0 (got {self.reference_ema!r} and {self.magnet_average_from!r}), "
-                             f"or lora_r=0 for full fine-tuning")
-        if self.lora_r and (self.body_lr_scale != 1.0 or self.generation != "transformers"):
-            raise ValueError(f"config.lora_r={self.lora_r} trains adapters only: body_lr_scale must be 1 (got "
-                             f"{self.body_lr_scale!r}: the output layer is frozen) and generation transformers (got "
+        if self.lora_r and self.generation != "transformers":
+            raise ValueError(f"config.lora_r={self.lora_r} trains adapters only: generation must be transformers (got "
                              f"{self.generation!r}: the vLLM generator loads whole weights); or set lora_r=0")
+        for name in plugins.PLUGINS:  # each plug-in checks its own section against the rest
+            getattr(self, name).check(self)
         if self.init == "none":  # the word a preset's comment and the docs use for fresh weights
             self.init = ""
+
+    @property
+    def model_copy_heads(self) -> bool:
+        """``copy_heads.enabled``, under the name the model builder and the SFT stage's shared fields read (derived)."""
+        return self.copy_heads.enabled
 
 
 def make_config(env: str = "kuhn_poker_v0", overrides: Mapping[str, Any] | None = None) -> TrainConfig:
     """Build a config: dataclass defaults, then the env's preset (:mod:`~llm_zoo.trainers.presets`), then ``overrides``.
 
-    An env that is not registered fails in ``TrainConfig``'s check, which lists the registered ones.
+    A plug-in's fields are set as ``SECTION.FIELD`` keys or as a mapping under ``SECTION``, and merge field by
+    field (:func:`llm_zoo.configdoc.check_overrides`). An env that is not registered fails in ``TrainConfig``'s
+    check, which lists the registered ones.
     """
-    from llm_zoo.configdoc import coerce
+    from llm_zoo.configdoc import check_overrides, nest
 
-    values = presets.preset(env, model=str((overrides or {}).get("model", "tiny")))  # the preset for the model's kind
-    values.update(overrides or {})
-    values["env"] = env
-    known = {f.name for f in dataclasses.fields(TrainConfig)}
-    for key, value in list(values.items()):
-        if key not in known:
-            raise ValueError(f"unknown config field {key!r}; known fields: {', '.join(sorted(known))}")
-        values[key] = coerce(TrainConfig, key, value)
-    return TrainConfig(**values)
+    values = check_overrides(TrainConfig, presets.preset(env, model=str((overrides or {}).get("model", "tiny"))),
+                             source=f"the preset of {env}")  # the preset for the model's kind
+    values.update(check_overrides(TrainConfig, {**(overrides or {}), "env": env}, source="the overrides"))
+    return TrainConfig(**nest(TrainConfig, values))
 
 
 # ---------------------------------------------------------------------------------------------
 # PURE HELPERS
 # ---------------------------------------------------------------------------------------------
+
+
+MAX_GRAD_NORM = 1.0
+"""Gradient clipping by global norm (every measured run used 1.0)."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One trained agent's return in one episode of the step: what the advantage estimators read."""
+
+    episode: int
+    """Index of the episode in the step's batch."""
+    agent: str
+    reward: float
+    """The agent's return (a failed episode's: :func:`score_failures`)."""
+    key: str
+    """The baseline key (``config.baseline_key``, under the env's name)."""
+    group: str
+    """The group key: the episodes that share an env seed (GRPO's group), per baseline key."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One trained turn: its tokens, sampling log-probs, advantage and (when constrained) allowed tokens."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    advantage: float
+    allowed: list[list[int]] | None = None
+    valid_paths: tuple[tuple[int, ...], ...] | None = None
+    """The legal replies' token paths, each ending in end of turn, for the validity plug-in (``validity.coef``)."""
 
 
 def per_token_policy_loss(
@@ -496,6 +475,30 @@ def step_rng(seed: int, step: int, purpose: str) -> random.Random:
     return random.Random(f"{seed}/{step}/{purpose}")
 
 
+def score_failures(finished: Sequence[Outcome], failed: Sequence[Outcome]) -> list[Outcome]:
+    """Return the outcomes of failed episodes, each scored as the worst finished return of its baseline key.
+
+    An episode fails when its env raised (``collect`` keeps it, marked ``failed``). Dropping it
+    would let a policy that makes its env raise escape a low reward; scoring it as the step's
+    worst finished return of the same key means a failure never pays more than any finished
+    episode. A failed outcome whose key has no finished peer this step is dropped (a failure of
+    the whole batch, such as a sandbox that cannot start, says nothing about the policy).
+    """
+    worst: dict[str, float] = {}
+    for o in finished:
+        worst[o.key] = min(o.reward, worst.get(o.key, o.reward))
+    return [dataclasses.replace(o, reward=worst[o.key]) for o in failed if o.key in worst]
+
+
+def _opening(episode: Episode, agent: str) -> str:
+    """Return a short digest of the agent's first prompt in an episode (its token ids, else its messages)."""
+    first = next((t for t in episode.turns if t.agent == agent), None)
+    if first is None:
+        return "none"
+    seen = first.prompt_ids if first.prompt_ids else first.observation.get("messages", first.observation)
+    return hashlib.blake2b(json.dumps(seen, default=str).encode(), digest_size=8).hexdigest()
+
+
 # ---------------------------------------------------------------------------------------------
 # LEARNERS
 # ---------------------------------------------------------------------------------------------
@@ -529,8 +532,9 @@ class Learner:
 
 def make_learner(name: str, config: TrainConfig, device: torch.device, index: int,
                  spec: EnvSpec | None = None, init: Path | None = None) -> Learner:
-    """Build a learner: model, sampling policy, optimiser (``config.optimizer``), and a frozen reference when ``beta > 0``
-    (none with LoRA: :func:`reference_logprobs` disables the adapters instead of keeping a second model).
+    """Build a learner: model, sampling policy, optimiser (``config.optimizer``), a frozen reference when ``beta > 0``
+    (none with LoRA: :func:`reference_logprobs` disables the adapters instead of keeping a second model), and what
+    the plug-ins keep on it (``setup``: the weights' average).
 
     ``init``: a policy directory to load the weights and tokenizer from (``config.init``); the
     reference and the weights' average then start from those weights too.
@@ -541,14 +545,16 @@ def make_learner(name: str, config: TrainConfig, device: torch.device, index: in
                                 max_new_tokens=config.max_new_tokens, device=device,
                                 constrain=config.constrain_to_legal, max_prompt_tokens=config.max_prompt_tokens,
                                 max_forward_tokens=config.max_forward_tokens)
-    groups = param_groups(policy.model, config.body_lr_scale)
+    groups = param_groups(policy.model, config)
     optimizer = (torch.optim.SGD(groups, lr=config.lr) if config.optimizer == "sgd"
                  else torch.optim.AdamW(groups, lr=config.lr, weight_decay=0.0))
     reference = None
     if config.beta and not config.lora_r:  # with LoRA the reference is the same model, its adapters disabled
         reference = copy.deepcopy(policy.model).eval().requires_grad_(False)
-    average = frozen_copy(policy, name) if config.average_ema else None
-    return Learner(name, policy, optimizer, reference, average=average, adapters=bool(config.lora_r))
+    learner = Learner(name, policy, optimizer, reference, adapters=bool(config.lora_r))
+    for plugin in plugins.enabled(config):
+        plugin.setup(learner)
+    return learner
 
 
 def policy_checkpoint(learner: Learner) -> PolicyCheckpoint:
@@ -566,19 +572,24 @@ def resume_learners(path: Path, learners: Mapping[str, Learner]) -> tuple[int, a
     return loaded.step, loaded.rae
 
 
-def param_groups(model: torch.nn.Module, body_lr_scale: float) -> list[dict[str, Any]]:
-    """The optimiser's parameter groups: the output layer at ``lr``, the rest at ``body_lr_scale * lr``
-    (``lr_scale``, which the trainer's schedule multiplies in); one group when the scale is 1."""
+def param_groups(model: torch.nn.Module, config: TrainConfig) -> list[dict[str, Any]]:
+    """The optimiser's parameter groups: one at ``lr`` (``lr_scale`` 1, which the trainer's schedule multiplies in),
+    unless a plug-in splits them (``body_lr.scale``)."""
     params = [p for p in model.parameters() if p.requires_grad]  # LoRA: the adapters alone
-    if body_lr_scale == 1.0:
-        return [{"params": params, "lr_scale": 1.0}]
-    head = model.get_output_embeddings()
-    head_ids = {id(p) for p in head.parameters()} if head is not None else set()
-    if not head_ids or any(id(p) in head_ids for p in model.get_input_embeddings().parameters()):
-        raise ValueError("config.body_lr_scale needs a model with an output layer of its own (not tied to the "
-                         f"input embeddings); {type(model).__name__} has none, so leave body_lr_scale at 1")
-    return [{"params": [p for p in params if id(p) in head_ids], "lr_scale": 1.0},
-            {"params": [p for p in params if id(p) not in head_ids], "lr_scale": body_lr_scale}]
+    for plugin in plugins.enabled(config):
+        if (groups := plugin.param_groups(model, params)) is not None:
+            return groups
+    return [{"params": params, "lr_scale": 1.0}]
+
+
+def reference_logprobs(learner: Learner, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
+                       **kwargs: Any) -> tuple:
+    """Score completions under the KL reference (:func:`~llm_zoo.scoring.completion_logprobs`'s outputs): its own
+    frozen model, or with LoRA the learner's model with its adapters disabled (the base, no second copy)."""
+    if learner.reference is not None:
+        return completion_logprobs(learner.reference, prompts, completions, **kwargs)
+    with learner.model.disable_adapter():
+        return completion_logprobs(learner.model, prompts, completions, **kwargs)
 
 
 def make_vllm_generator(learner: Learner, path: Path, config: TrainConfig):
@@ -628,6 +639,7 @@ def train(config: TrainConfig, *, resume: bool = False, overwrite: bool = False)
 def _train(config: TrainConfig, resume: bool, device: torch.device, run_dir: Path) -> dict[str, Any]:
     from llm_zoo.trainers.logging import MetricsLogger
 
+    # SETUP: who plays which agent, the learners (fresh, warm-started or resumed), who samples for them
     main = distributed.is_main()  # rank 0 writes the run directory, logs and shows progress
     spec = llm_zoo.env_spec(config.env)
     probe = llm_zoo.make_env(config.env, **config.env_kwargs).unwrapped
@@ -676,6 +688,7 @@ def _train(config: TrainConfig, resume: bool, device: torch.device, run_dir: Pat
     def snapshot(agent: str, snap_step: int, state: Mapping[str, torch.Tensor]) -> TransformersPolicy:
         return snapshot_policy(learners[policy_of[agent]].policy, snap_step, state, snapshots)
 
+    hooks = plugins.enabled(config)
     totals = {"episodes": start * config.episodes_per_step}
     bar = _progress(config, start) if main else None
     executor = make_executor(config.executor, config.env_workers)  # None: the envs step in this process
@@ -685,9 +698,7 @@ def _train(config: TrainConfig, resume: bool, device: torch.device, run_dir: Pat
         t0 = time.perf_counter()
         sandbox_before = _sandbox_runs()
         active = active_learners(step, config.schedule, config.rotate_every, learn, roles, policy_of) - scripted
-        for learner in learners.values():
-            for group in learner.optimizer.param_groups:
-                group["lr"] = config.lr * learning_rate_factor(step, config) * group.get("lr_scale", 1.0)
+        _set_learning_rates(learners.values(), step, config)
 
         # ROLLOUT: groups of episodes share an env seed; some episodes meet pool snapshots
         rng = step_rng(config.seed, step, "rollout")
@@ -707,62 +718,35 @@ def _train(config: TrainConfig, resume: bool, device: torch.device, run_dir: Pat
                                               seed=distributed.rollout_seed(rng.randrange(2**31)), executor=executor))
         t_rollout = time.perf_counter() - t0
 
-        # REWARDS: one sample per (episode, trained agent): its return, spread over its turns' tokens
-        samples, failed = [], []  # (episode index, agent, reward, baseline key, group key)
-        for i, (episode, trainable) in enumerate(zip(episodes, trained_agents)):
-            for agent in sorted(trainable):
-                who = agent if config.baseline_key == "agent" else roles[agent]
-                if config.baseline_key == "prompt":
-                    who = f"{who}/{_opening(episode, agent)}"
-                group = episode.infos.get(agent, {}).get("group", episode.seed)
-                (failed if episode.failed else samples).append(
-                    (i, agent, episode.returns.get(agent, 0.0), f"{config.env}/{who}", f"{group}/{who}"))
-        samples += score_failures(samples, failed)
+        # REWARDS: one outcome per (episode, trained agent): its return, spread over its turns' tokens
+        outcomes = _outcomes(episodes, trained_agents, roles, config)
 
         # ADVANTAGES, by the estimator config.algorithm names
-        advantages = adv.ESTIMATORS[config.algorithm]([s[2] for s in samples], [s[3] for s in samples],
-                                                      [s[4] for s in samples], rae_state)
+        advantages = adv.ESTIMATORS[config.algorithm]([o.reward for o in outcomes], [o.key for o in outcomes],
+                                                      [o.group for o in outcomes], rae_state)
 
         # LOSS and STEP, per learner, over the completion tokens of its trained turns
         t1 = time.perf_counter()
-        batches: dict[str, list[Sample]] = {n: [] for n in learners}
-        for (i, agent, _, _, _), a in zip(samples, advantages):
-            for turn in episodes[i].turns:
-                if turn.agent == agent and turn.completion_ids and turn.policy == policy_of[agent]:
-                    learner = learners[policy_of[agent]]
-                    paths = learner.policy.legal_paths(turn.observation) if learner.policy.constrain else None
-                    allowed = allowed_per_position(paths, turn.completion_ids) if paths else None
-                    valid = (loss_terms.validity_paths(learner.policy.tokenizer, turn.observation["legal_actions"],
-                                                       learner.policy.eos_token_ids[0])
-                             if config.validity_coef and turn.observation.get("legal_actions") else None)
-                    batches[policy_of[agent]].append(Sample(turn.prompt_ids, turn.completion_ids, turn.logprobs, a,
-                                                            allowed, valid))
-                    if (config.unmask_steps and turn.observation.get("legal_actions")
-                            and len(learner.met) < config.unmask_prompts):
-                        learner.met.setdefault(tuple(turn.prompt_ids), tuple(turn.observation["legal_actions"]))
-        if config.turn_baseline != "none":
-            for name, batch in batches.items():
-                centred = loss_terms.centre_by_prompt([b.advantage for b in batch], [b.prompt_ids for b in batch],
-                                                      config.turn_baseline)
-                batches[name] = [dataclasses.replace(b, advantage=a) for b, a in zip(batch, centred)]
+        batches = _samples(outcomes, advantages, episodes, learners, policy_of, hooks)
         metrics: dict[str, float] = {}
         for name, batch in batches.items():
             if batch:
-                stats = update(learners[name], batch, config, step=step)
+                stats = update(learners[name], batch, config, step=step, hooks=hooks)
                 metrics.update({f"losses/{k}/{name}": v for k, v in stats.items()})
                 if acting[name] is not learners[name].policy:  # the next rollout samples the new weights
                     acting[name].sync_from(learners[name].model)
         t_update = time.perf_counter() - t1
+        done = step + 1
+        if done == config.steps:  # plug-ins that act once the training is over (unmask: the fit without the mask)
+            for plugin in hooks:
+                metrics.update(plugin.after_training(learners))
 
         # SNAPSHOTS for self-play
-        done = step + 1
-        if done == config.steps and config.unmask_steps:  # the delivered policies learn to play without the mask
-            metrics.update(unmask(learners, config))
         if config.pool_every and done % config.pool_every == 0:
             for name in active:
                 add_snapshot(learners[name].pool, done, learners[name].model, config.pool_size)
 
-        # LOG
+        # LOG, EVALUATE, CHECKPOINT
         totals["episodes"] += len(episodes)
         metrics.update(_rollout_metrics(episodes, roles, config))
         metrics.update({"charts/episodes": totals["episodes"], "charts/lr": config.lr * learning_rate_factor(step, config),
@@ -799,51 +783,74 @@ def _train(config: TrainConfig, resume: bool, device: torch.device, run_dir: Pat
     return distributed.broadcast(final_eval)
 
 
-def unmask(learners: Mapping[str, Learner], config: TrainConfig) -> dict[str, float]:
-    """Fit each learner's delivered policy without the mask to its masked strategy (``config.unmask_steps``) at the
-    prompts its trained turns met (``Learner.met``); return the fit's figures as ``unmask/KEY/NAME`` metrics."""
-    metrics = {}
-    for name, learner in learners.items():
-        policy = learner.trained
-        items = loss_terms.unmask_items(policy.tokenizer, learner.met, policy.eos_token_ids[0], policy.max_new_tokens)
-        # a pass holds at most micro_batch_size rows (a prompt's row per legal reply), as an update's micro-batch
-        # does: the fit stays within the memory the preflight estimated for the update
-        rows = max((len(item.reply_paths) for item in items), default=1)
-        stats = loss_terms.unmask_fit(policy.model, items, steps=config.unmask_steps, lr=config.unmask_lr,
-                                      pad_token_id=policy.pad_token_id, temperature=policy.temperature,
-                                      prompts_per_pass=max(1, config.micro_batch_size // rows),
-                                      token_budget=config.max_forward_tokens)
-        metrics.update({f"unmask/{k}/{name}": v for k, v in stats.items()})
-    return metrics
+def _set_learning_rates(learners: Iterable[Learner], step: int, config: TrainConfig) -> None:
+    """Set each parameter group's rate for ``step``: ``lr`` on the schedule, times the group's ``lr_scale``."""
+    for learner in learners:
+        for group in learner.optimizer.param_groups:
+            group["lr"] = config.lr * learning_rate_factor(step, config) * group.get("lr_scale", 1.0)
 
 
-@dataclass(frozen=True)
-class Sample:
-    """One trained turn: its tokens, sampling log-probs, advantage and (when constrained) allowed tokens."""
+def _outcomes(episodes: Sequence[Episode], trained_agents: Sequence[set[str]], roles: Mapping[str, str],
+              config: TrainConfig) -> list[Outcome]:
+    """Return one :class:`Outcome` per (episode, trained agent), in episode order, failed episodes' last and scored
+    by :func:`score_failures`."""
+    finished, failed = [], []
+    for i, (episode, trainable) in enumerate(zip(episodes, trained_agents)):
+        for agent in sorted(trainable):
+            who = agent if config.baseline_key == "agent" else roles[agent]
+            if config.baseline_key == "prompt":
+                who = f"{who}/{_opening(episode, agent)}"
+            group = episode.infos.get(agent, {}).get("group", episode.seed)
+            (failed if episode.failed else finished).append(
+                Outcome(i, agent, episode.returns.get(agent, 0.0), f"{config.env}/{who}", f"{group}/{who}"))
+    return finished + score_failures(finished, failed)
 
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    logprobs: list[float]
-    advantage: float
-    allowed: list[list[int]] | None = None
-    valid_paths: tuple[tuple[int, ...], ...] | None = None
-    """The legal replies' token paths, each ending in end of turn, for ``config.validity_coef``."""
+
+def _samples(outcomes: Sequence[Outcome], advantages: Sequence[float], episodes: Sequence[Episode],
+             learners: Mapping[str, Learner], policy_of: Mapping[str, str],
+             hooks: Sequence[plugins.Plugin]) -> dict[str, list[Sample]]:
+    """Return each learner's :class:`Sample` per trained turn: the turn's tokens and its outcome's advantage (the
+    plug-ins see each turn, and then each learner's batch)."""
+    batches: dict[str, list[Sample]] = {n: [] for n in learners}
+    for outcome, a in zip(outcomes, advantages):
+        name = policy_of[outcome.agent]
+        for turn in episodes[outcome.episode].turns:
+            if turn.agent == outcome.agent and turn.completion_ids and turn.policy == name:
+                learner = learners[name]
+                paths = learner.policy.legal_paths(turn.observation) if learner.policy.constrain else None
+                allowed = allowed_per_position(paths, turn.completion_ids) if paths else None
+                extra: dict[str, Any] = {}
+                for plugin in hooks:
+                    extra.update(plugin.see_turn(learner, turn))
+                batches[name].append(Sample(turn.prompt_ids, turn.completion_ids, turn.logprobs, a, allowed, **extra))
+    for plugin in hooks:
+        batches = {name: plugin.advantages(batch) for name, batch in batches.items()}
+    return batches
 
 
-def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig, step: int = 0) -> dict[str, float]:
+# ---------------------------------------------------------------------------------------------
+# THE UPDATE
+# ---------------------------------------------------------------------------------------------
+
+
+def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig, step: int = 0,
+           hooks: Sequence[plugins.Plugin] | None = None) -> dict[str, float]:
     """Take one optimiser step on a learner's batch, accumulating gradients over micro-batches; return its stats.
 
-    ``step`` (0-based) is the run's step: the magnet's schedule and the weights' average read it."""
+    ``step`` (0-based) is the run's step, which plug-ins read (the magnet's schedule, the weights' average);
+    ``hooks`` are the run's plug-ins (:func:`~llm_zoo.trainers.plugins.enabled` of ``config`` when not given).
+    """
+    hooks = plugins.enabled(config) if hooks is None else hooks
     model = learner.model
     device = learner.policy.device
     pad = learner.policy.pad_token_id
     n_tokens = sum(len(b.completion_ids) for b in batch)
     aggregation = AGGREGATIONS[config.aggregation]
     normalizer = aggregation.normalizer(batch, config.max_new_tokens)  # of the whole batch, on every rank
-    # the validity term's distinct prompts, of the whole batch (a prompt in two ranks' shares counts once)
-    valid_items = list({tuple(b.prompt_ids): b.valid_paths for b in batch if b.valid_paths}.items()
-                       ) if config.validity_coef else []
-    beta = loss_terms.kl_weight(step, config.steps, config.beta, config.beta_final, magnet_average_start(config))
+    whole = batch  # the plug-ins' terms read the whole batch, before the skip and the ranks' split
+    beta = config.beta
+    for plugin in hooks:
+        beta = plugin.kl_weight(step, beta)
     has_reference = learner.reference is not None or (learner.adapters and bool(config.beta))
     # SKIP the forward and backward of samples whose advantage is 0 (a group whose rewards are all equal): their
     # clipped term is 0 with 0 gradient, so only the KL and entropy terms could move them; the step is the same
@@ -877,6 +884,7 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig, step:
                                                       with_all_logps=exact, token_budget=config.max_forward_tokens)
             if exact:
                 kl = exact_kl(mb_all[0], ref_all[0])
+        # LOSS of the micro-batch, its share of the step's
         per_token_loss, stats = per_token_policy_loss(
             mb_logps, old, mb_adv, mb_mask, epsilon_low=config.epsilon_low, epsilon_high=config.epsilon_high,
             ref_per_token_logps=ref, beta=beta, per_token_kl=kl, per_token_entropy=mb_entropy,
@@ -887,87 +895,33 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig, step:
         share = mb_mask.sum().item() / max(1, n_kept)  # the stats: means over the tokens that ran
         for k, v in stats.items():
             stats_sum[k] = stats_sum.get(k, 0.0) + v.item() * share
-    if config.validity_coef:  # once per distinct prompt of the step, not per sample
-        mine = distributed.shard(valid_items)  # under torchrun each rank scores its share of the prompts
-        if mine:
-            v_loss, v_mass = loss_terms.validity_loss(model, mine, pad_token_id=pad, temperature=temperature)
-            weight = len(mine) / len(valid_items)  # the ranks' shares add up to the one mean over all the prompts
-            (config.validity_coef * weight * v_loss).backward()
-            total_loss += config.validity_coef * weight * v_loss.item()
-            stats_sum["valid_mass"] = v_mass * weight
+    # PLUG-IN TERMS, once per step (each runs its own backward: the validity term)
+    for plugin in hooks:
+        value, stats = plugin.extra_loss(learner, whole, temperature)
+        total_loss += value
+        stats_sum.update(stats)
     if skipped:  # a weight no pass reached gets its zero gradient, so the optimiser steps (and decays) as before
         for p in model.parameters():
             if p.requires_grad and p.grad is None:
                 p.grad = torch.zeros_like(p)
-    distributed.reduce_gradients(model)  # the whole batch's gradient on every rank
+    # STEP on the whole batch's gradient (every rank's, summed)
+    distributed.reduce_gradients(model)
     stats_sum = distributed.sum_stats({**stats_sum, "loss": total_loss})
     total_loss = stats_sum.pop("loss")
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
     learner.optimizer.step()
+    # AFTER THE STEP the plug-ins move what follows the weights (the average, then the magnet)
     with torch.no_grad():
-        # from magnet_average_from on the magnet is the average (copied below), so its own EMA is not kept
-        magnet_is_average = (learner.reference is not None and learner.average is not None
-                             and config.magnet_average_from and step >= magnet_average_start(config))
-        if learner.reference is not None and config.reference_ema < 1.0 and not magnet_is_average:
-            decay = loss_terms.magnet_decay(step, config.steps, config.reference_ema, config.reference_ema_final)
-            torch._foreach_lerp_(list(learner.reference.parameters()), list(model.parameters()), 1.0 - decay)
-        if learner.average is not None:
-            keep = config.average_ema
-            if config.average_power:
-                keep = loss_terms.average_keep(step + 1, config.average_power)
-            elif config.average_debias:  # bias-corrected EMA: weights ema^(t-i) over steps 1..t
-                t = step + 1
-                keep = config.average_ema * (1.0 - config.average_ema ** (t - 1)) / (1.0 - config.average_ema ** t)
-            torch._foreach_lerp_(list(learner.average.model.parameters()), list(model.parameters()), 1.0 - keep)
-            if magnet_is_average:
-                torch._foreach_copy_(list(learner.reference.parameters()), list(learner.average.model.parameters()))
+        for plugin in hooks:
+            plugin.after_step(learner, step)
     model.eval()
     return {**stats_sum, "loss": total_loss, "grad_norm": float(grad_norm), "tokens": float(n_tokens),
             "skipped_samples": float(skipped)}
 
 
-def reference_logprobs(learner: Learner, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
-                       **kwargs: Any) -> tuple:
-    """Score completions under the KL reference (:func:`~llm_zoo.scoring.completion_logprobs`'s outputs): its own
-    frozen model, or with LoRA the learner's model with its adapters disabled (the base, no second copy)."""
-    if learner.reference is not None:
-        return completion_logprobs(learner.reference, prompts, completions, **kwargs)
-    with learner.model.disable_adapter():
-        return completion_logprobs(learner.model, prompts, completions, **kwargs)
-
-
-def magnet_average_start(config: TrainConfig) -> int:
-    """The first step (0-based) at which the magnet is the weights' average (``config.magnet_average_from``)."""
-    return math.ceil(config.magnet_average_from * config.steps)
-
-
-MAX_GRAD_NORM = 1.0
-"""Gradient clipping by global norm (every measured run used 1.0)."""
-
-
-def score_failures(finished: Sequence[tuple], failed: Sequence[tuple]) -> list[tuple]:
-    """Return the samples of failed episodes, each scored as the worst finished return of its baseline key.
-
-    An episode fails when its env raised (``collect`` keeps it, marked ``failed``). Dropping it
-    would let a policy that makes its env raise escape a low reward; scoring it as the step's
-    worst finished return of the same key means a failure never pays more than any finished
-    episode. A failed sample whose key has no finished peer this step is dropped (a failure of
-    the whole batch, such as a sandbox that cannot start, says nothing about the policy).
-    Samples are ``(episode index, agent, reward, baseline key, group key)``.
-    """
-    worst: dict[str, float] = {}
-    for _, _, reward, key, _ in finished:
-        worst[key] = min(reward, worst.get(key, reward))
-    return [(i, agent, worst[key], key, group) for i, agent, _, key, group in failed if key in worst]
-
-
-def _opening(episode: Episode, agent: str) -> str:
-    """Return a short digest of the agent's first prompt in an episode (its token ids, else its messages)."""
-    first = next((t for t in episode.turns if t.agent == agent), None)
-    if first is None:
-        return "none"
-    seen = first.prompt_ids if first.prompt_ids else first.observation.get("messages", first.observation)
-    return hashlib.blake2b(json.dumps(seen, default=str).encode(), digest_size=8).hexdigest()
+# ---------------------------------------------------------------------------------------------
+# LOGGING
+# ---------------------------------------------------------------------------------------------
 
 
 def _sandbox_runs() -> int:

@@ -1,25 +1,26 @@
-"""Additions to the trainer's loss and its weight averages, each off by default.
+"""The math of the trainer's plug-ins (:mod:`~llm_zoo.trainers.plugins`), as pure functions; each plug-in is off
+by default.
 
-* :func:`centre_by_prompt` (``config.turn_baseline``): each trained turn's advantage minus the mean
+* :func:`centre_by_prompt` (``turn_baseline.mode``): each trained turn's advantage minus the mean
   advantage of the step's turns of the same learner with the same prompt (and, with ``"prompt_std"``,
   divided by their std). In a game whose prompt is the acting player's whole view (Kuhn poker), that
   is one baseline per information set: the return's spread that comes from the card held no longer
   reaches the gradient.
-* :func:`validity_loss` (``config.validity_coef``): ``-log`` of the unconstrained probability that
+* :func:`validity_loss` (``validity.coef``): ``-log`` of the unconstrained probability that
   the model's reply is a legal one followed by end of turn, averaged over the step's distinct
   prompts. A policy trained under a decoding mask (``constrain_to_legal``) learns only the ratios
   between its legal replies; this term also teaches it to put its mass on them, so that it plays
   without the mask (served by ``llm-zoo serve`` to a client that cannot constrain decoding).
-* :func:`unmask_fit` (``config.unmask_steps``): after the last step, the delivered policy is fitted with no
+* :func:`unmask_fit` (``unmask.steps``): after the last step, the delivered policy is fitted with no
   decoding mask to its own masked strategy at every distinct prompt its trained turns met: the
   cross-entropy ``-sum_i q_i log p(reply_i, then end of turn)``, with ``q`` the masked probabilities
   before the fit (frozen), is least where the unconstrained model plays exactly ``q`` and nothing
   else. RL keeps the mask, whose gradient is clean; the fit then moves the legal replies' mass to
   1 without moving the strategy (a distillation of the masked policy into the unmasked one).
-* :func:`magnet_decay` (``config.reference_ema_final``): the magnet's EMA decay moved over the run,
-  from a fast magnet early (``reference_ema``) to a slow one late, linearly in its horizon
+* :func:`magnet_decay` (``magnet.ema_final``): the magnet's EMA decay moved over the run,
+  from a fast magnet early (``magnet.ema``) to a slow one late, linearly in its horizon
   ``1 / (1 - decay)``.
-* :func:`average_keep` (``config.average_power``): the weights' average with weights ``t ** power``
+* :func:`average_keep` (``average.power``): the weights' average with weights ``t ** power``
   over steps ``1..t`` (CFR+ averages its strategies linearly, power 1) in place of a constant EMA decay.
 """
 
@@ -36,7 +37,7 @@ from llm_zoo.policies.constraints import allowed_per_position
 from llm_zoo.scoring import completion_logprobs
 
 TURN_BASELINES = ("none", "prompt", "prompt_std")
-"""The values of ``config.turn_baseline``."""
+"""The values of ``turn_baseline.mode``."""
 
 STD_EPS = 1e-4
 
@@ -74,7 +75,7 @@ def centre_by_prompt(advantages: Sequence[float], prompts: Sequence[Sequence[int
     A prompt seen once gets 0: it has nothing to be compared with.
     """
     if mode not in TURN_BASELINES:
-        raise ValueError(f"turn_baseline must be one of {TURN_BASELINES}; got {mode!r}")
+        raise ValueError(f"turn_baseline.mode must be one of {TURN_BASELINES}; got {mode!r}")
     if mode == "none":
         return [float(a) for a in advantages]
     if len(advantages) != len(prompts):

@@ -188,7 +188,7 @@ def estimate(config: Any, model_config: Any, *, learners: int = 1) -> Estimate:
     longest = int(config.max_prompt_tokens) + int(config.max_new_tokens)
     width = _width(config)
     # frozen copies of the whole model: the reference (none with LoRA), the weights' average, pool snapshots
-    copies = bool(config.beta and not config.lora_r) + bool(config.average_ema) + (
+    copies = bool(config.beta and not config.lora_r) + bool(config.average.ema) + (
         config.pool_size if config.pool_every else 0)
     resident = _resident(config, shape, learners, copies)
 

@@ -30,7 +30,7 @@ from llm_zoo.trainers.advantages import RAEState  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 TINY = {"steps": 2, "episodes_per_step": 8, "rollout_batch_size": 8, "model_hidden_size": 32, "eval_every": 0,
         "progress": False, "tensorboard": False, "threads": 1, "sample_every": 0, "policies": {},
-        "checkpoint_every": 1, "unmask_steps": 0}
+        "checkpoint_every": 1, "unmask.steps": 0}
 
 
 def _policy(seed: int, *, optimizer: bool = True, extras: bool = True) -> PolicyCheckpoint:

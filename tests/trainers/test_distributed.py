@@ -24,8 +24,8 @@ from llm_zoo.trainers.grpo import Sample, make_config, make_learner, update  # n
 
 ROOT = Path(__file__).resolve().parents[2]
 UPDATE = {"model_hidden_size": 32, "micro_batch_size": 3, "max_new_tokens": 4, "beta": 0.2, "lr": 1e-2,
-          "entropy_coef": 0.01, "validity_coef": 0.5, "threads": 1, "progress": False, "tensorboard": False,
-          "unmask_steps": 0}
+          "entropy_coef": 0.01, "validity.coef": 0.5, "threads": 1, "progress": False, "tensorboard": False,
+          "unmask.steps": 0}
 """One tiny Kuhn learner, a KL term, the validity term (over 5 distinct prompts, 2 and 3 a rank) and
 micro-batches of 3 that the ranks' shares (3 and 4 of 7) cut differently."""
 
@@ -107,7 +107,7 @@ def test_ranks_split_whole_groups_and_gather_in_rank_order(two_ranks):
 RUN = {"steps": 8, "episodes_per_step": 24, "group_size": 2, "rollout_batch_size": 12, "micro_batch_size": 16,
        "model_hidden_size": 32, "checkpoint_every": 2, "keep_checkpoints": 10, "eval_every": 4, "sample_every": 4,
        "beta": 0.1, "pool_every": 2, "threads": 1, "tensorboard": False, "progress": False, "lr": 1e-2,
-       "unmask_steps": 25}
+       "unmask.steps": 25}
 """A small 2-rank Kuhn run: groups of 2, a KL term, a self-play pool and evaluations, all state a resume restores."""
 
 

@@ -18,7 +18,7 @@ from llm_zoo.trainers.presets import preset  # noqa: E402
 SMALL = {"steps": 1, "model_hidden_size": 32, "threads": 1, "progress": False, "tensorboard": False,
          "eval_every": 0, "sample_every": 0, "max_new_tokens": 8}
 RUNS = {
-    "kuhn_poker_v0": {"episodes_per_step": 8, "rollout_batch_size": 8, "micro_batch_size": 8, "unmask_steps": 0},
+    "kuhn_poker_v0": {"episodes_per_step": 8, "rollout_batch_size": 8, "micro_batch_size": 8, "unmask.steps": 0},
     "agentic_judge_v0": {"episodes_per_step": 4, "rollout_batch_size": 4, "init": "", "env_kwargs": {"tasks": ["mean"]}},
     "proposer_solver_v0": {"episodes_per_step": 2, "group_size": 2, "rollout_batch_size": 2, "init": "",
                            "env_kwargs": {"max_retries": 0, "num_solvers": 2}},
@@ -60,10 +60,11 @@ def test_eval_of_a_short_run_reports_the_headline_on_held_out_seeds_with_an_inte
 
 
 def test_scored_weights_say_average_or_last_iterate():
-    assert scored_weights({"average_ema": 0.998}) == "average (average_ema=0.998)"
-    assert scored_weights({"average_ema": 0.0}) == scored_weights({}) == "last iterate"
-    assert scored_weights({"average_ema": 0.998, "average_power": 2, "unmask_steps": 200}) == \
-        "average (average_ema=0.998, average_power=2), then fitted without the decoding mask (unmask_steps=200)"
+    assert scored_weights({"average": {"ema": 0.998}}) == "average (average.ema=0.998)"
+    assert scored_weights({"average": {"ema": 0.0}}) == scored_weights({}) == "last iterate"
+    assert scored_weights({"average_ema": 0.998}) == "average (average.ema=0.998)"  # a run's config from before
+    assert scored_weights({"average": {"ema": 0.998, "power": 2}, "unmask": {"steps": 200}}) == \
+        "average (average.ema=0.998, average.power=2), then fitted without the decoding mask (unmask.steps=200)"
 
 
 def test_headline_summary_is_tolerant_of_evaluations_that_give_less():

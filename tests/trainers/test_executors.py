@@ -131,7 +131,7 @@ def test_a_dead_actor_fails_its_episodes_and_the_collection_goes_on(executor):
 
 def test_trainer_executor_ray_trains_as_local_does(cluster, tmp_path):
     tiny = {"steps": 2, "episodes_per_step": 12, "rollout_batch_size": 6, "model_hidden_size": 16, "eval_every": 0,
-            "unmask_steps": 0,
+            "unmask.steps": 0,
             "progress": False, "tensorboard": False, "threads": 1, "sample_every": 0, "checkpoint_every": 0}
     rows = {}
     for kind in ("local", "ray"):

@@ -27,7 +27,7 @@ from llm_zoo.trainers.grpo import (  # noqa: E402
 
 TINY = {"steps": 2, "episodes_per_step": 8, "rollout_batch_size": 8, "model_hidden_size": 32, "eval_every": 1,
         "progress": False, "tensorboard": False, "threads": 1, "lr": 1e-2, "sample_every": 1, "policies": {},
-        "unmask_steps": 0, "optimizer": "adamw"}
+        "unmask.steps": 0, "optimizer": "adamw"}
 """A tiny budget, one model ("main") in both Kuhn seats; the main job's own one model per seat is tested apart, and its
 fit without the mask in test_loss_terms.py (here only a resume, below, runs a short one). AdamW, not the main job's
 SGD: two SGD steps at 1e-2 move the norm weights by less than float32 resolves around 1, and the smoke test below
@@ -211,8 +211,8 @@ def _run_cli(run_dir: Path, steps: int, extra=()):
     # the magnet (an EMA reference with an exact KL), the weights' average (what evaluations score) and
     # constrained sampling are state a resume must restore
     sets = {**TINY, "steps": steps, "checkpoint_every": 1, "keep_checkpoints": 10, "eval_every": 2, "beta": 0.5,
-            "reference_ema": 0.9, "kl_estimator": "exact", "constrain_to_legal": True, "pool_every": 2,
-            "average_ema": 0.8, "unmask_steps": 25}  # the fit's prompts, met before the kill, come from the checkpoint
+            "magnet.ema": 0.9, "kl_estimator": "exact", "constrain_to_legal": True, "pool_every": 2,
+            "average.ema": 0.8, "unmask.steps": 25}  # the fit's prompts, met before the kill, come from the checkpoint
     args = [sys.executable, "-m", "llm_zoo.cli", "train", "kuhn_poker_v0", "--run-dir", str(run_dir)]
     for k, v in sets.items():
         args += ["--set", f"{k}={json.dumps(v) if not isinstance(v, str) else v}"]
@@ -307,7 +307,7 @@ def test_average_ema_exports_and_scores_the_average_of_the_weights(tmp_path):
     from llm_zoo.envs.kuhn_poker.evaluate import evaluate_policies
     from llm_zoo.trainers.evaluation import load_run_policies
 
-    config = make_config("kuhn_poker_v0", {**TINY, "steps": 3, "run_dir": str(tmp_path), "average_ema": 0.5})
+    config = make_config("kuhn_poker_v0", {**TINY, "steps": 3, "run_dir": str(tmp_path), "average.ema": 0.5})
     result = train(config)
     ckpt = tmp_path / "checkpoints" / "step_000003"
     exported = load_file(str(ckpt / "policies" / "main" / "model.safetensors"))
@@ -327,9 +327,10 @@ def test_average_ema_exports_and_scores_the_average_of_the_weights(tmp_path):
 
 
 def test_failures_score_as_the_worst_finished_return_of_their_key():
-    finished = [(0, "player_0", 1.0, "k/a", "g/a"), (1, "player_0", -2.0, "k/a", "g/a"), (2, "player_1", 2.0, "k/b", "g/b")]
-    failed = [(3, "player_0", 50.0, "k/a", "g/a"), (3, "player_1", 50.0, "k/b", "g/b"), (4, "x", 9.0, "k/c", "g/c")]
-    assert grpo.score_failures(finished, failed) == [(3, "player_0", -2.0, "k/a", "g/a"), (3, "player_1", 2.0, "k/b", "g/b")]
+    o = grpo.Outcome
+    finished = [o(0, "player_0", 1.0, "k/a", "g/a"), o(1, "player_0", -2.0, "k/a", "g/a"), o(2, "player_1", 2.0, "k/b", "g/b")]
+    failed = [o(3, "player_0", 50.0, "k/a", "g/a"), o(3, "player_1", 50.0, "k/b", "g/b"), o(4, "x", 9.0, "k/c", "g/c")]
+    assert grpo.score_failures(finished, failed) == [o(3, "player_0", -2.0, "k/a", "g/a"), o(3, "player_1", 2.0, "k/b", "g/b")]
     assert grpo.score_failures([], failed) == []  # a whole batch that failed says nothing about the policy
 
 
@@ -440,8 +441,8 @@ def test_lora_settings_that_cannot_work_are_refused_naming_the_field(tmp_path):
     with pytest.raises(ValueError, match="lora_r=8 needs a model directory"):
         make_config("kuhn_poker_v0", {"lora_r": 8})
     base = str(_tiny_llama(tmp_path / "base"))
-    with pytest.raises(ValueError, match="set reference_ema=1"):
-        make_config("kuhn_poker_v0", {"model": base, "lora_r": 8, "beta": 0.1, "reference_ema": 0.9})
+    with pytest.raises(ValueError, match="set magnet.ema=1"):
+        make_config("kuhn_poker_v0", {"model": base, "lora_r": 8, "beta": 0.1, "magnet.ema": 0.9})
     with pytest.raises(ValueError, match="config.dtype must be one of"):
         make_config("kuhn_poker_v0", {"model": base, "dtype": "float16"})
 
@@ -450,8 +451,8 @@ def _update_setup(tmp_path, **overrides):
     from llm_zoo.trainers.grpo import Sample, make_learner
 
     config = make_config("kuhn_poker_v0", {**TINY, "run_dir": str(tmp_path), "optimizer": "sgd", "lr": 0.5,
-                                           "beta": 0.0, "beta_final": 0.0, "magnet_average_from": 0.0,
-                                           "entropy_coef": 0.0, "turn_baseline": "none", **overrides})
+                                           "beta": 0.0, "magnet.beta_final": 0.0, "magnet.average_from": 0.0,
+                                           "entropy_coef": 0.0, "turn_baseline.mode": "none", **overrides})
     learner = make_learner("main", config, torch.device("cpu"), 0)
     g = torch.Generator().manual_seed(0)
     vocab = len(learner.policy.tokenizer)

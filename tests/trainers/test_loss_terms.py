@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -10,15 +11,15 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from llm_zoo.trainers import grpo, loss_terms  # noqa: E402
+from llm_zoo.trainers import grpo, loss_terms, plugins  # noqa: E402
 from llm_zoo.trainers.evaluation import scored_weights  # noqa: E402
 from llm_zoo.trainers.grpo import make_config  # noqa: E402
 
 TINY = {"steps": 2, "episodes_per_step": 8, "rollout_batch_size": 8, "model_hidden_size": 32, "eval_every": 1,
         "progress": False, "tensorboard": False, "threads": 1, "lr": 1e-2, "sample_every": 0, "checkpoint_every": 0,
-        "warmup_steps": 0, "unmask_steps": 0, "optimizer": "adamw", "beta": 1.0, "beta_final": 0.0}
+        "warmup_steps": 0, "unmask.steps": 0, "optimizer": "adamw", "beta": 1.0, "magnet.beta_final": 0.0}
 """The exported weights are compared with the learner's below: no fit without the mask after the last step (its own
-tests set ``unmask_steps``). AdamW and a constant magnet weight of 1, which these two-step tests of each term are
+tests set ``unmask.steps``). AdamW and a constant magnet weight of 1, which these two-step tests of each term are
 sized for (the main job's SGD and its rising weight have tests of their own at the end)."""
 
 
@@ -29,7 +30,7 @@ def test_centre_by_prompt_subtracts_each_prompt_s_mean_and_scales_by_its_std():
     assert loss_terms.centre_by_prompt(adv, prompts, "prompt") == [-1.0, 1.0, 0.0, -1.0, 1.0]  # [9] alone: 0
     scaled = loss_terms.centre_by_prompt(adv, prompts, "prompt_std")
     assert scaled[0] == pytest.approx(-1 / (1 + loss_terms.STD_EPS)) and scaled[2] == 0.0
-    with pytest.raises(ValueError, match="turn_baseline must be one of"):
+    with pytest.raises(ValueError, match="turn_baseline.mode must be one of"):
         loss_terms.centre_by_prompt(adv, prompts, "info_set")
 
 
@@ -76,9 +77,9 @@ def test_average_keep_gives_the_running_mean_weighted_by_step_to_the_power(power
 
 
 def test_validity_coef_raises_the_unconstrained_mass_of_the_legal_replies(tmp_path):
-    base = {**TINY, "steps": 6, "eval_every": 0, "policies": {}, "average_ema": 0.0}  # score the learner itself
+    base = {**TINY, "steps": 6, "eval_every": 0, "policies": {}, "average.ema": 0.0}  # score the learner itself
     without = grpo.train(make_config("kuhn_poker_v0", {**base, "run_dir": str(tmp_path / "off")}))
-    with_term = grpo.train(make_config("kuhn_poker_v0", {**base, "run_dir": str(tmp_path / "on"), "validity_coef": 1.0}))
+    with_term = grpo.train(make_config("kuhn_poker_v0", {**base, "run_dir": str(tmp_path / "on"), "validity.coef": 1.0}))
     # the masked figures are read as before; the unconstrained ones sit beside them
     assert {"exploitability", "unconstrained_exploitability", "valid_mass_min"} <= set(with_term)
     assert with_term["valid_mass_mean"] > 10 * without["valid_mass_mean"]
@@ -87,8 +88,8 @@ def test_validity_coef_raises_the_unconstrained_mass_of_the_legal_replies(tmp_pa
 def test_average_debias_makes_the_average_the_learner_after_one_step(tmp_path):
     from safetensors.torch import load_file
 
-    config = make_config("kuhn_poker_v0", {**TINY, "steps": 1, "run_dir": str(tmp_path), "average_ema": 0.99,
-                                           "average_debias": True, "average_power": 0.0, "policies": {}})
+    config = make_config("kuhn_poker_v0", {**TINY, "steps": 1, "run_dir": str(tmp_path), "average.ema": 0.99,
+                                           "average.debias": True, "average.power": 0.0, "policies": {}})
     grpo.train(config)
     ckpt = tmp_path / "checkpoints" / "step_000001"
     exported = load_file(str(ckpt / "policies" / "main" / "model.safetensors"))
@@ -136,8 +137,8 @@ def test_unmask_fit_puts_the_mass_on_the_legal_replies_without_moving_the_masked
 
 def test_unmask_steps_fits_the_delivered_policy_after_the_last_step(tmp_path):
     base = {**TINY, "steps": 3, "eval_every": 0}
-    off = grpo.train(make_config("kuhn_poker_v0", {**base, "run_dir": str(tmp_path / "off"), "unmask_steps": 0}))
-    on = grpo.train(make_config("kuhn_poker_v0", {**base, "run_dir": str(tmp_path / "on"), "unmask_steps": 120}))
+    off = grpo.train(make_config("kuhn_poker_v0", {**base, "run_dir": str(tmp_path / "off"), "unmask.steps": 0}))
+    on = grpo.train(make_config("kuhn_poker_v0", {**base, "run_dir": str(tmp_path / "on"), "unmask.steps": 120}))
     assert off["valid_mass_min"] < 0.01 and on["valid_mass_min"] > 0.95
     # the same RL steps (the fit comes after them), and the fit keeps the masked strategy
     assert on["exploitability"] == pytest.approx(off["exploitability"], abs=0.01)
@@ -150,26 +151,26 @@ def test_unmask_steps_fits_the_delivered_policy_after_the_last_step(tmp_path):
 
 
 def test_new_fields_are_checked():
-    for bad in ({"unmask_steps": -1}, {"unmask_prompts": 0}, {"unmask_lr": 0.0}, {"unmask_lr": float("nan")}):
-        with pytest.raises(ValueError, match="config.unmask_"):
+    for bad in ({"unmask.steps": -1}, {"unmask.prompts": 0}, {"unmask.lr": 0.0}, {"unmask.lr": float("nan")}):
+        with pytest.raises(ValueError, match="config.unmask."):
             make_config("kuhn_poker_v0", bad)
-    with pytest.raises(ValueError, match="config.turn_baseline"):
-        make_config("kuhn_poker_v0", {"turn_baseline": "card"})
-    with pytest.raises(ValueError, match="config.validity_coef"):
-        make_config("kuhn_poker_v0", {"validity_coef": -1})
-    with pytest.raises(ValueError, match="config.reference_ema_final"):
-        make_config("kuhn_poker_v0", {"reference_ema_final": 1.0})
-    with pytest.raises(ValueError, match="config.reference_ema_final"):
-        make_config("kuhn_poker_v0", {"reference_ema": 1.0, "reference_ema_final": 0.99})
-    with pytest.raises(ValueError, match="config.average_power"):
-        make_config("kuhn_poker_v0", {"average_power": -1.0})
+    with pytest.raises(ValueError, match="config.turn_baseline.mode"):
+        make_config("kuhn_poker_v0", {"turn_baseline.mode": "card"})
+    with pytest.raises(ValueError, match="config.validity.coef"):
+        make_config("kuhn_poker_v0", {"validity.coef": -1})
+    with pytest.raises(ValueError, match="config.magnet.ema_final"):
+        make_config("kuhn_poker_v0", {"magnet.ema_final": 1.0})
+    with pytest.raises(ValueError, match="config.magnet.ema_final"):
+        make_config("kuhn_poker_v0", {"magnet.ema": 1.0, "magnet.ema_final": 0.99})
+    with pytest.raises(ValueError, match="config.average.power"):
+        make_config("kuhn_poker_v0", {"average.power": -1.0})
 
 
 def test_average_power_makes_the_exported_average_the_step_weighted_mean_of_the_learner(tmp_path):
     from safetensors.torch import load_file
 
     config = make_config("kuhn_poker_v0", {**TINY, "steps": 2, "run_dir": str(tmp_path), "checkpoint_every": 1,
-                                           "average_ema": 0.99, "average_power": 1.0, "policies": {}})
+                                           "average.ema": 0.99, "average.power": 1.0, "policies": {}})
     grpo.train(config)
     learner = [torch.load(tmp_path / "checkpoints" / f"step_{s:06d}" / "main.trainer.pt", weights_only=False)["learner"]
                for s in (1, 2)]
@@ -181,12 +182,12 @@ def test_average_power_makes_the_exported_average_the_step_weighted_mean_of_the_
         moved += not torch.equal(learner[0][k], learner[1][k])
     assert moved  # the learner changed between the steps, so the weighting is seen
     assert scored_weights(json.loads((tmp_path / "config.json").read_text())) == \
-        "average (average_ema=0.99, average_power=1)"
+        "average (average.ema=0.99, average.power=1)"
 
 
 def test_the_magnet_follows_the_learner_at_the_scheduled_decay(tmp_path):
     config = make_config("kuhn_poker_v0", {**TINY, "steps": 1, "run_dir": str(tmp_path), "policies": {},
-                                           "beta": 1.0, "reference_ema": 0.5, "reference_ema_final": 0.9})
+                                           "beta": 1.0, "magnet.ema": 0.5, "magnet.ema_final": 0.9})
     learners = {}
     original = grpo.update
 
@@ -202,7 +203,7 @@ def test_the_magnet_follows_the_learner_at_the_scheduled_decay(tmp_path):
         grpo.train(config)
     finally:
         grpo.update = original
-    # one step of one: the decay at step 0 is reference_ema's 0.5, so the magnet lands halfway to the learner
+    # one step of one: the decay at step 0 is magnet.ema's 0.5, so the magnet lands halfway to the learner
     for k, ref in learners["ref"].items():
         assert torch.allclose(ref, 0.5 * learners["ref_before"][k] + 0.5 * learners["model"][k], atol=1e-6), k
 
@@ -211,9 +212,9 @@ def test_magnet_average_from_makes_the_magnet_the_average_from_its_step_on(tmp_p
     from safetensors.torch import load_file
 
     config = make_config("kuhn_poker_v0", {**TINY, "steps": 4, "run_dir": str(tmp_path), "checkpoint_every": 1,
-                                           "keep_checkpoints": 4, "policies": {}, "beta": 1.0, "reference_ema": 0.5, "average_ema": 0.9,
-                                           "average_power": 1.0, "magnet_average_from": 0.5})
-    assert grpo.magnet_average_start(config) == 2  # steps 0, 1: the magnet's own EMA; from step 2 (the third) on
+                                           "keep_checkpoints": 4, "policies": {}, "beta": 1.0, "magnet.ema": 0.5, "average.ema": 0.9,
+                                           "average.power": 1.0, "magnet.average_from": 0.5})
+    assert plugins.Magnet(config).average_start() == 2  # steps 0, 1: the magnet's own EMA; from step 2 (the third) on
     grpo.train(config)
 
     def read(step):
@@ -228,14 +229,14 @@ def test_magnet_average_from_makes_the_magnet_the_average_from_its_step_on(tmp_p
         reference, learner, average = read(step)
         assert all(torch.equal(reference[k], average[k]) for k in average), step
         assert any(not torch.equal(reference[k], learner[k]) for k in average)  # the learner leads it
-    for bad in ({"magnet_average_from": 1.0}, {"magnet_average_from": -0.1}, {"magnet_average_from": float("nan")}):
-        with pytest.raises(ValueError, match="config.magnet_average_from"):
+    for bad in ({"magnet.average_from": 1.0}, {"magnet.average_from": -0.1}, {"magnet.average_from": float("nan")}):
+        with pytest.raises(ValueError, match="config.magnet.average_from"):
             make_config("kuhn_poker_v0", bad)
 
 
 def test_body_lr_scale_moves_the_body_at_its_share_of_the_step(tmp_path):
     config = make_config("kuhn_poker_v0", {**TINY, "steps": 2, "run_dir": str(tmp_path), "checkpoint_every": 2,
-                                           "policies": {}, "body_lr_scale": 0.0, "average_ema": 0.0,
+                                           "policies": {}, "body_lr.scale": 0.0, "average.ema": 0.0,
                                            "model_zero_head": False})
     _, initial = grpo.build_tokenizer_and_model(config, seed=config.seed)  # the learner's own starting weights
     grpo.train(config)
@@ -245,14 +246,14 @@ def test_body_lr_scale_moves_the_body_at_its_share_of_the_step(tmp_path):
     start = initial.state_dict()
     moved = {k for k in trained if not torch.equal(trained[k], start[k])}
     assert moved == {"lm_head.weight"}  # a body at rate 0 stays where it started; the output layer learns
-    groups = grpo.param_groups(initial, 0.25)
+    groups = grpo.param_groups(initial, dataclasses.replace(config, body_lr=plugins.BodyLRConfig(0.25)))
     assert [g["lr_scale"] for g in groups] == [1.0, 0.25]
     assert [p for g in groups for p in g["params"]] != [] and len(groups[0]["params"]) == 1
     assert sum(len(g["params"]) for g in groups) == len(list(initial.parameters()))
-    assert len(grpo.param_groups(initial, 1.0)) == 1
+    assert len(grpo.param_groups(initial, dataclasses.replace(config, body_lr=plugins.BodyLRConfig(1.0)))) == 1
     for bad in (-0.1, 1.5, float("nan")):
-        with pytest.raises(ValueError, match="config.body_lr_scale"):
-            make_config("kuhn_poker_v0", {"body_lr_scale": bad})
+        with pytest.raises(ValueError, match="config.body_lr.scale"):
+            make_config("kuhn_poker_v0", {"body_lr.scale": bad})
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
@@ -261,7 +262,7 @@ def test_sgd_steps_by_the_clipped_gradient_where_adamw_steps_by_lr_on_every_weig
 
     lr = 1e-2
     config = make_config("kuhn_poker_v0", {**TINY, "steps": 1, "run_dir": str(tmp_path), "checkpoint_every": 1,
-                                           "policies": {}, "average_ema": 0.0, "model_zero_head": False,
+                                           "policies": {}, "average.ema": 0.0, "model_zero_head": False,
                                            "optimizer": optimizer, "lr": lr, "lr_schedule": "constant"})
     _, initial = grpo.build_tokenizer_and_model(config, seed=config.seed)
     grpo.train(config)
@@ -284,6 +285,6 @@ def test_kl_weight_holds_beta_until_its_start_then_moves_linearly_to_beta_final(
     assert loss_terms.kl_weight(10, 11, 0.2, 1.0, start=6) == pytest.approx(1.0)  # the last step
     assert loss_terms.kl_weight(10, 11, 0.2, 1.0) == pytest.approx(1.0)
     assert loss_terms.kl_weight(5, 11, 0.2, 1.0) == pytest.approx(0.6)  # from the start: half way at step 5
-    for bad in ({"beta_final": -1.0}, {"beta_final": float("nan")}, {"beta": 0.0, "beta_final": 1.0}):
-        with pytest.raises(ValueError, match="config.beta_final"):
+    for bad in ({"magnet.beta_final": -1.0}, {"magnet.beta_final": float("nan")}, {"beta": 0.0, "magnet.beta_final": 1.0}):
+        with pytest.raises(ValueError, match="config.magnet.beta_final"):
             make_config("kuhn_poker_v0", bad)

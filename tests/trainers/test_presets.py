@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 pytest.importorskip("torch")
 
+from llm_zoo.configdoc import nest  # noqa: E402
 from llm_zoo.trainers import presets  # noqa: E402
 from llm_zoo.trainers.grpo import TrainConfig, make_config  # noqa: E402
 
@@ -21,9 +20,8 @@ def test_every_env_has_a_preset_for_each_kind_of_model():
 @pytest.mark.parametrize("env", sorted(presets.PRESETS))
 def test_a_pretrained_model_starts_from_its_own_preset_with_nothing_of_the_tiny_one(env):
     config = make_config(env, {"model": PRETRAINED})
-    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     for name, (refused, _) in presets.TINY_ONLY.items():
-        assert not refused(getattr(config, name), defaults[name]), name
+        assert not refused(*presets.value_and_default(config, name)), name
     for name, value in presets.PRETRAINED_PRESETS[env].items():
         assert getattr(config, name) == value, name
     assert config.lr <= 1e-4  # small steps: the pretrained weights are the asset
@@ -32,15 +30,16 @@ def test_a_pretrained_model_starts_from_its_own_preset_with_nothing_of_the_tiny_
 
 @pytest.mark.parametrize("field, value", [
     ("model_hidden_size", 128), ("model_layers", 4), ("model_init_std", 0.125), ("model_zero_head", True),
-    ("model_copy_heads", True), ("max_new_tokens", 1), ("unmask_steps", 200), ("model_tokenizer", "bpe"),
+    ("copy_heads.enabled", True), ("max_new_tokens", 1), ("unmask.steps", 200), ("model_tokenizer", "bpe"),
 ])
 def test_a_tiny_model_setting_on_a_pretrained_model_is_refused_by_name(field, value):
     with pytest.raises(ValueError, match=rf"config\.{field}={value!r} is a setting for the tiny model.*"
                                          rf"config\.model='{PRETRAINED}'"):
         make_config("kuhn_poker_v0", {"model": PRETRAINED, field: value})
     with pytest.raises(ValueError, match=rf"config\.{field}="):  # built directly too, not only through make_config
-        TrainConfig(model="some/model", **{field: value})
-    assert getattr(make_config("kuhn_poker_v0", {field: value}), field) == value  # the tiny model takes it
+        TrainConfig(model="some/model", **nest(TrainConfig, {field: value}))
+    config = make_config("kuhn_poker_v0", {field: value})
+    assert presets.value_and_default(config, field)[0] == value  # the tiny model takes it
 
 
 def test_kuhns_tiny_preset_copied_onto_a_pretrained_model_is_refused():

@@ -301,7 +301,7 @@ def test_config_errors_name_the_field():
 
 
 TRAIN = {"steps": 1, "episodes_per_step": 8, "rollout_batch_size": 8, "eval_every": 0, "sample_every": 0,
-         "progress": False, "tensorboard": False, "threads": 1, "policies": {}, "unmask_steps": 0}
+         "progress": False, "tensorboard": False, "threads": 1, "policies": {}, "unmask.steps": 0}
 """lr 0 in the tests below leaves the weights as they started; so must the fit without the mask after the last step."""
 
 
@@ -314,7 +314,7 @@ def _weights(policy_dir: Path) -> dict[str, torch.Tensor]:
 def test_make_learner_loads_the_init_weights_into_policy_reference_and_average(kuhn_run):
     _, summary = kuhn_run
     config = grpo.make_config("kuhn_poker_v0", {**TRAIN, "init": summary["run_dir"], "beta": 0.1,
-                                                "average_ema": 0.9})
+                                                "average.ema": 0.9})
     paths = init_checkpoint(config.init, ["main"])
     assert paths["main"] == Path(summary["checkpoint"]) / "policies" / "main"
     learner = grpo.make_learner("main", config, torch.device("cpu"), 0, init=paths["main"])
