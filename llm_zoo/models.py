@@ -539,8 +539,9 @@ def add_lora(model: PreTrainedModel, base: str | os.PathLike[str], *, r: int, al
 # ---- the model a run builds: train and sft alike --------------------------------------------
 
 
-TOKENIZERS = ("words", "bpe", "bpe_words")
-"""The values of ``model_tokenizer``: how a tiny model's tokenizer is drawn from an env's corpus."""
+TOKENIZERS = ("auto", "words", "bpe", "bpe_words")
+"""The values of ``model_tokenizer``: how a tiny model's tokenizer is drawn from an env's corpus (``auto``:
+``bpe_words`` for an env that declares tools, so a call the model writes comes back byte for byte, else ``words``)."""
 
 
 def check_model_fields(config: Any, source: str = "config") -> None:
@@ -591,16 +592,35 @@ def build_tokenizer_and_model(config: Any, seed: int, spec: EnvSpec | None = Non
     return tokenizer, model
 
 
-def env_tokenizer(spec: EnvSpec, kind: str = "words") -> PreTrainedTokenizerFast:
+def env_tokenizer(spec: EnvSpec, kind: str = "auto") -> PreTrainedTokenizerFast:
     """Return the tokenizer a tiny model of ``spec``'s env gets: drawn from its corpus as ``kind`` (the config's
-    ``model_tokenizer``) says (word-level, BPE, or word-bounded BPE), or byte-level for an env without a corpus."""
+    ``model_tokenizer``) says (word-level, BPE, or word-bounded BPE; ``auto``: word-bounded BPE where the env declares
+    tools, else word-level), or byte-level for an env without a corpus."""
     if kind not in TOKENIZERS:
         raise ValueError(f"config.model_tokenizer must be one of {TOKENIZERS}; got {kind!r:.60}")
     if not spec.corpus:
         return build_byte_tokenizer()
+    if kind == "auto":
+        kind = "bpe_words" if declares_tools(spec) else "words"
     if kind == "words":
         return build_word_tokenizer(spec.corpus())
     return build_bpe_tokenizer(spec.corpus(), word_bounded=kind == "bpe_words")
+
+
+def declares_tools(spec: EnvSpec) -> bool:
+    """Whether ``spec``'s env is a :class:`~llm_zoo.envs.core.TextEnv` that overrides the ``tools`` hook.
+
+    Word-level decoding puts a space between tokens, so a tool call a tiny model writes with it never parses:
+    ``model_tokenizer=auto`` picks a lossless tokenizer for such an env.
+    """
+    from llm_zoo.envs.core import TextEnv
+
+    env = spec.env()
+    try:
+        raw = env.unwrapped
+        return isinstance(raw, TextEnv) and type(raw).tools is not TextEnv.tools
+    finally:
+        env.close()
 
 
 def model_dir(config: Any) -> Path | None:

@@ -373,3 +373,18 @@ def test_model_fields_that_cannot_build_a_model_are_refused_naming_the_field():
         check_model_fields(SimpleNamespace(**{**fine, "lora_dropout": 1.0}))
     with pytest.raises(ValueError, match=r"config\.model_tokenizer must be one of .*got 'chars'"):
         check_model_fields(SimpleNamespace(**{**fine, "model_tokenizer": "chars"}))
+
+
+def test_the_default_tokenizer_of_an_env_with_tools_writes_a_call_back_byte_for_byte():
+    from llm_zoo import env_spec, toolcalls
+    from llm_zoo.models import declares_tools, env_tokenizer
+
+    shop, poker = env_spec("user_sim_v0"), env_spec("kuhn_poker_v0")
+    assert declares_tools(shop) and not declares_tools(poker)
+    auto = env_tokenizer(shop)  # model_tokenizer's default, "auto"
+    assert auto.get_vocab() == env_tokenizer(shop, "bpe_words").get_vocab()
+    call = '<tool_call>{"name": "find_order", "arguments": {"email": "ana.lee@example.com"}}</tool_call>'
+    back = auto.decode(auto(call, add_special_tokens=False)["input_ids"])
+    assert back == call and [c.name for c in toolcalls.parse(back).calls] == ["find_order"]
+    words = env_tokenizer(shop, "words")  # what the default was: the spaces it decodes with break the call
+    assert words.decode(words(call, add_special_tokens=False)["input_ids"]) != call

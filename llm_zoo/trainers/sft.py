@@ -91,10 +91,11 @@ class SFTConfig:
     """Width of the tiny model."""
     model_layers: int = 2
     """Layers of the tiny model."""
-    model_tokenizer: str = "words"
+    model_tokenizer: str = "auto"
     """How the tiny model's tokenizer is drawn from the env's corpus: words (word-level; decoding joins words with
-    spaces, so no tool call comes back parsable), bpe (byte-level BPE, lossless) or bpe_words (BPE with merges kept
-    inside words: an id has the same tokens where it is read and where it is copied). Bytes for an env without a corpus."""
+    spaces, so no tool call comes back parsable), bpe (byte-level BPE, lossless), bpe_words (BPE with merges kept
+    inside words: an id has the same tokens where it is read and where it is copied), or auto (bpe_words for an env
+    that declares tools, else words). Bytes for an env without a corpus."""
     model_init_std: float = 0.02
     """Std of the tiny model's weight initialisation."""
     model_zero_head: bool = False

@@ -53,10 +53,10 @@ def test_the_tiny_models_tokenizer_is_a_model_setting_each_env_sets_in_its_prese
     from llm_zoo.trainers.sft import make_sft_config
 
     assert {env: make_config(env).model_tokenizer for env in presets.PRESETS} == {
-        "kuhn_poker_v0": "words", "leduc_poker_v0": "words", "agentic_judge_v0": "bpe", "proposer_solver_v0": "bpe",
+        "kuhn_poker_v0": "auto", "leduc_poker_v0": "auto", "agentic_judge_v0": "bpe", "proposer_solver_v0": "bpe",
         "user_sim_v0": "bpe_words"}
     assert make_sft_config("user_sim_v0").model_tokenizer == "bpe_words"  # the warm start builds the same model
-    with pytest.raises(ValueError, match=r"config\.model_tokenizer must be one of \('words', 'bpe', 'bpe_words'\); "
+    with pytest.raises(ValueError, match=r"config\.model_tokenizer must be one of \('auto', 'words', 'bpe', 'bpe_words'\); "
                                          r"got 'sentencepiece'"):
         make_config("kuhn_poker_v0", {"model_tokenizer": "sentencepiece"})
 
