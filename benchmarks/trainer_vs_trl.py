@@ -227,6 +227,15 @@ lr 5e-4 (LoRA takes about ten times full fine-tuning's rate), replies of up to 8
 tokenizer spells ``[check]`` in several). Not tuned: the row measures speed and the curve's start, not
 where a long run ends."""
 
+MAX_PROMPT_TOKENS = 128
+"""Our side's ``max_prompt_tokens`` on a pretrained model: the nine prompts are 93-99 tokens in SmolLM2's template
+(:func:`run_ours` refuses a model whose template makes one longer)."""
+
+MEMORY_LIMIT_GB = 8.0
+"""Our side's ``memory_limit_gb`` on a pretrained model: the preflight's estimate for one step's update in one pass
+(as TRL takes it: a micro-batch of the whole step) is over its default 3.5 GiB for SmolLM2-135M at 8 completions a
+step; the run's measured peak is what ``/usr/bin/time -v`` reports."""
+
 ENV_KWARGS = {"rules_in_prompt": False}
 """The prompts of the Kuhn main job (``presets.KUHN_POKER_V0``): the reply format, not the rules."""
 
@@ -386,7 +395,11 @@ def our_config(setting: Setting, seed: int, run_dir: Path):
     batch = setting.completions_per_step
     model = ({"model": "tiny", "model_hidden_size": setting.hidden_size, "model_layers": setting.layers,
               "model_init_std": setting.init_std, "model_zero_head": setting.zero_head} if not setting.pretrained
-             else {"model": setting.model, "dtype": "float32", "lora_r": setting.lora_r,
+             # a pretrained model: its prompts here are under 100 tokens, and the memory preflight sizes the update
+             # by max_prompt_tokens (default 4096), so it is set near what runs; a longer prompt would fail loudly
+             else {"model": setting.model, "dtype": "float32", "max_prompt_tokens": MAX_PROMPT_TOKENS,
+                   "memory_limit_gb": MEMORY_LIMIT_GB,
+                   "lora_r": setting.lora_r,
                    "lora_alpha": setting.lora_alpha, "lora_dropout": setting.lora_dropout,
                    "lora_target_modules": list(setting.lora_target_modules)})
     return make_config(ENV_ID, {
@@ -431,6 +444,11 @@ def run_ours(config) -> dict[str, Any]:
     final = sorted(Path(config.run_dir).glob("checkpoints/*/policies/main")) or sorted(
         Path(config.run_dir).glob("**/policies/main"))
     policy = TransformersPolicy.from_pretrained(final[-1], device="cpu")
+    prompt_ids = our_prompt_ids(policy)
+    if config.model != "tiny" and max(map(len, prompt_ids)) > config.max_prompt_tokens:
+        raise ValueError(f"{config.model}'s chat template makes a prompt of {max(map(len, prompt_ids))} tokens, over "
+                         f"the max_prompt_tokens={config.max_prompt_tokens} our side ran with (those episodes failed); "
+                         f"raise MAX_PROMPT_TOKENS in benchmarks/trainer_vs_trl.py")
     adapters = None
     if config.lora_r:  # the checkpoint holds what trained: with LoRA, adapters alone over the base it names
         from safetensors.torch import load_file
@@ -439,10 +457,12 @@ def run_ours(config) -> dict[str, Any]:
 
         saved = load_file(final[-1] / "adapter_model.safetensors") if is_adapter_dir(final[-1]) else {}
         adapters = adapter_figures(saved, base_unchanged=bool(saved))
-    return {"prompt_ids": our_prompt_ids(policy), "wall_s": wall, "step_s": [r["perf/step_s"] for r in rows],
+    return {"prompt_ids": prompt_ids, "wall_s": wall, "step_s": [r["perf/step_s"] for r in rows],
             "sample_s": [r["perf/rollout_s"] for r in rows],
             "rewards": [r["charts/reward/player"] for r in rows], "model": policy.model,
-            "tokenizer": policy.tokenizer, "served": list(SERVED), "adapters": adapters}
+            "tokenizer": policy.tokenizer, "served": list(SERVED), "adapters": adapters,
+            # completions whose group's rewards were all equal: no advantage, so no forward or backward pass for them
+            "skipped": sum(r.get("losses/skipped_samples/main", 0.0) for r in rows)}
 
 
 def adapter_figures(trained: Mapping[str, Any], base_unchanged: bool) -> dict[str, Any]:
@@ -712,7 +732,8 @@ def run_seed(setting: Setting, seed: int, out: Path, trl_first: bool) -> dict[st
                       "sampling_s": sum(side["sample_s"]), "rewards": side["rewards"], "final_reward": final["mean"],
                       "final_reward_se": final["se"], "final_valid": final["valid"], "load": side["load"],
                       "completions_per_s": per_step * len(side["step_s"]) / sum(side["step_s"]),
-                      "model": setting.label, "adapters": side["adapters"]}
+                      "model": setting.label, "adapters": side["adapters"],
+                      "skipped_fraction": side.get("skipped", 0.0) / (per_step * len(side["step_s"]))}
     return {"seed": seed, "rows": rows, "same_prompts": same_prompts, "same_prompt_ids": same_prompt_ids}
 
 
@@ -828,7 +849,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"{name:8s} {t['steps']:>5d} {t['s_per_step']:>8.4f} {t['completions_per_s']:>8.1f} {'':>7s} "
         f"{t['completions_per_s_end_to_end']:>11.1f} {t['reward_last_quarter']:>+16.4f} {t['final_reward']:>+9.4f}"
         for name, t in total.items()))
-    print("\nwhere a step goes (s): " + "; ".join(
+    skipped = statistics.fmean(run["rows"]["llm_zoo"]["skipped_fraction"] for run in runs)
+    print(f"\nllm_zoo skipped the update of {skipped:.0%} of the completions (their group's rewards all equal: no "
+          f"advantage, no gradient; TRL runs them)")
+    print("where a step goes (s): " + "; ".join(
         f"{name} {t['sampling_s_per_step']:.4f} {what}, {t['s_per_step'] - t['sampling_s_per_step']:.4f} the rest"
         for (name, t), what in zip(total.items(), ("rollout (sampling, envs, records)", "model.generate"))))
     speedup = total["llm_zoo"]["completions_per_s"] / total["trl"]["completions_per_s"]
@@ -899,7 +923,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "lora_alpha": setting.lora_alpha if setting.lora_r else None,
             "lora_dropout": setting.lora_dropout if setting.lora_r else None,
             "lora_target_modules": (list(setting.lora_target_modules) or "all-linear") if setting.lora_r else None,
-            "adapters_only": adapters_only}
+            "adapters_only": adapters_only, "llm_zoo_skipped_fraction": round(skipped, 4)}
     (out / "figures.json").write_text(json.dumps({**line, "runs": runs, "total": total}))
     line["seconds"] = round(time.perf_counter() - started, 2)
     return harness.emit(line)
