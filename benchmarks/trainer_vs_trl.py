@@ -83,10 +83,41 @@ What the comparison cannot remove:
 - randomness: each samples from its own random stream, so the completions differ; the rewards,
   prompts and initial weights do not.
 
+The pretrained row (``--model smollm2-135m`` or ``--model DIR``, a catalogue name or a model
+directory): the same task, prompts, group size, completions per step and loss, on a pretrained model
+that both sides load (float32, one thread), through that model's own chat template (``same_prompt_ids``
+still checks the token ids). With ``--lora-r N`` (default 8) both train LoRA adapters alone, of the
+same rank, alpha, dropout and target modules (``--lora-alpha``, ``--lora-dropout``,
+``--lora-target-modules``; default every linear layer of the decoder blocks): ours through
+``grpo.train``'s ``lora_r``/``lora_alpha``/... (``llm_zoo.models.add_lora``), TRL's through
+``GRPOTrainer(..., peft_config=peft.LoraConfig(...))`` on the base model. peft starts B at zero, so
+both start from the same policy; the A matrices are drawn from each side's own random stream.
+:func:`loss_gradient_check` runs on the LoRA model (the adapters' gradients), and :func:`adapter_figures`
+checks that each side trained its adapters alone: every trained weight a LoRA matrix, the base
+unchanged, the adapters moved (``adapters_only`` in the JSON line). Our side runs with
+``max_prompt_tokens`` :data:`MAX_PROMPT_TOKENS` and ``memory_limit_gb`` :data:`MEMORY_LIMIT_GB` (the
+preflight sizes the update by the prompt limit). It starts from the ``pretrained`` setting (``--quick``:
+``pretrained_quick``); the flags override it. The table's last column and the JSON line's ``model_label``
+name the model and the LoRA setting of the row.
+
+One difference belongs to the trainer, not to the setting: llm_zoo runs no forward or backward pass
+for completions whose group's rewards are all equal (no advantage, no gradient; the step's update is
+the same), and TRL runs them; the share it skipped is printed (``llm_zoo_skipped_fraction``). With a
+pretrained model that rarely names a move at first, that is most completions, so it is part of the speed.
+
+Measured with SmolLM2-135M-Instruct (this project's 2-core CPU, shared, load 3-15), ``--model smollm2-135m
+--lora-r 8 --seeds 2 --steps 16 --group-size 8 --prompts-per-step 2 --max-new-tokens 8``: 3.24 against 0.56
+completions/s, 5.8x (5.4x-6.4x by seed; llm_zoo skipped 48% of the completions' update; its step 2.5 s
+sampling and 2.4 s the rest, TRL's 7.2 s ``model.generate`` and 21.5 s the rest); the curve's difference
++0.29 ± 0.55, the final reward -0.41 against -0.28 (difference -0.13 ± 0.42): no worse by the test above,
+though two seeds of 16 steps cannot tell the two curves apart; peak RSS 7.5 GB; 19.5 min. Both start
+near -2 (2-8% of the model's first replies name a move, for either sampler) and end with 70-86% legal replies.
+
     python -m benchmarks.trainer_vs_trl             # the full setting, 3 seeds: 9-14 min on 2 busy cores
     python -m benchmarks.trainer_vs_trl --seeds 1   # one seed: 3-5 min
     python -m benchmarks.trainer_vs_trl --quick     # the smallest setting, one seed: seconds
     python -m benchmarks.trainer_vs_trl --out DIR   # where the plot and the figures go (default: a temp folder)
+    python -m benchmarks.trainer_vs_trl --model smollm2-135m --lora-r 8   # the pretrained row: 3-4 min
 
 Prints the settings, the move values, a table per seed and pooled (seconds per step, completions
 per second, the reward over the last quarter of completions, the final sampled reward), where each
@@ -101,6 +132,7 @@ the same rewards to the last digit.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -157,10 +189,47 @@ class Setting:
     init_std: float
     zero_head: bool
     eval_samples: int
+    model: str = "tiny"
+    """``tiny`` (the tiny model above, built from a config), or a pretrained model: a catalogue name
+    (``smollm2-135m``) or a model directory, which both sides load (the width fields are then unused)."""
+    lora_r: int = 0
+    """0: every weight trains; above 0: LoRA adapters of this rank on the pretrained model, on both sides."""
+    lora_alpha: float = 16.0
+    lora_dropout: float = 0.0
+    lora_target_modules: tuple[str, ...] = ()
+    """Empty: every linear layer of the decoder blocks (``llm_zoo.models.LORA_DEFAULT_TARGETS``), on both sides."""
 
     @property
     def completions_per_step(self) -> int:
         return self.prompts_per_step * self.group_size
+
+    @property
+    def pretrained(self) -> bool:
+        return self.model != "tiny"
+
+    @property
+    def targets(self) -> list[str] | str:
+        """What the adapters wrap, as peft's ``LoraConfig(target_modules=...)`` takes it on both sides."""
+        from llm_zoo.models import LORA_DEFAULT_TARGETS
+
+        return list(self.lora_target_modules) or LORA_DEFAULT_TARGETS
+
+    @property
+    def label(self) -> str:
+        """The model and the LoRA setting, as the table and the JSON line name them."""
+        if not self.pretrained:
+            return f"tiny llama {self.hidden_size}x{self.layers}"
+        name = self.model if self.model in _catalogue_names() else Path(self.model).name
+        if not self.lora_r:
+            return f"{name}, full fine-tuning"
+        return (f"{name}, LoRA r{self.lora_r} alpha {self.lora_alpha:g} dropout {self.lora_dropout:g} on "
+                f"{','.join(self.lora_target_modules) or 'all-linear'}")
+
+
+def _catalogue_names() -> list[str]:
+    from llm_zoo.catalogue import CATALOGUE
+
+    return sorted(CATALOGUE)
 
 
 SETTINGS = {
@@ -168,6 +237,10 @@ SETTINGS = {
                     layers=2, init_std=0.125, zero_head=False, eval_samples=256),
     "quick": Setting(steps=2, prompts_per_step=2, group_size=4, max_new_tokens=2, lr=1e-3, hidden_size=32,
                      layers=1, init_std=0.02, zero_head=False, eval_samples=4),
+    "pretrained": Setting(steps=10, prompts_per_step=2, group_size=4, max_new_tokens=8, lr=5e-4, hidden_size=0,
+                          layers=0, init_std=0.0, zero_head=False, eval_samples=8, lora_r=8),
+    "pretrained_quick": Setting(steps=2, prompts_per_step=2, group_size=2, max_new_tokens=4, lr=5e-4, hidden_size=0,
+                                layers=0, init_std=0.0, zero_head=False, eval_samples=2, lora_r=8),
 }
 """``full`` is the default; ``--quick`` runs ``quick``; flags override single fields.
 
@@ -177,7 +250,22 @@ with init std 0.02, or with the zero output layer, the model's first replies har
 prompt, and both trainers collapse onto ``[check]`` at every prompt (final reward -0.648: the three
 facing-a-bet prompts unreadable; TRL's run at 0.02 ended at -0.608, valid 0.66, the same collapse);
 at 0.125 every reply becomes legal (-0.27). lr 3e-4 (300 steps) and groups of 16 end at the same
-policy; lr 3e-3 collapses."""
+policy; lr 3e-3 collapses.
+
+``pretrained`` (and ``pretrained_quick`` with ``--quick``) is the base when ``--model`` names a pretrained
+model: a setting that runs in minutes a side on this CPU (a 135M model, one thread), LoRA of rank 8 at
+lr 5e-4 (LoRA takes about ten times full fine-tuning's rate), replies of up to 8 tokens (a pretrained
+tokenizer spells ``[check]`` in several). Not tuned: the row measures speed and the curve's start, not
+where a long run ends."""
+
+MAX_PROMPT_TOKENS = 128
+"""Our side's ``max_prompt_tokens`` on a pretrained model: the nine prompts are 93-99 tokens in SmolLM2's template
+(:func:`run_ours` refuses a model whose template makes one longer)."""
+
+MEMORY_LIMIT_GB = 8.0
+"""Our side's ``memory_limit_gb`` on a pretrained model: the preflight's estimate for one step's update in one pass
+(as TRL takes it: a micro-batch of the whole step) is over its default 3.5 GiB for SmolLM2-135M at 8 completions a
+step; the run's measured peak is what ``/usr/bin/time -v`` reports."""
 
 ENV_KWARGS = {"rules_in_prompt": False}
 """The prompts of the Kuhn main job (``presets.KUHN_POKER_V0``): the reply format, not the rules."""
@@ -336,11 +424,18 @@ def our_config(setting: Setting, seed: int, run_dir: Path):
     from llm_zoo.trainers.grpo import make_config
 
     batch = setting.completions_per_step
+    model = ({"model": "tiny", "model_hidden_size": setting.hidden_size, "model_layers": setting.layers,
+              "model_init_std": setting.init_std, "model_zero_head": setting.zero_head} if not setting.pretrained
+             # a pretrained model: its prompts here are under 100 tokens, and the memory preflight sizes the update
+             # by max_prompt_tokens (default 4096), so it is set near what runs; a longer prompt would fail loudly
+             else {"model": setting.model, "dtype": "float32", "max_prompt_tokens": MAX_PROMPT_TOKENS,
+                   "memory_limit_gb": MEMORY_LIMIT_GB,
+                   "lora_r": setting.lora_r,
+                   "lora_alpha": setting.lora_alpha, "lora_dropout": setting.lora_dropout,
+                   "lora_target_modules": list(setting.lora_target_modules)})
     return make_config(ENV_ID, {
         "seed": seed, "steps": setting.steps, "episodes_per_step": batch, "group_size": setting.group_size,
-        "algorithm": "grpo", "baseline_key": "role", "env_kwargs": dict(ENV_KWARGS),
-        "model": "tiny", "model_hidden_size": setting.hidden_size, "model_layers": setting.layers,
-        "model_init_std": setting.init_std, "model_zero_head": setting.zero_head,
+        "algorithm": "grpo", "baseline_key": "role", "env_kwargs": dict(ENV_KWARGS), **model,
         "temperature": 1.0, "top_p": 1.0, "max_new_tokens": setting.max_new_tokens, "constrain_to_legal": False,
         "optimizer": "adamw",  # TRL's (the Kuhn main job's own is SGD)
         "lr": setting.lr, "lr_schedule": "constant", "warmup_steps": 0, "epsilon_low": 0.2, "epsilon_high": 0.2,
@@ -380,10 +475,47 @@ def run_ours(config) -> dict[str, Any]:
     final = sorted(Path(config.run_dir).glob("checkpoints/*/policies/main")) or sorted(
         Path(config.run_dir).glob("**/policies/main"))
     policy = TransformersPolicy.from_pretrained(final[-1], device="cpu")
-    return {"prompt_ids": our_prompt_ids(policy), "wall_s": wall, "step_s": [r["perf/step_s"] for r in rows],
+    prompt_ids = our_prompt_ids(policy)
+    if config.model != "tiny" and max(map(len, prompt_ids)) > config.max_prompt_tokens:
+        raise ValueError(f"{config.model}'s chat template makes a prompt of {max(map(len, prompt_ids))} tokens, over "
+                         f"the max_prompt_tokens={config.max_prompt_tokens} our side ran with (those episodes failed); "
+                         f"raise MAX_PROMPT_TOKENS in benchmarks/trainer_vs_trl.py")
+    adapters = None
+    if config.lora_r:  # the checkpoint holds what trained: with LoRA, adapters alone over the base it names
+        from safetensors.torch import load_file
+
+        from llm_zoo.models import is_adapter_dir
+
+        saved = load_file(final[-1] / "adapter_model.safetensors") if is_adapter_dir(final[-1]) else {}
+        adapters = adapter_figures(saved, base_unchanged=bool(saved))
+    return {"prompt_ids": prompt_ids, "wall_s": wall, "step_s": [r["perf/step_s"] for r in rows],
             "sample_s": [r["perf/rollout_s"] for r in rows],
             "rewards": [r["charts/reward/player"] for r in rows], "model": policy.model,
-            "tokenizer": policy.tokenizer, "served": list(SERVED)}
+            "tokenizer": policy.tokenizer, "served": list(SERVED), "adapters": adapters,
+            # completions whose group's rewards were all equal: no advantage, so no forward or backward pass for them
+            "skipped": sum(r.get("losses/skipped_samples/main", 0.0) for r in rows)}
+
+
+def adapter_figures(trained: Mapping[str, Any], base_unchanged: bool) -> dict[str, Any]:
+    """Return whether a LoRA run trained its adapters only, from the weights it trained by name.
+
+    ``adapters_only``: every trained weight is a LoRA matrix, there is at least one, the base
+    weights did not move (``base_unchanged``), and the adapters did: their B matrices, which
+    peft starts at zero, are not all zero any more (``lora_b_norm``).
+    """
+    names = list(trained)
+    b_norm = math.sqrt(sum(float(t.detach().double().pow(2).sum()) for n, t in trained.items() if "lora_B" in n))
+    only = bool(names) and all("lora_" in n for n in names)
+    return {"adapters_only": only and base_unchanged and b_norm > 0, "trained_weights": len(names),
+            "all_lora": only, "base_unchanged": base_unchanged, "lora_b_norm": b_norm}
+
+
+def lora_config(setting: Setting):
+    """Return TRL's ``peft.LoraConfig``: the same rank, scale, dropout and targets llm_zoo's ``add_lora`` uses."""
+    from peft import LoraConfig
+
+    return LoraConfig(r=setting.lora_r, lora_alpha=setting.lora_alpha, lora_dropout=setting.lora_dropout,
+                      target_modules=setting.targets, task_type="CAUSAL_LM")
 
 
 def run_trl(config, setting: Setting, seeds: Sequence[Sequence[int]], out: Path) -> dict[str, Any]:
@@ -402,7 +534,11 @@ def run_trl(config, setting: Setting, seeds: Sequence[Sequence[int]], out: Path)
                      "decision": probe.unwrapped.decision})
     SERVED.clear()  # the probe's resets are not our trainer's
     dataset = Dataset.from_list(rows)
-    tokenizer, model = build_tokenizer_and_model(config, seed=config.seed)  # our learner "main" is built with seed + 0
+    # our learner "main" is built with seed + 0; with LoRA TRL gets the base model and wraps it itself (peft_config)
+    tokenizer, model = build_tokenizer_and_model(dataclasses.replace(config, lora_r=0), seed=config.seed)
+    peft_config = lora_config(setting) if setting.lora_r else None
+    base_weights = list(model.parameters())
+    base_sums = [float(p.detach().double().sum()) for p in base_weights] if peft_config else []
     generate_s: list[float] = []
     fed: set[tuple[int, ...]] = set()
     generate = model.generate
@@ -451,13 +587,18 @@ def run_trl(config, setting: Setting, seeds: Sequence[Sequence[int]], out: Path)
         remove_unused_columns=False)
     started = time.perf_counter()
     trainer = GRPOTrainer(model=model, reward_funcs=kuhn_value, args=args, train_dataset=dataset,
-                          processing_class=tokenizer, callbacks=[Clock()])
+                          processing_class=tokenizer, callbacks=[Clock()], peft_config=peft_config)
     trainer.remove_callback(PrinterCallback)  # its dict of metrics every logging_steps would break up the table
     trainer.train()
     wall = time.perf_counter() - started
     del model.generate  # back to the class's method
+    adapters = None
+    if peft_config:  # what had gradients, and whether the base weights (the same tensors, wrapped) moved
+        trained = {n: p for n, p in trainer.model.named_parameters() if p.requires_grad}
+        same = [float(p.detach().double().sum()) for p in base_weights] == base_sums
+        adapters = adapter_figures(trained, base_unchanged=same)
     return {"wall_s": wall, "step_s": step_s, "sample_s": generate_s, "rewards": step_rewards, "model": trainer.model,
-            "tokenizer": tokenizer, "seen": seen, "prompt_ids": sorted(fed) or None}
+            "tokenizer": tokenizer, "seen": seen, "prompt_ids": sorted(fed) or None, "adapters": adapters}
 
 
 def our_prompt_ids(policy) -> list[list[int]]:
@@ -473,6 +614,12 @@ def loss_gradient_check(setting: Setting, seed: int, out: Path) -> float | None:
     its gradient read back from before its clip at norm 1), TRL's side its ``GRPOTrainer.compute_loss``
     (the public method ``Trainer.training_step`` calls) on the same tokens and advantages. Equal to float rounding means the same loss: the
     same log-probs, ratio, clipping and token-level normalisation.
+
+    With LoRA both see one model with adapters (``llm_zoo.models.add_lora``, as our trainer builds it),
+    and the gradients compared are the adapters' (the only weights with any); its dropout is set to 0
+    for the check, so that one batch has one loss. A pretrained model's batch is the first
+    ``prompts_per_step`` decisions, a group each (all nine for the tiny model). Where every group's rewards
+    are equal (no advantage, no gradient), the advantages come from a stand-in reward: each reply's place in its group.
     """
     import torch
     from datasets import Dataset
@@ -483,16 +630,23 @@ def loss_gradient_check(setting: Setting, seed: int, out: Path) -> float | None:
     from llm_zoo.trainers import advantages
     from llm_zoo.trainers.grpo import Learner, Sample, build_tokenizer_and_model, update
 
+    if setting.lora_r:
+        setting = dataclasses.replace(setting, lora_dropout=0.0)
     config = our_config(setting, seed, out / "gradient-check")
     tokenizer, model = build_tokenizer_and_model(config, seed=seed)
     policy = TransformersPolicy(model, tokenizer, max_new_tokens=setting.max_new_tokens, seed=seed, device="cpu")
-    decisions = [d for d in range(len(DECISIONS)) for _ in range(setting.group_size)]
+    prompts = min(len(DECISIONS), setting.prompts_per_step) if setting.pretrained else len(DECISIONS)
+    decisions = [d for d in range(prompts) for _ in range(setting.group_size)]
     replies = policy.act([{"messages": decision_messages(d, ENV_KWARGS)} for d in decisions])
     advantage = advantages.grpo([reward_of(r.text, d) for r, d in zip(replies, decisions)], decisions)
+    if not any(advantage):  # every group's rewards equal (a model that reads no move yet): no gradient to compare,
+        # so advantages from a stand-in reward, the reply's place in its group (the loss is checked, not the task)
+        advantage = advantages.grpo([float(i % setting.group_size) for i in range(len(decisions))], decisions)
     batch = [Sample(r.prompt_ids, r.completion_ids, r.logprobs, a) for r, a in zip(replies, advantage)]
-    learner = Learner("main", policy, torch.optim.SGD(model.parameters(), lr=0.0))
+    learner = Learner("main", policy, torch.optim.SGD(model.parameters(), lr=0.0), adapters=bool(config.lora_r))
     norm = update(learner, batch, config)["grad_norm"]
-    ours = torch.cat([p.grad.flatten() for p in model.parameters()]) * max(1.0, norm)  # undo the clip
+    trained = [p for p in model.parameters() if p.requires_grad]  # every weight, or with LoRA the adapters
+    ours = torch.cat([p.grad.flatten() for p in trained]) * max(1.0, norm)  # undo the clip
     args = GRPOConfig(output_dir=str(out / "gradient-check" / "trl"), per_device_train_batch_size=len(batch),
                       num_generations=setting.group_size, max_completion_length=setting.max_new_tokens,
                       beta=0.0, epsilon=0.2, epsilon_high=0.2, loss_type="dapo", use_cpu=True, bf16=False,
@@ -516,7 +670,7 @@ def loss_gradient_check(setting: Setting, seed: int, out: Path) -> float | None:
         return None
     finally:
         model.eval()
-    theirs = torch.cat([p.grad.flatten() for p in model.parameters()])
+    theirs = torch.cat([p.grad.flatten() for p in trained])
     return float((ours - theirs).norm() / theirs.norm())
 
 
@@ -574,7 +728,7 @@ def plot(runs: Sequence[Mapping[str, Any]], per_step: int, best: float, path: Pa
     ax.axhline(INVALID_REWARD, color="grey", linestyle=":", linewidth=0.8, label="unreadable reply")
     ax.set_xlabel("completions")
     ax.set_ylabel("mean reward of the step")
-    ax.set_title("Kuhn's first decisions vs a fixed opponent")
+    ax.set_title(f"Kuhn's first decisions vs a fixed opponent ({runs[0]['rows']['llm_zoo']['model']})", fontsize=9)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -608,7 +762,9 @@ def run_seed(setting: Setting, seed: int, out: Path, trl_first: bool) -> dict[st
         rows[name] = {"steps": len(side["step_s"]), "step_s": sum(side["step_s"]), "wall_s": side["wall_s"],
                       "sampling_s": sum(side["sample_s"]), "rewards": side["rewards"], "final_reward": final["mean"],
                       "final_reward_se": final["se"], "final_valid": final["valid"], "load": side["load"],
-                      "completions_per_s": per_step * len(side["step_s"]) / sum(side["step_s"])}
+                      "completions_per_s": per_step * len(side["step_s"]) / sum(side["step_s"]),
+                      "model": setting.label, "adapters": side["adapters"],
+                      "skipped_fraction": side.get("skipped", 0.0) / (per_step * len(side["step_s"]))}
     return {"seed": seed, "rows": rows, "same_prompts": same_prompts, "same_prompt_ids": same_prompt_ids}
 
 
@@ -624,17 +780,57 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--group-size", type=int, default=None, help="completions per prompt (GRPO's group), >= 2")
     parser.add_argument("--prompts-per-step", type=harness.count, default=None, help="groups per step")
     parser.add_argument("--lr", type=harness.positive, default=None, help="learning rate of both")
+    parser.add_argument("--max-new-tokens", type=harness.count, default=None, help="longest reply, in tokens")
+    parser.add_argument("--eval-samples", type=harness.count, default=None,
+                        help="sampled replies per prompt when scoring each final model")
+    parser.add_argument("--model", default="tiny", metavar="NAME|DIR",
+                        help="tiny (default: a tiny llama built from a config, the same weights on both sides), or "
+                        "a pretrained model both sides load: a catalogue name (smollm2-135m) or a model directory; "
+                        "it starts from the 'pretrained' setting")
+    parser.add_argument("--lora-r", type=int, default=None, metavar="N",
+                        help="LoRA rank on the pretrained model, both sides (0: full fine-tuning; default 8)")
+    parser.add_argument("--lora-alpha", type=harness.positive, default=None, help="LoRA's alpha, both sides (16)")
+    parser.add_argument("--lora-dropout", type=float, default=None, help="LoRA's dropout, both sides (0)")
+    parser.add_argument("--lora-target-modules", default=None, metavar="A,B",
+                        help="the modules LoRA wraps, both sides (default: every linear layer of the blocks)")
     harness.add_seeds(parser, default=None, help="seeds (model init, prompts, samplers), each run by both trainers, "
                       "the first to run alternating; default 3, 1 with --quick")
     harness.add_out(parser, "folder for the runs, the plot and figures.json (default: a temp folder)")
     args = parser.parse_args(argv)
-    base = SETTINGS["quick" if args.quick else "full"]
+    pretrained = args.model != "tiny"
+    if pretrained:
+        base = SETTINGS["pretrained_quick" if args.quick else "pretrained"]
+    else:
+        base = SETTINGS["quick" if args.quick else "full"]
+    targets = None if args.lora_target_modules is None else tuple(
+        t.strip() for t in args.lora_target_modules.split(",") if t.strip())
     overrides = {k: v for k, v in (("steps", args.steps), ("group_size", args.group_size),
-                                   ("prompts_per_step", args.prompts_per_step), ("lr", args.lr)) if v is not None}
+                                   ("prompts_per_step", args.prompts_per_step), ("lr", args.lr),
+                                   ("max_new_tokens", args.max_new_tokens), ("eval_samples", args.eval_samples),
+                                   ("lora_r", args.lora_r), ("lora_alpha", args.lora_alpha),
+                                   ("lora_dropout", args.lora_dropout), ("lora_target_modules", targets))
+                 if v is not None}
     if args.group_size is not None and args.group_size < 2:
         parser.error(f"--group-size must be >= 2 (GRPO's advantages compare completions of one prompt); "
                      f"got {args.group_size}")
-    setting = Setting(**{**base.__dict__, **overrides})
+    lora_flags = [f for f, v in (("--lora-r", args.lora_r), ("--lora-alpha", args.lora_alpha),
+                                 ("--lora-dropout", args.lora_dropout), ("--lora-target-modules", targets))
+                  if v is not None]
+    if not pretrained and lora_flags:
+        parser.error(f"{', '.join(lora_flags)} adapt a pretrained model, but --model is tiny (built from a config, "
+                     f"trained whole); name one with --model smollm2-135m or --model DIR, or drop the LoRA flags")
+    if args.lora_r is not None and args.lora_r < 0:
+        parser.error(f"--lora-r must be >= 0 (0: full fine-tuning); got {args.lora_r}")
+    if args.lora_dropout is not None and not 0.0 <= args.lora_dropout < 1.0:
+        parser.error(f"--lora-dropout must be in [0, 1); got {args.lora_dropout}")
+    if pretrained:
+        from llm_zoo.catalogue import model_source
+
+        try:  # a catalogue name is converted here, once, not inside the timed runs
+            model_source(args.model, field="--model")
+        except (FileNotFoundError, ValueError) as exc:
+            parser.error(str(exc))
+    setting = Setting(**{**base.__dict__, **overrides, "model": args.model})
     n_seeds = args.seeds if args.seeds is not None else (1 if args.quick else 3)
 
     import torch
@@ -649,8 +845,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     print(f"Kuhn first decisions vs a fixed opponent: {setting.steps} steps x {setting.prompts_per_step} prompts x "
           f"{setting.group_size} completions ({per_step} per step), max_new_tokens {setting.max_new_tokens}, "
-          f"lr {setting.lr:g}, tiny llama {setting.hidden_size}x{setting.layers} (init std {setting.init_std:g}), "
-          f"{n_seeds} seed(s), 1 torch thread, load average {load:.2f}")
+          f"lr {setting.lr:g}, {setting.label}"
+          f"{'' if setting.pretrained else f' (init std {setting.init_std:g})'}, {n_seeds} seed(s), 1 torch thread, load average {load:.2f}")
     print("\nmove values against the opponent (exact):")
     for d, (seat, card, history) in enumerate(DECISIONS):
         shown = ",".join(m.value for m in history) or "-"
@@ -663,13 +859,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     gradient_diff = loss_gradient_check(setting, 0, out)
 
     print(f"\n{'seed':>4s} {'trainer':8s} {'steps':>5s} {'s/step':>8s} {'compl/s':>8s} {'wall s':>7s} "
-          f"{'compl/s e2e':>11s} {'reward, last 1/4':>16s} {'final reward':>16s} {'valid':>6s} {'load':>5s}")
+          f"{'compl/s e2e':>11s} {'reward, last 1/4':>16s} {'final reward':>16s} {'valid':>6s} {'load':>5s}  model")
     for run in runs:
         for name, r in run["rows"].items():
             print(f"{run['seed']:>4d} {name:8s} {r['steps']:>5d} {r['step_s'] / r['steps']:>8.4f} "
                   f"{r['completions_per_s']:>8.1f} {r['wall_s']:>7.1f} {per_step * r['steps'] / r['wall_s']:>11.1f} "
                   f"{_last_quarter(r['rewards']):>+16.4f} {r['final_reward']:>+9.4f} ± {r['final_reward_se']:.4f} "
-                  f"{r['final_valid']:>6.3f} {r['load']:>5.2f}")
+                  f"{r['final_valid']:>6.3f} {r['load']:>5.2f}  {r['model']}")
     total = {}
     for name in ("llm_zoo", "trl"):
         rs = [run["rows"][name] for run in runs]
@@ -684,7 +880,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"{name:8s} {t['steps']:>5d} {t['s_per_step']:>8.4f} {t['completions_per_s']:>8.1f} {'':>7s} "
         f"{t['completions_per_s_end_to_end']:>11.1f} {t['reward_last_quarter']:>+16.4f} {t['final_reward']:>+9.4f}"
         for name, t in total.items()))
-    print("\nwhere a step goes (s): " + "; ".join(
+    skipped = statistics.fmean(run["rows"]["llm_zoo"]["skipped_fraction"] for run in runs)
+    print(f"\nllm_zoo skipped the update of {skipped:.0%} of the completions (their group's rewards all equal: no "
+          f"advantage, no gradient; TRL runs them)")
+    print("where a step goes (s): " + "; ".join(
         f"{name} {t['sampling_s_per_step']:.4f} {what}, {t['s_per_step'] - t['sampling_s_per_step']:.4f} the rest"
         for (name, t), what in zip(total.items(), ("rollout (sampling, envs, records)", "model.generate"))))
     speedup = total["llm_zoo"]["completions_per_s"] / total["trl"]["completions_per_s"]
@@ -715,6 +914,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         run["same_prompt_ids"] for run in runs)
     print(f"same prompts on both sides: {same_prompts}; same prompt token ids: {same_prompt_ids}; one batch's loss "
           f"gradient, relative difference: {gradient_diff if gradient_diff is None else f'{gradient_diff:.1e}'}")
+    adapters_only = None
+    if setting.lora_r:  # both sides trained the adapters alone, on every seed
+        adapters_only = {name: all(run["rows"][name]["adapters"]["adapters_only"] for run in runs)
+                         for name in ("llm_zoo", "trl")}
+        print("trained adapters only (every trained weight a LoRA matrix, the base unchanged, the adapters moved): "
+              + "; ".join(f"{name} {ok}" for name, ok in adapters_only.items()))
 
     mean_curve = {name: [statistics.fmean(x) for x in zip(*(run["rows"][name]["rewards"] for run in runs))]
                   for name in ("llm_zoo", "trl")}
@@ -744,7 +949,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "loss_gradient_rel_diff": gradient_diff, "best_reward": round(best, 4), "seeds": n_seeds,
             "completions_per_step": per_step,
             "steps": setting.steps, "group_size": setting.group_size, "max_new_tokens": setting.max_new_tokens,
-            "trl_loss_type": "dapo", "threads": 1, "load_average": round(load, 2)}
+            "trl_loss_type": "dapo", "threads": 1, "load_average": round(load, 2),
+            "model": setting.model, "model_label": setting.label, "lora_r": setting.lora_r,
+            "lora_alpha": setting.lora_alpha if setting.lora_r else None,
+            "lora_dropout": setting.lora_dropout if setting.lora_r else None,
+            "lora_target_modules": (list(setting.lora_target_modules) or "all-linear") if setting.lora_r else None,
+            "adapters_only": adapters_only, "llm_zoo_skipped_fraction": round(skipped, 4)}
     (out / "figures.json").write_text(json.dumps({**line, "runs": runs, "total": total}))
     line["seconds"] = round(time.perf_counter() - started, 2)
     return harness.emit(line)

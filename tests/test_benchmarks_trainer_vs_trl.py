@@ -93,3 +93,45 @@ def test_bad_setting_is_refused():
         trainer_vs_trl.main(["--group-size", "1"])
     with pytest.raises(SystemExit):
         trainer_vs_trl.main(["--seeds", "0"])
+
+
+def test_pretrained_row_trains_lora_adapters_only_on_both_sides(capsys, tmp_path, tiny_model_dir):
+    from llm_zoo.catalogue import is_pretrained
+    from llm_zoo.envs.kuhn_poker import text
+
+    # a saved model without the trainer's tiny-model mark: both sides load it as a pretrained model
+    model = tiny_model_dir("pretrained", shape="smallest", tokenizer="words", corpus=text.corpus())
+    assert is_pretrained(model)
+    figures = trainer_vs_trl.main(["--quick", "--model", str(model), "--lora-r", "4", "--lora-alpha", "8",
+                                   "--max-new-tokens", "2", "--group-size", "4", "--prompts-per-step", "4",
+                                   "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert json.loads(out.strip().splitlines()[-1]) == figures
+    # the JSON line and every table row name the model and its LoRA setting
+    label = "pretrained, LoRA r4 alpha 8 dropout 0 on all-linear"
+    assert (figures["model"], figures["model_label"], figures["lora_r"], figures["lora_alpha"]) == (
+        str(model), label, 4, 8.0)
+    assert figures["lora_target_modules"] == "all-linear" and figures["lora_dropout"] == 0.0
+    assert sum(line.startswith("   0 ") and line.endswith(label) for line in out.splitlines()) == 2
+    assert figures["same_prompts"] is True and figures["same_prompt_ids"] is True
+    assert figures["llm_zoo_steps"] == figures["trl_steps"] == 2 and figures["completions_per_step"] == 16
+    # the same loss on the LoRA model: the adapters' gradients agree
+    assert figures["loss_gradient_rel_diff"] is not None and figures["loss_gradient_rel_diff"] < 1e-4
+    saved = json.loads((tmp_path / "figures.json").read_text())
+    for side in ("llm_zoo", "trl"):
+        row = saved["runs"][0]["rows"][side]
+        adapters = row["adapters"]
+        # what trained is LoRA matrices alone (one A and one B per adapted linear layer), the base did not move,
+        # and the adapters did (peft starts B at zero)
+        assert adapters["all_lora"] and adapters["base_unchanged"], (side, adapters)
+        assert adapters["trained_weights"] == 14 and adapters["lora_b_norm"] > 0, (side, adapters)
+    assert figures["adapters_only"] == {"llm_zoo": True, "trl": True}
+
+
+def test_lora_flags_need_a_pretrained_model_that_exists(tmp_path):
+    with pytest.raises(SystemExit):
+        trainer_vs_trl.main(["--quick", "--lora-r", "4"])  # the tiny model trains whole
+    with pytest.raises(SystemExit):
+        trainer_vs_trl.main(["--quick", "--model", str(tmp_path / "missing")])
+    with pytest.raises(SystemExit):
+        trainer_vs_trl.main(["--quick", "--model", str(tmp_path), "--lora-r", "-1"])
