@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from benchmarks.hacks.pipeline import Payload, pickled_payload, rewrite_zip
 from llm_zoo import cli
 from llm_zoo.episode import Episode, EpisodeFormatError, Turn, read_jsonl, write_jsonl
 from llm_zoo.trainers import checkpoint
@@ -67,25 +68,15 @@ def assert_one_line_refusal(code: int, err: str, *needles: str) -> None:
 # ---- checkpoints ----------------------------------------------------------------------------------------
 
 
-class _Payload:
-    """Pickles as a call to os.mkdir(marker): what a crafted checkpoint would run on load."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self):
-        return os.mkdir, (str(self.marker),)
-
-
 def test_a_pickled_payload_in_trainer_state_is_refused_and_never_runs(run, tmp_path, capsys):
     ckpt = _latest(run)
     proof = tmp_path / "ran_with_weights_only_false"
-    torch.save({"optimizer": _Payload(proof)}, tmp_path / "proof.pt")
+    torch.save({"optimizer": Payload(proof)}, tmp_path / "proof.pt")
     torch.load(tmp_path / "proof.pt", weights_only=False)  # the file kind is dangerous as loaded before
     assert proof.is_dir()
     marker = tmp_path / "payload_ran"
     state = torch.load(ckpt / "main.trainer.pt", weights_only=True)
-    torch.save({**state, "met": _Payload(marker)}, ckpt / "main.trainer.pt")
+    torch.save({**state, "met": Payload(marker)}, ckpt / "main.trainer.pt")
     _reseal(ckpt)  # the attacker keeps the manifest consistent: the refusal must come from the loader
     code, err = _resume(capsys, run)
     assert_one_line_refusal(code, err, "main.trainer.pt", "refused", "plain data")
@@ -289,10 +280,6 @@ def test_crossplay_env_args_refuse_non_finite_numbers_naming_the_flag(capsys):
 
 
 def test_a_saved_ppo_model_with_a_pickled_payload_is_refused_and_the_real_one_loads(tmp_path):
-    import base64
-    import pickle
-    import zipfile
-
     from llm_zoo.crossplay import _load_saved_ppo
     from llm_zoo.trainers.baselines import ppo
 
@@ -300,15 +287,7 @@ def test_a_saved_ppo_model_with_a_pickled_payload_is_refused_and_the_real_one_lo
     ppo.train_maskable_ppo(256, seed=0).model.save(saved)
     assert type(_load_saved_ppo(ppo, str(saved))).__name__ == "MaskablePPO"
     marker = tmp_path / "payload_ran"
-    crafted = tmp_path / "crafted.zip"
-    with zipfile.ZipFile(saved) as source, zipfile.ZipFile(crafted, "w") as out:
-        for name in source.namelist():
-            data = source.read(name)
-            if name == "data":
-                params = json.loads(data)
-                params["lr_schedule"][":serialized:"] = base64.b64encode(pickle.dumps(_Payload(marker))).decode()
-                data = json.dumps(params).encode()
-            out.writestr(name, data)
+    crafted = rewrite_zip(saved, tmp_path / "crafted.zip", pickled_payload(marker, "lr_schedule"))
     with pytest.raises(ValueError, match=r"crafted\.zip.*data\['lr_schedule'\]: it pickles posix\.mkdir"):
         _load_saved_ppo(ppo, str(crafted))
     assert not marker.exists()
@@ -318,42 +297,21 @@ def test_a_saved_ppo_model_with_a_pickled_payload_is_refused_and_the_real_one_lo
 
 
 def test_ppo_load_called_directly_refuses_a_crafted_or_damaged_file_naming_it(tmp_path):
-    import base64
-    import pickle
-    import zipfile
-
     from llm_zoo.trainers.baselines import ppo
 
     saved = tmp_path / "ppo.zip"
     ppo.train_maskable_ppo(256, seed=0).model.save(saved)
     assert type(ppo.load(saved)).__name__ == "MaskablePPO"
     marker = tmp_path / "payload_ran"
-
-    def rewrite(name: str, edit) -> Path:
-        crafted = tmp_path / name
-        with zipfile.ZipFile(saved) as source, zipfile.ZipFile(crafted, "w") as out:
-            for member in source.namelist():
-                data = edit(member, source.read(member))
-                if data is not None:
-                    out.writestr(member, data)
-        return crafted
-
-    def payload(member: str, data: bytes) -> bytes:
-        if member == "data":
-            params = json.loads(data)
-            params["policy_class"][":serialized:"] = base64.b64encode(pickle.dumps(_Payload(marker))).decode()
-            data = json.dumps(params).encode()
-        return data
-
-    crafted = rewrite("crafted.zip", payload)
+    crafted = rewrite_zip(saved, tmp_path / "crafted.zip", pickled_payload(marker))
     with pytest.raises(ppo.SavedModelError, match=r"crafted\.zip .*data\['policy_class'\]: it pickles posix\.mkdir"):
         ppo.load(crafted)
     assert not marker.exists()
     cases = {
         "truncated.zip": (saved.read_bytes()[:2000], "BadZipFile"),
-        "no_data.zip": (rewrite("x.zip", lambda m, d: None if m == "data" else d).read_bytes(), "KeyError"),
-        "list_data.zip": (rewrite("y.zip", lambda m, d: b"[1]" if m == "data" else d).read_bytes(), "JSON list"),
-        "no_weights.zip": (rewrite("z.zip", lambda m, d: None if m == "policy.pth" else d).read_bytes(), "policy"),
+        "no_data.zip": (rewrite_zip(saved, tmp_path / "x.zip", lambda m, d: None if m == "data" else d).read_bytes(), "KeyError"),
+        "list_data.zip": (rewrite_zip(saved, tmp_path / "y.zip", lambda m, d: b"[1]" if m == "data" else d).read_bytes(), "JSON list"),
+        "no_weights.zip": (rewrite_zip(saved, tmp_path / "z.zip", lambda m, d: None if m == "policy.pth" else d).read_bytes(), "policy"),
     }
     for name, (data, reason) in cases.items():
         (tmp_path / name).write_bytes(data)

@@ -114,7 +114,7 @@ def _resume(run: Path) -> tuple[int | None, str, str]:
     return _cli("train", "kuhn_poker_v0", "--resume", "--run-dir", str(run), *SETS, "--set", "steps=2")
 
 
-class _Payload:
+class Payload:
     """Pickles as ``os.mkdir(marker)``: any loader that unpickles it runs it."""
 
     def __init__(self, marker: Path) -> None:
@@ -122,6 +122,33 @@ class _Payload:
 
     def __reduce__(self) -> tuple[Callable[..., object], tuple[str]]:
         return os.mkdir, (str(self.marker),)
+
+
+def rewrite_zip(source: Path, path: Path, edit: Callable[[str, bytes], bytes | None]) -> Path:
+    """Write ``path``: the zip ``source`` with each member passed through ``edit(name, data)`` (None drops it)."""
+    import zipfile
+
+    with zipfile.ZipFile(source) as old, zipfile.ZipFile(path, "w") as new:
+        for member in old.namelist():
+            data = edit(member, old.read(member))
+            if data is not None:
+                new.writestr(member, data)
+    return path
+
+
+def pickled_payload(marker: Path, key: str = "policy_class") -> Callable[[str, bytes], bytes]:
+    """An edit for :func:`rewrite_zip` of a saved stable-baselines3 model: the cloudpickled parameter ``key`` of its
+    ``data`` member becomes a :class:`Payload` that makes ``marker`` when unpickled."""
+    import base64
+
+    def edit(member: str, data: bytes) -> bytes:
+        if member == "data":
+            params = json.loads(data)
+            params[key][":serialized:"] = base64.b64encode(pickle.dumps(Payload(marker))).decode()
+            data = json.dumps(params).encode()
+        return data
+
+    return edit
 
 
 # ---- unsafe loading: checkpoints --------------------------------------------------------------------------
@@ -133,7 +160,7 @@ def pickle_payload_in_trainer_state() -> Outcome:
     run, ckpt = _fresh("payload")
     marker = _scratch() / "payload_ran"
     state = torch.load(ckpt / "main.trainer.pt", weights_only=True)
-    torch.save({**state, "met": _Payload(marker)}, ckpt / "main.trainer.pt")
+    torch.save({**state, "met": Payload(marker)}, ckpt / "main.trainer.pt")
     _reseal(ckpt)
     return _judge(_resume(run), "main.trainer.pt", ran=marker)
 
@@ -141,7 +168,7 @@ def pickle_payload_in_trainer_state() -> Outcome:
 def legacy_pickle_as_trainer_state() -> Outcome:
     run, ckpt = _fresh("legacy")
     marker = _scratch() / "legacy_ran"
-    (ckpt / "main.trainer.pt").write_bytes(pickle.dumps({"optimizer": _Payload(marker)}, protocol=2))
+    (ckpt / "main.trainer.pt").write_bytes(pickle.dumps({"optimizer": Payload(marker)}, protocol=2))
     _reseal(ckpt)
     return _judge(_resume(run), "main.trainer.pt", ran=marker)
 
@@ -226,9 +253,6 @@ def damaged_checkpoint_as_init_or_crossplay_player() -> Outcome:
 
 def pickled_payload_in_a_saved_ppo_model() -> Outcome:
     """stable-baselines3 keeps a model's parameters as cloudpickle; crossplay's ppo:PATH loads such a zip."""
-    import base64
-    import zipfile
-
     from llm_zoo.trainers.baselines import ppo
 
     saved = _scratch() / "ppo.zip"
@@ -236,15 +260,7 @@ def pickled_payload_in_a_saved_ppo_model() -> Outcome:
         with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
             ppo.train_maskable_ppo(256, seed=0).model.save(saved)
     marker = _scratch() / "ppo_payload_ran"
-    crafted = _scratch() / "crafted_ppo.zip"
-    with zipfile.ZipFile(saved) as source, zipfile.ZipFile(crafted, "w") as out:
-        for name in source.namelist():
-            data = source.read(name)
-            if name == "data":
-                params = json.loads(data)
-                params["lr_schedule"][":serialized:"] = base64.b64encode(pickle.dumps(_Payload(marker))).decode()
-                data = json.dumps(params).encode()
-            out.writestr(name, data)
+    crafted = rewrite_zip(saved, _scratch() / "crafted_ppo.zip", pickled_payload(marker, "lr_schedule"))
     return _judge(_cli("crossplay", "kuhn_poker_v0", "--players", f"ppo:{crafted}", "nash", "--episodes", "2",
                        "--out", str(_scratch() / "crossplay_ppo")), "crafted_ppo.zip", ran=marker)
 
@@ -331,9 +347,6 @@ def saved_ppo_models_through_ppo_load() -> Outcome:
     """``ppo.load`` called directly (a script, not the command line) on a saved model whose cloudpickled
     policy_class calls os.mkdir, on a truncated one and on one without its weights: each must be refused
     naming the file, and the payload must not run."""
-    import base64
-    import zipfile
-
     from llm_zoo.trainers.baselines import ppo
 
     saved = _scratch() / "ppo.zip"
@@ -342,26 +355,11 @@ def saved_ppo_models_through_ppo_load() -> Outcome:
             ppo.train_maskable_ppo(256, seed=0).model.save(saved)
     marker = _scratch() / "ppo_load_payload_ran"
 
-    def crafted(name: str, edit: Callable[[str, bytes], bytes | None]) -> Path:
-        path = _scratch() / name
-        with zipfile.ZipFile(saved) as source, zipfile.ZipFile(path, "w") as out:
-            for member in source.namelist():
-                data = edit(member, source.read(member))
-                if data is not None:
-                    out.writestr(member, data)
-        return path
-
-    def payload(member: str, data: bytes) -> bytes:
-        if member == "data":
-            params = json.loads(data)
-            params["policy_class"][":serialized:"] = base64.b64encode(pickle.dumps(_Payload(marker))).decode()
-            data = json.dumps(params).encode()
-        return data
-
     truncated = _scratch() / "truncated_ppo.zip"
     truncated.write_bytes(saved.read_bytes()[:3000])
-    files = [crafted("payload_ppo.zip", payload), truncated,
-             crafted("weightless_ppo.zip", lambda member, data: None if member.endswith(".pth") else data)]
+    files = [rewrite_zip(saved, _scratch() / "payload_ppo.zip", pickled_payload(marker)), truncated,
+             rewrite_zip(saved, _scratch() / "weightless_ppo.zip",
+                         lambda member, data: None if member.endswith(".pth") else data)]
     for path in files:
         try:
             ppo.load(path)
