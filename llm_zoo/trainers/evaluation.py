@@ -207,9 +207,10 @@ def evaluate_model(env: str, model: str, *, episodes: int = 500, method: str = "
                               "policies": {k: v for k, v in defaults.get("policies", {}).items()
                                            if scripted_name(str(v)) is not None},
                               "temperature": 1.0, "top_p": 1.0, "max_new_tokens": 64, "constrain_to_legal": False}
-    spec = llm_zoo.env_spec(env)  # a role that does not learn keeps its frozen player, as in training
-    config["policies"] = {**{r: p for r, p in spec.frozen_players.items() if r not in spec.learning_roles},
-                          **config["policies"]}
+    spec, probe = llm_zoo.env_spec(env), llm_zoo.make_env(env, **config["env_kwargs"]).unwrapped
+    roles = {agent: probe.role_of(agent) for agent in probe.possible_agents}
+    # a role that does not learn keeps its frozen player, as in training
+    config["policies"] = spec.seat_frozen_roles(config["policies"], roles, spec.learning_roles)
     config.update({k: defaults[k] for k in SAMPLING if k in defaults})
     config.update(_sampling(sampling))
     if is_pretrained(model) and int(config["max_new_tokens"]) <= 1:

@@ -41,7 +41,7 @@ import torch
 
 import llm_zoo
 from llm_zoo.episode import Episode, write_jsonl
-from llm_zoo.models import build_tokenizer_and_model, model_config
+from llm_zoo.models import build_tokenizer_and_model, check_model_fields, model_config
 from llm_zoo.policies.constraints import allowed_per_position
 from llm_zoo.policies.transformers import TransformersPolicy
 from llm_zoo.scoring import completion_logprobs
@@ -307,7 +307,7 @@ class TrainConfig:
         if self.env not in llm_zoo.registered():
             raise ValueError(f"config.env must be a registered env, one of {llm_zoo.registered()}; got {self.env!r}")
         sft_stage.check_stage_fields(self.sft)
-        sft_stage.check_model_fields(self)
+        check_model_fields(self)
         if self.lora_r and self.generation != "transformers":
             raise ValueError(f"config.lora_r={self.lora_r} trains adapters only: generation must be transformers (got "
                              f"{self.generation!r}: the vLLM generator loads whole weights); or set lora_r=0")
