@@ -23,7 +23,7 @@ The proposer earns most for tasks that about half of the solvers get right.
 | `deduction` | f and an input | `ANSWER: <value>` | the value equals f's output |
 | `abduction` | f and an output | `INPUT: <arguments>` | f on those arguments gives the output |
 | `induction` | outputs of f on half of 4–8 inputs, the proposer's hint | a python code block defining f | it gives f's outputs on all the inputs |
-| `integer` | a word problem | `ANSWER: <integer>` | the integer equals the proposer's f(), computed from the numbers the problem states |
+| `integer` | a word problem (a story in `story.py`'s grammar) | `ANSWER: <integer>` | the integer equals the answer the env reads from the story, which the proposer's f() must return |
 
 ## Observation
 `obs["messages"]` holds what the agent may see. The proposer: the system prompt (the mode's task
@@ -57,12 +57,16 @@ run a program are checked as validation is: in abduction f runs on the solver's 
 the solver's f on every input, eight times under the same kinds of conditions, and an answer is right
 only if every run gives the recorded outputs. Deduction answers compare by JSON type exactly
 (`{1: 1}` is not `{'1': 1}`, a tuple is not a list: such an answer is sent back as malformed). In
-integer mode the answer must be computed from what the solvers see: the PROBLEM states numbers as
-digits, the program uses no other number (`rules.FREE_NUMBERS` aside), and moving any stated number
-in the program changes the answer (`rules.number_mutants`; a number stated once is one quantity, so
-all its uses move together and `9 - 9` counts as nothing), else the task is invalid
-(`undetermined`); "I flipped a coin" states nothing to compute from. A solver's reply ends with its `ANSWER:`
-or `INPUT:` line (the last counts), or holds one python block (induction).
+integer mode the env reads the answer from the PROBLEM itself, so it is a function of what the
+solvers see: the PROBLEM is a story about one person and one kind of item in the sentence forms of
+`story.FORMS` ("Ana has 12 apples." ... "Then Ana buys 3 bags of 4." ... "How many apples does Ana
+have now?"), one quantity operation per sentence, in ASCII letters, digits, spaces and `. , ?`
+only, numbers as digits up to `story.MAX_NUMBER`, the item one of `story.ITEMS`. A PROBLEM the
+reader cannot read in full, every sentence matching exactly one form, is invalid (`undetermined`,
+naming the first sentence it could not read and listing the forms): "I flipped a coin" is no story.
+The recorded answer is the reading, and f() (run as any program is) must return it, else the task
+is invalid (`disagrees`). A solver's reply ends with its `ANSWER:` or `INPUT:` line (the last
+counts), or holds one python block (induction).
 
 ## Rewards
 When the solvers have answered, each gets 1 if right and 0 otherwise, and the proposer gets
@@ -100,7 +104,8 @@ default training uses the first and its evaluation the second.
   private attributes; outputs are recorded under fixed reference conditions and eight runs vary the
   recursion limit, time zone and entropy seed too; abduction and induction answers are checked over
   the same runs; answers compare by JSON type exactly; views are ASCII and a task its solvers would
-  not see as graded is invalid; an integer-mode answer is computed from the numbers its PROBLEM states.
+  not see as graded is invalid; an integer-mode PROBLEM is a story in a small grammar whose answer the
+  env reads from its text, and f() must agree.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The pure rules of proposer-solver: task modes, what makes a task valid, how answers are judged.
 
-A task is a short Python program defining ``f`` plus inputs (or, in ``integer`` mode, a word problem
-plus a program ``f()`` computing its answer). Nothing here runs untrusted code: this module checks a
+A task is a short Python program defining ``f`` plus inputs (or, in ``integer`` mode, a story in the
+grammar of :mod:`llm_zoo.envs.proposer_solver.story`, whose text determines its integer answer, plus a
+program ``f()`` that must compute the same answer). Nothing here runs untrusted code: this module checks a
 program's text (:func:`check_program`), reads argument lists (:func:`read_arguments`), builds the
 job for the sandboxed harness (:func:`harness_job`, harness.py) and reads its report
 (:func:`read_report`). :mod:`llm_zoo.envs.proposer_solver.verify` does the sandbox runs.
@@ -90,8 +91,9 @@ INVALID_REASONS: dict[str, str] = {
     "not_integer": "in integer mode f() must return an int",
     "nondeterministic": "two runs gave different outputs",
     "duplicate_inputs": "the inputs are not all different",
-    "undetermined": "in integer mode the answer is not computed from the numbers the PROBLEM states (the program "
-                    "uses a number the PROBLEM does not state, or one the PROBLEM states does not change the answer)",
+    "undetermined": "in integer mode the PROBLEM is not a story the env can read (story.py's sentence forms), so its "
+                    "words need not determine the answer",
+    "disagrees": "in integer mode f() does not return the answer the env reads from the PROBLEM",
     "unseen": "the solvers would not see the task as it is graded (a character outside what observations show, "
               "or a view longer than an observation)",
 }
@@ -141,7 +143,7 @@ class Task:
     """A validated task: a proposal, the output of ``f`` on each input, and the held-out inputs."""
 
     proposal: Proposal
-    outputs: tuple[str, ...]  # canonical JSON, one per input (integer mode: one, of f())
+    outputs: tuple[str, ...]  # canonical JSON, one per input (integer mode: one, the story's answer, which f() gives)
     held_out: tuple[int, ...] = ()  # induction: indices of inputs the solvers do not see
     conditions: Conditions | None = None  # the hash seed and clock of the run that recorded the outputs;
     # answers are checked under the same ones, so a check never differs from the record by the clock
@@ -220,76 +222,6 @@ def check_program(source: str, allowed_imports: Sequence[str] = ALLOWED_IMPORTS)
                 raise TaskInvalid("forbidden", f"the attribute {attribute!r} is not allowed (no attribute that starts "
                                                "with _, reads frames or code, mro, or format on anything but a plain "
                                                "string literal)")
-
-
-FREE_NUMBERS: frozenset[int] = frozenset({0, 1, 2, 10, 100})
-"""Numbers an integer-mode program may use that its PROBLEM need not state (doubling, halving, tens, percent)."""
-SHIFT = 1_000_003
-"""How far :func:`number_mutants` moves a stated number: far enough that no rounding or halving of the
-answer hides the move. A number the PROBLEM states once is one quantity, so every place the program
-uses it moves by SHIFT together (``9 - 9`` stays 0, as it does for any value of that quantity); a
-number stated more than once may be several quantities, so its k-th use in the program moves by
-SHIFT * 3**k and no two uses' moves cancel. (A FREE_NUMBERS value the PROBLEM states once moves use by
-use too: the program may use it as a constant as well, doubling or halving.)"""
-_NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?!\w)")
-
-
-def stated_numbers(problem: str) -> list[int | float]:
-    """Return the numbers a word problem states as digits (``"3 bags of 2.5 kg"``: 3, 2.5), each once, in order."""
-    found = [float(t) if "." in t else int(t) for t in _NUMBER.findall(problem)]
-    return list(dict.fromkeys(found))
-
-
-def _number_literals(tree: ast.AST) -> list[ast.Constant]:
-    found = [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and type(n.value) in (int, float)]
-    return sorted(found, key=lambda n: (n.lineno, n.col_offset))  # in source order
-
-
-def number_mutants(problem: str, program: str) -> list[tuple[int | float, str]]:
-    """Check that an integer-mode program computes its answer from the numbers its PROBLEM states; return,
-    per stated number, the program with every occurrence of it moved (by :data:`SHIFT`: together for a
-    number stated once, by SHIFT * 3**k for its k-th use otherwise), whose answer must differ from the
-    program's for the number to matter.
-
-    This proves that each stated number changes the answer somewhere, not that the PROBLEM's words say how
-    they combine: a use that vanishes at the stated value and not far from it (``9 // 10``, ``9 > 10``),
-    or two uses of a number the PROBLEM states twice that cancel, still pass. Closing that takes a reader
-    of the words; a stricter move (the answer must change near the stated value) also refuses honest
-    problems whose rounding hides a number there.
-
-    Raises:
-        TaskInvalid: ``undetermined`` when the PROBLEM states no number, the program uses a number the
-            PROBLEM does not state (other than :data:`FREE_NUMBERS`), or a stated number is not in the program.
-    """
-    stated = stated_numbers(problem)
-    if not stated:
-        raise TaskInvalid("undetermined", "the PROBLEM states no number; state the numbers its answer is computed "
-                                          "from, as digits")
-    tree = ast.parse(program)
-    literals = _number_literals(tree)
-    for node in literals:
-        if node.value not in stated and node.value not in FREE_NUMBERS:
-            raise TaskInvalid("undetermined", f"the program uses {node.value!r}, which the PROBLEM does not state; "
-                                              "state every number the answer is computed from in the PROBLEM, as "
-                                              f"digits (only {', '.join(map(str, sorted(FREE_NUMBERS)))} need not be)")
-    mutants = []
-    for value in stated:
-        occurrences = [i for i, node in enumerate(literals) if node.value == value]
-        if not occurrences:
-            raise TaskInvalid("undetermined", f"the PROBLEM states {value!r}, which the program does not use; every "
-                                              "number the PROBLEM states must change the answer")
-        one_quantity = times_stated(problem, value) == 1 and value not in FREE_NUMBERS
-        mutant = ast.parse(program)
-        moved = _number_literals(mutant)
-        for k, i in enumerate(occurrences):
-            moved[i].value = value + SHIFT * (1 if one_quantity else 3**k)
-        mutants.append((value, ast.unparse(mutant)))
-    return mutants
-
-
-def times_stated(problem: str, value: int | float) -> int:
-    """Return how many times a word problem states ``value`` as digits (``"3 bags of 3"``: 3 twice)."""
-    return sum(1 for t in _NUMBER.findall(problem) if (float(t) if "." in t else int(t)) == value)
 
 
 MATCH_SELF_TYPES = frozenset({"bool", "bytearray", "bytes", "dict", "float", "frozenset", "int", "list", "set", "str",

@@ -46,8 +46,10 @@ from llm_zoo.envs.proposer_solver.rules import (
     MODES,
     REFERENCE,
     Mode,
+    TaskInvalid,
     imported_modules,
 )
+from llm_zoo.envs.proposer_solver.story import read
 from llm_zoo.policy import Observation, Policy, Reply, SeededPolicy
 from llm_zoo.sandbox import Limits, run_many
 
@@ -144,16 +146,15 @@ _HINTS: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], list[str]]], ...]
 
 _NAMES = ("Ana", "Ben", "Chloe", "Dev", "Emil", "Fatima", "Goran", "Hana")
 _ITEMS = ("apple", "marble", "stamp", "coin", "shell", "card")
-# story sentence -> (its code line, how the solver reads it back): {name} and {k}/{j} are filled in
-_STORY: dict[str, tuple[str, Callable[[int, int, int], int]]] = {
-    "Then {name} finds {k} more.": ("n = n + {k}", lambda n, k, j: n + k),
-    "Then {name} gives away {k}.": ("n = n - {k}", lambda n, k, j: n - k),
-    "Then {name} buys {k} bags of {j}.": ("n = n + {k} * {j}", lambda n, k, j: n + k * j),
-    "Then {name} doubles them.": ("n = n * 2", lambda n, k, j: n * 2),
-    "Then {name} loses half of them, rounded down.": ("n = n // 2", lambda n, k, j: n // 2),
+# story sentence -> its code line, {name} and {k}/{j} filled in: forms of story.STEPS, which the solvers read with
+# story.read like any other story
+_STORY: dict[str, str] = {
+    "Then {name} finds {k} more.": "n = n + {k}",
+    "Then {name} gives away {k}.": "n = n - {k}",
+    "Then {name} buys {k} bags of {j}.": "n = n + {k} * {j}",
+    "Then {name} doubles them.": "n = n * 2",
+    "Then {name} loses half of them, rounded down.": "n = n // 2",
 }
-_STORY_READERS = [(re.compile(re.escape(s).replace(r"\{name\}", r"\w+").replace(r"\{k\}", r"(\d+)")
-                              .replace(r"\{j\}", r"(\d+)")), fn) for s, (_, fn) in _STORY.items()]
 
 
 def story(rng: random.Random, difficulty: int) -> tuple[str, str]:
@@ -164,28 +165,18 @@ def story(rng: random.Random, difficulty: int) -> tuple[str, str]:
         template = rng.choice(sorted(_STORY))
         k, j = rng.randint(1, 9), rng.randint(2, 6)
         sentences.append(template.format(name=name, k=k, j=j))
-        code.append("    " + _STORY[template][0].format(k=k, j=j))
+        code.append("    " + _STORY[template].format(k=k, j=j))
     sentences.append(f"How many {item}s does {name} have now?")
     return " ".join(sentences), "def f():\n" + "\n".join(code) + "\n    return n"
 
 
 def read_story(problem: str) -> tuple[int, int] | None:
-    """Return (answer, sentences) of a story in the scripted grammar, or None if it is not one."""
-    sentences = re.findall(r"[^.?]+[.?]", problem)
-    start = re.fullmatch(r"\s*\w+ has (\d+) \w+s\.", sentences[0]) if sentences else None
-    if start is None or not sentences[-1].strip().startswith("How many"):
+    """Return (answer, sentences) of a story as the env reads it (:func:`story.read`), or None if it reads as none."""
+    try:
+        reading = read(problem)
+    except TaskInvalid:
         return None
-    n = int(start[1])
-    for sentence in sentences[1:-1]:
-        for pattern, fn in _STORY_READERS:
-            match = pattern.fullmatch(sentence.strip())
-            if match:
-                numbers = [int(g) for g in match.groups()] + [0, 0]
-                n = fn(n, numbers[0], numbers[1])
-                break
-        else:
-            return None
-    return n, len(sentences)
+    return reading.answer, reading.sentences
 
 
 # ---- the proposer -----------------------------------------------------------------------------

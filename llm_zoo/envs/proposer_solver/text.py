@@ -28,6 +28,7 @@ from llm_zoo.envs.proposer_solver.rules import (
     read_value,
     show,
 )
+from llm_zoo.envs.proposer_solver.story import GRAMMAR
 
 # ---- prompts ----------------------------------------------------------------------------------
 
@@ -56,10 +57,9 @@ PROPOSER_SPECS: dict[Mode, str] = {
                      "checked on all the inputs.\nFormat:\n" + _PROGRAM_FORMAT + _INPUT_FORMAT
                      + "\nINPUT: ...\nMESSAGE: <optional hint>"),
     Mode.INTEGER: ("Mode integer: a word problem whose answer is an integer, and a program defining f() "
-                   "with no arguments that computes the answer from the numbers the problem states. The solvers "
-                   "see only the problem. State every number as digits; the program uses no other number (but "
-                   "0, 1, 2, 10 and 100), and changing any number the problem states changes the answer.\n"
-                   "Format:\nPROBLEM: <the word problem>\n```python\ndef f():\n    ...\n```"),
+                   "with no arguments that returns that answer. The solvers see only the problem. The env reads "
+                   "the answer from the problem itself, and f() must agree. " + GRAMMAR + "\n"
+                   "Format:\nPROBLEM: <the story>\n```python\ndef f():\n    ...\n```"),
 }
 REWARD_NOTES = {
     "learnability": "4·p·(1−p), where p is the share of solvers who get it right: 1 when half of them do, "
@@ -78,7 +78,8 @@ SOLVER_SPECS: dict[Mode, str] = {
     Mode.INDUCTION: ("You see what a hidden Python function f returns for some inputs, and maybe a hint. "
                      "Write f; it is checked on these inputs and on others. Reply with one ```python block "
                      "defining f; it may import only {imports}."),
-    Mode.INTEGER: ("You see a word problem. Give its answer, an integer. You may reason first; end with one "
+    Mode.INTEGER: ("You see a word problem. Give its answer, an integer. Take each sentence literally: a count "
+                   "may go below zero (giving away 5 of 3 leaves -2). You may reason first; end with one "
                    "line: ANSWER: <the integer>"),
 }
 

@@ -18,7 +18,9 @@ the import machinery.
 Answers that run a program get the same check as validation: in abduction f runs on the solver's
 input, in induction the solver's f on every input, each :data:`RUNS` times under the same kinds of
 conditions, and an answer is right only if every run gives the recorded outputs. The solvers' checks
-run side by side.
+run side by side. In integer mode the recorded output is the answer the env reads from the PROBLEM
+(:mod:`llm_zoo.envs.proposer_solver.story`), which f() must return (``disagrees`` otherwise), so
+grading compares with what the solvers see.
 """
 
 from __future__ import annotations
@@ -44,9 +46,9 @@ from llm_zoo.envs.proposer_solver.rules import (
     check_program,
     check_run,
     harness_job,
-    number_mutants,
     read_report,
 )
+from llm_zoo.envs.proposer_solver.story import read
 from llm_zoo.sandbox import Limits, SandboxPool, SandboxResult
 
 HARNESS = (resources.files(__package__) / "harness.py").read_text()
@@ -138,8 +140,8 @@ def _read(result: SandboxResult, nonce: str, runs: int) -> list[Run] | TaskInval
 def validate(proposal: Proposal, settings: SandboxSettings, allowed_imports: Sequence[str] = ALLOWED_IMPORTS
              ) -> tuple[tuple[str, ...], Conditions]:
     """Check a proposal and run it :data:`RUNS` times; return its canonical outputs (one per input) and
-    the conditions they were recorded under (:data:`rules.REFERENCE`). In integer mode, also check that
-    the answer is computed from the numbers the PROBLEM states (:func:`rules.number_mutants`).
+    the conditions they were recorded under (:data:`rules.REFERENCE`). In integer mode the output is the
+    answer the env reads from the PROBLEM (:func:`story.read`), which f() must return.
 
     Raises:
         TaskInvalid: the first rule the proposal breaks, with its code.
@@ -148,8 +150,8 @@ def validate(proposal: Proposal, settings: SandboxSettings, allowed_imports: Seq
     check_program(proposal.program, allowed_imports)
     if len(set(proposal.inputs)) != len(proposal.inputs):
         raise TaskInvalid("duplicate_inputs", "give each INPUT only once")
+    reading = read(proposal.problem) if proposal.mode is Mode.INTEGER else None  # before the sandbox: it is cheap
     calls = [""] if proposal.mode is Mode.INTEGER else list(proposal.inputs)
-    mutants = number_mutants(proposal.problem, proposal.program) if proposal.mode is Mode.INTEGER else []
     conditions = checking_conditions()
     (runs,) = run_programs([[(proposal.program, calls, c) for c in conditions]], settings, allowed_imports)
     if isinstance(runs, TaskInvalid):
@@ -165,22 +167,16 @@ def validate(proposal: Proposal, settings: SandboxSettings, allowed_imports: Seq
                 raise TaskInvalid("nondeterministic", f"{where} gave {_shown(first)} in one run and {_shown(second)} "
                                                       "in another; avoid randomness, time, set order, hash(), "
                                                       "object ids and the recursion depth")
-    if mutants:
-        _check_determined(mutants, outputs[0], settings, allowed_imports)
+    if reading is not None and outputs != (str(reading.answer),):
+        steps = " -> ".join(map(str, reading.counts))
+        raise TaskInvalid("disagrees", f"f() returned {outputs[0]}, but the PROBLEM reads as {reading.answer} "
+                                       f"(the count after each sentence: {_clip(steps)}); make f() compute what the "
+                                       "story says, sentence by sentence")
     return outputs, conditions[0]
 
 
-def _check_determined(mutants: Sequence[tuple[int | float, str]], answer: str, settings: SandboxSettings,
-                      allowed_imports: Sequence[str]) -> None:
-    """Check that an integer-mode answer is computed from the numbers its PROBLEM states: moving any one of them
-    in the program (``rules.number_mutants``) changes the answer (a mutant that fails counts as changed).
-    Each mutant runs in a sandbox of its own, so one that fails cannot stop the others."""
-    done = run_programs([[(mutant, [""], REFERENCE)] for _, mutant in mutants], settings, allowed_imports)
-    for (value, _), runs in zip(mutants, done):
-        if not isinstance(runs, TaskInvalid) and runs[0].reason is None and not runs[0].refused \
-                and list(runs[0].calls) == [("ok", answer)]:
-            raise TaskInvalid("undetermined", f"changing {value!r} in the program leaves the answer {answer}; "
-                                              "every number the PROBLEM states must change the answer")
+def _clip(text: str, most: int = 200) -> str:
+    return text if len(text) <= most else text[:most - 3] + "..."
 
 
 def _shown(call: tuple[str, str]) -> str:

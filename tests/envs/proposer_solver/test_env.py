@@ -193,8 +193,11 @@ def test_induction_checks_every_input_held_out_ones_included():
     assert all(f"f({i + 1}) ==" not in seen for i in task["held_out"]) and "x * x" not in seen
 
 
+STORY = "Ana has 3 bags of 4 apples. How many apples does Ana have?"
+
+
 def test_integer_mode_hides_the_program_and_compares_the_integer():
-    proposal = "PROBLEM: Ana has 3 bags of 4 apples. How many apples?\n" + block("def f():\n    return 3 * 4")
+    proposal = f"PROBLEM: {STORY}\n" + block("def f():\n    return 3 * 4")
     env = run([proposal, "ANSWER: 12", "ANSWER: 13", "12", "ANSWER: 12.0", "3 * 4 is\nANSWER: 12"], mode="integer")
     assert [env.infos[s]["correct"] for s in SOLVERS] == [True, False, False, True]
     assert env.infos["solver_2"]["forfeit"] and env.infos["solver_2"]["invalid_replies"] == 2
@@ -306,28 +309,44 @@ def test_hostile_and_broken_proposals_end_cleanly_with_the_reason(name, proposal
 
 
 def test_integer_mode_needs_an_int_and_induction_distinct_inputs():
-    assert ends_invalid(run(["PROBLEM: Half of 3?\n" + block("def f():\n    return 3 / 2")], mode="integer")) \
+    assert ends_invalid(run([f"PROBLEM: {STORY}\n" + block("def f():\n    return 24 / 2")], mode="integer")) \
         == "not_integer"
-    assert ends_invalid(run(["PROBLEM: Is 3 odd?\n" + block("def f():\n    return 3 % 2 == 1")], mode="integer")) \
+    assert ends_invalid(run([f"PROBLEM: {STORY}\n" + block("def f():\n    return 12 % 2 == 0")], mode="integer")) \
         == "not_integer"
-
-
-@pytest.mark.parametrize(("problem", "program", "said"), [
-    ("I flipped a coin. What did I get?", "return 1", "states no number"),
-    ("I flipped a coin: 1 for heads, 0 for tails. What did I get?", "return 1", "states 0"),
-    ("Ana has 3 bags of 4 apples. How many?", "return 12", "uses 12"),
-    ("Ana has 3 bags of 4 apples. How many?", "return 4 * 4 - 4 + 0 * 3", "changing 3"),
-    ("I flipped a coin: 7 for heads, 9 for tails. What did I get?", "return 7 + 9 - 9", "changing 9"),
-    ("I flipped a coin: 7 for heads, 9 for tails. What did I get?", "return 7 * (9 // 9)", "changing 9"),
-    ("I flipped a coin: 7 for heads, 9 for tails. What did I get?", "return 7 + (9 != 9) * 10", "changing 9"),
-])
-def test_an_integer_problem_must_determine_its_answer(problem, program, said):
-    # the answer is computed from the numbers the solvers see, every one of which changes it
-    env = run([f"PROBLEM: {problem}\n" + block("def f():\n    " + program)], mode="integer")
-    info = env.infos["proposer"]
-    assert info["invalid_reason"] == "undetermined" and said in info["invalid_detail"], info
     assert ends_invalid(run([block("def f(x):\n    return x") + "\n" + "INPUT: 1\n" * 4],
                             mode="induction")) == "duplicate_inputs"
+
+
+@pytest.mark.parametrize(("problem", "program", "code", "said"), [
+    # the PROBLEM must be a story the env reads in full: else its words need not determine the answer
+    ("I flipped a coin. What did I get?", "return 1", "undetermined", "matches none of the forms"),
+    ("I flip 1 coin: heads is 1, tails is 0. What did I get?", "return 1 + 0", "undetermined", "':'"),
+    ("Ana has 7 apples. Ana finds 9 more. Ana finds 9 more. How many apples does Ana have? Is it odd?",
+     "return 7 + 9 - 9", "undetermined", "sentence 4"),
+    ("Ana has 7 apples. Then Ana finds 9.5 more. How many apples does Ana have now?", "return 7 + 9 // 10",
+     "undetermined", "sentence 2"),
+    ("Ana has \uff17 apples. How many apples does Ana have now?", "return 7", "undetermined", "U+FF17"),
+    # a readable story whose f() computes something else
+    (STORY, "return 13", "disagrees", "f() returned 13, but the PROBLEM reads as 12"),
+    ("Ana has 7 apples. Then Ana finds 9 more. How many apples does Ana have now?", "return 7 + 9 // 10",
+     "disagrees", "reads as 16 (the count after each sentence: 7 -> 16 -> 16)"),
+])
+def test_an_integer_problem_must_determine_its_answer(problem, program, code, said):
+    # the env reads the answer from the story the solvers see; f() must agree with it
+    env = run([f"PROBLEM: {problem}\n" + block("def f():\n    " + program)], mode="integer")
+    info = env.infos["proposer"]
+    assert info["invalid_reason"] == code and said in info["invalid_detail"], info
+    assert said in env.observe("proposer")["messages"][-1]["content"]
+
+
+def test_an_honest_story_in_the_widened_grammar_is_valid_and_graded_by_its_reading():
+    problem = ("Dev has 2 boxes of 6 marbles. Then Dev wins 5 more marbles. Dev sells 1 marble. Then Dev triples "
+               "them. Dev gives each of 4 friends 2 marbles. How many marbles does Dev have?")
+    program = "def f():\n    n = 2 * 6 + 5 - 1\n    return 3 * n - 4 * 2"
+    env = run([f"PROBLEM: {problem}\n" + block(program), "ANSWER: 40", "ANSWER: 41", "ANSWER: 40", "ANSWER: -40"],
+              mode="integer")
+    info = env.infos["proposer"]
+    assert info["valid"] and info["task"]["outputs"] == ["40"] and info["pass_rate"] == 0.5, info
 
 
 def test_a_forged_result_line_does_not_fool_validation():

@@ -9,7 +9,6 @@ import pytest
 
 from llm_zoo.envs.proposer_solver.rules import (
     INVALID_REASONS,
-    SHIFT,
     Conditions,
     Mode,
     Proposal,
@@ -26,12 +25,9 @@ from llm_zoo.envs.proposer_solver.rules import (
     held_out_count,
     imported_modules,
     learnability,
-    number_mutants,
     read_arguments,
     read_report,
     read_value,
-    stated_numbers,
-    times_stated,
 )
 
 
@@ -187,26 +183,3 @@ def test_task_ids_and_held_out_split():
     assert task.problem_id(7).startswith("7/") and task.problem_id(7) == Task(proposal, task.outputs, (1, 3)).problem_id(7)
     assert task.problem_id(7) != Task(proposal, task.outputs, (0, 3)).problem_id(7)
     assert task.to_info()["held_out"] == [1, 3]
-
-
-def test_stated_numbers_and_the_mutants_of_an_integer_program():
-    assert stated_numbers("Ana (age 7) has 3 bags of 2.5 kg; Player1 has 3. Total?") == [7, 3, 2.5]
-    mutants = number_mutants("Ana has 3 bags of 4 apples and finds 3 more.", "def f():\n    return 3 * 4 + 3 + 2")
-    # every occurrence of a stated number moves by its own amount; free numbers (2) stay
-    assert mutants == [(3, f"def f():\n    return {3 + SHIFT} * 4 + {3 + 3 * SHIFT} + 2"),
-                       (4, f"def f():\n    return 3 * {4 + SHIFT} + 3 + 2")]
-    # a number stated once is one quantity: all its uses move together, so a use that cancels another is seen
-    assert number_mutants("Heads is 7, tails is 9.", "def f():\n    return 7 + 9 - 9")[1] == (
-        9, f"def f():\n    return 7 + {9 + SHIFT} - {9 + SHIFT}")
-    assert number_mutants("Ana has 3 bags; she doubles them.", "def f():\n    return 3 * 2 - 3 * 2 + 3")[0] == (
-        3, f"def f():\n    return {3 + SHIFT} * 2 - {3 + SHIFT} * 2 + {3 + SHIFT}")
-    # a free number stated once may also be the program's constant (doubling): its uses move one by one
-    assert number_mutants("Ana buys 2 bags of 5 and doubles them.", "def f():\n    return 2 * 5 * 2")[0] == (
-        2, f"def f():\n    return {2 + SHIFT} * 5 * {2 + 3 * SHIFT}")
-    assert times_stated("3 bags of 3.0 kg and 3.5 g", 3) == 2
-    for problem, program, said in [("No numbers here.", "def f():\n    return 1", "states no number"),
-                                   ("Ana has 3.", "def f():\n    return 3 + 7", "uses 7"),
-                                   ("Ana has 3 and 5.", "def f():\n    return 3", "states 5")]:
-        with pytest.raises(TaskInvalid, match=said) as info:
-            number_mutants(problem, program)
-        assert info.value.code == "undetermined"

@@ -11,6 +11,7 @@ from llm_zoo.envs.proposer_solver import text, verify
 from llm_zoo.envs.proposer_solver.rules import MODES, Mode, check_program
 from llm_zoo.envs.proposer_solver.scripted import (
     FAMILIES,
+    MAX_DIFFICULTY,
     AdaptiveProposer,
     ScriptedProposer,
     ScriptedSolver,
@@ -40,14 +41,24 @@ def test_every_family_gives_valid_tasks_in_every_program_mode(family):
 
 
 def test_stories_read_back_to_their_programs_answer():
-    rng = random.Random(0)
-    for difficulty in (1, 2, 5):
-        problem, program = story(rng, difficulty)
-        space: dict = {}
-        exec(program, space)  # our own template, not a model's program
-        answer, sentences = read_story(problem)
-        assert answer == space["f"]() and sentences == 3 * difficulty + 2
+    # the env's reader (story.read, which read_story wraps) gives every scripted story its program's answer
+    for difficulty in range(1, MAX_DIFFICULTY + 2):
+        rng = random.Random(difficulty)
+        for _ in range(400):
+            problem, program = story(rng, difficulty)
+            space: dict = {}
+            exec(program, space)  # our own template, not a model's program
+            answer, sentences = read_story(problem)
+            assert answer == space["f"]() and sentences == 3 * difficulty + 2
     assert read_story("Ana has 3 apples. Then Ana sings. How many apples does Ana have now?") is None
+
+
+def test_scripted_stories_are_valid_tasks_recorded_as_read():
+    for difficulty in range(1, MAX_DIFFICULTY + 1):
+        proposal = text.parse_proposal(proposal_of(ScriptedProposer(difficulty, seed=difficulty), Mode.INTEGER),
+                                       Mode.INTEGER)
+        outputs, _ = verify.validate(proposal, verify.SandboxSettings())  # raises TaskInvalid if invalid
+        assert outputs == (str(read_story(proposal.problem)[0]),)
 
 
 def test_the_memoriser_is_a_legal_program():
