@@ -150,32 +150,30 @@ def read(problem: str) -> Reading:
         else:
             forms, body = STEPS, sentence.removeprefix("Then ")
         matches = [(form, match) for form in forms if (match := form.pattern.fullmatch(body))]
+        where = f"sentence {i + 1} ({'the first' if i == 0 else 'the question' if i == len(sentences) - 1 else 'a step'})"
         if len(matches) != 1:
-            where = "first sentence" if i == 0 else "question (the last sentence)" if i == len(sentences) - 1 \
-                else f"sentence {i + 1}"
-            _refuse(f"the {where}, {_clip(sentence)!r}, "
-                    + ("reads two ways" if matches else "matches none of the forms for it"))
+            _refuse(f"{where}, {_clip(sentence)!r}, " + ("reads two ways" if matches else "matches none of its forms"))
         form, match = matches[0]
         groups = match.groupdict()
         name, noun = groups.get("name"), groups.get("item")
         if name in _RESERVED_NAMES:
-            _refuse(f"sentence {i + 1}, {_clip(sentence)!r}: {name!r} is a word of the forms, not a name")
+            _refuse(f"{where}, {_clip(sentence)!r}: {name!r} is a word of the forms, not a name")
         person = person or name
         if name != person:
-            _refuse(f"sentence {i + 1}, {_clip(sentence)!r}, is about {name}; the story is about {person}")
+            _refuse(f"{where}, {_clip(sentence)!r}, is about {name}; the story is about {person}")
         if noun is not None:
             plural = noun if noun in ITEMS else noun + "s" if noun + "s" in ITEMS and i < len(sentences) - 1 else None
             if plural is None:
-                _refuse(f"sentence {i + 1}, {_clip(sentence)!r}, counts {noun!r}; the items are: {', '.join(ITEMS)} "
+                _refuse(f"{where}, {_clip(sentence)!r}, counts {noun!r}; the items are: {', '.join(ITEMS)} "
                         "(plural in the question)")
             item = item or plural
             if plural != item:
-                _refuse(f"sentence {i + 1}, {_clip(sentence)!r}, counts {plural}; the story counts {item}")
+                _refuse(f"{where}, {_clip(sentence)!r}, counts {plural}; the story counts {item}")
         count = counts[-1] if counts else 0
         try:
             count = form.apply(count, int(groups.get("n") or 0), int(groups.get("m") or 0))
         except ValueError as exc:
-            _refuse(f"sentence {i + 1}, {_clip(sentence)!r}: {exc}")
+            _refuse(f"{where}, {_clip(sentence)!r}: {exc}")
         if abs(count) > MAX_INTEGER:
             _refuse(f"after sentence {i + 1} the count is {count:.3e}; at most {MAX_INTEGER:.0e} in magnitude")
         counts.append(count)

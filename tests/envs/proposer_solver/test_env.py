@@ -319,7 +319,7 @@ def test_integer_mode_needs_an_int_and_induction_distinct_inputs():
 
 @pytest.mark.parametrize(("problem", "program", "code", "said"), [
     # the PROBLEM must be a story the env reads in full: else its words need not determine the answer
-    ("I flipped a coin. What did I get?", "return 1", "undetermined", "matches none of the forms"),
+    ("I flipped a coin. What did I get?", "return 1", "undetermined", "matches none of its forms"),
     ("I flip 1 coin: heads is 1, tails is 0. What did I get?", "return 1 + 0", "undetermined", "':'"),
     ("Ana has 7 apples. Ana finds 9 more. Ana finds 9 more. How many apples does Ana have? Is it odd?",
      "return 7 + 9 - 9", "undetermined", "sentence 4"),
