@@ -11,10 +11,11 @@ digits, spaces, line breaks and ``.``, ``,`` and ``?`` (so no lookalike digits, 
 line-separating characters); runs of spaces and line breaks count as one space; a sentence ends
 with ``.`` or ``?`` before a space or the end, and every sentence must match exactly one form in
 full. Numbers are whole, written as ASCII digits without leading zeros, at most :data:`MAX_NUMBER`;
-the person is one capitalised name of at most 20 letters; the item is one word of :data:`ITEMS`
-(its plural, or the plural without its final s), a plain count noun, never a unit (a dozen, a pair)
-nor a word of the forms. A count may go below zero (giving away 5 of 3 leaves -2; half of -7,
-rounded down, is -4), but never past :data:`rules.MAX_INTEGER` in magnitude, and a count below zero
+the person is one capitalised name of 2 to 20 letters (not ``Then`` or ``How``), the same in every
+sentence; the item is one word of :data:`ITEMS`, a plain count noun, never a unit (a dozen, a pair)
+nor a word of the forms, the same in every sentence (plural in the question, maybe singular before).
+A count may go below zero (giving away 5 of 3 leaves -2; half of -7, rounded down, is -4), as the
+solvers are told, but never past :data:`rules.MAX_INTEGER` in magnitude, and a count below zero
 cannot be shared.
 """
 
@@ -98,8 +99,8 @@ GRAMMAR = (
     "Write the PROBLEM as a story in these sentence forms only, one sentence each:\n" + FORMS + "\n"
     f"NAME is one person's capitalised name (the same in every sentence); N and M are whole numbers written as "
     f"digits (at most {MAX_NUMBER}); ITEMS is one of {', '.join(ITEMS)} (the same in every sentence; "
-    "singular for 1); a/b means one of them, [x] that x may be left out. Use nothing else: no other words, "
-    "symbols or sentences."
+    "before the question it may be singular, as apple); a/b means one of them, [x] that x may be left out. "
+    "Use nothing else: no other words, symbols or sentences."
 )
 """The grammar as a proposer is told it (text.py's integer-mode instructions, and every refusal)."""
 
@@ -150,7 +151,8 @@ def read(problem: str) -> Reading:
         else:
             forms, body = STEPS, sentence.removeprefix("Then ")
         matches = [(form, match) for form in forms if (match := form.pattern.fullmatch(body))]
-        where = f"sentence {i + 1} ({'the first' if i == 0 else 'the question' if i == len(sentences) - 1 else 'a step'})"
+        role = "the first" if i == 0 else "the question" if i == len(sentences) - 1 else "a step"
+        where = f"sentence {i + 1} ({role})"
         if len(matches) != 1:
             _refuse(f"{where}, {_clip(sentence)!r}, " + ("reads two ways" if matches else "matches none of its forms"))
         form, match = matches[0]
@@ -175,7 +177,8 @@ def read(problem: str) -> Reading:
         except ValueError as exc:
             _refuse(f"{where}, {_clip(sentence)!r}: {exc}")
         if abs(count) > MAX_INTEGER:
-            _refuse(f"after sentence {i + 1} the count is {count:.3e}; at most {MAX_INTEGER:.0e} in magnitude")
+            _refuse(f"{where}, {_clip(sentence)!r}, brings the count to {count:.3e}; at most {MAX_INTEGER:.0e} in "
+                    "magnitude")
         counts.append(count)
     return Reading(counts[-1], tuple(counts))
 
