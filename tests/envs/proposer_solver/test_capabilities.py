@@ -43,14 +43,18 @@ def program_builtins() -> dict[str, Any]:
     return made
 
 
-def out_of_reach() -> set[int]:
-    """Ids of what a program must never hold: module dicts, and the functions it gets no capability for."""
-    ids = {id(vars(m)) for m in list(sys.modules.values()) if m is not None}
-    ids |= {id(getattr(builtins, n)) for n in harness.HIDDEN_BUILTINS if hasattr(builtins, n)}
-    ids |= {id(fn) for fn in (builtins.__import__, operator.attrgetter, operator.methodcaller, functools.update_wrapper,
-                              functools.wraps, functools.singledispatch, string.Formatter, typing.get_type_hints,
-                              typing.ForwardRef, importlib.import_module)}
-    return ids
+def out_of_reach() -> dict[int, Any]:
+    """Id -> what a program must never hold: module dicts, and the functions it gets no capability for.
+
+    The objects are held, not only their ids: a pseudo-module's ``vars()`` (``typing.io`` on 3.11) is a fresh
+    dict, whose id a value the walk reaches later could reuse once it is freed.
+    """
+    held = [vars(m) for m in list(sys.modules.values()) if m is not None]
+    held += [getattr(builtins, n) for n in harness.HIDDEN_BUILTINS if hasattr(builtins, n)]
+    held += [builtins.__import__, operator.attrgetter, operator.methodcaller, functools.update_wrapper,
+             functools.wraps, functools.singledispatch, string.Formatter, typing.get_type_hints, typing.ForwardRef,
+             importlib.import_module]
+    return {id(obj): obj for obj in held}
 
 
 def children(obj: Any) -> Iterable[tuple[str, Any]]:
