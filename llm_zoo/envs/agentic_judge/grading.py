@@ -77,6 +77,10 @@ _WHERE = re.compile(r"^[\w./-]{1,120} line \d{1,7}$")
 """What a "raised in" location may look like in a report; anything else is shown as a repr."""
 PER_TEST_S = 4.0
 """Time limit of each of the env's own tests (it covers the values' trips to the solution's process and back)."""
+START_S = 10.0
+"""Time limit of starting a fresh solution process and importing the test module (with the solution), when
+longer than the per-test limit: a process that starts slowly on a busy machine, after a test that timed out,
+is never charged to the next test (every test body still has only the per-test limit)."""
 
 # Runs test files from the workspace (never the env's own) in a sandbox, the solution in another (run_python_beside).
 RUNNER = r'''
@@ -479,7 +483,7 @@ def _run_file(workspace: Workspace, name: str, source: str, per_test_s: float, d
             sides = _Sides()
             try:
                 if namespace is None or solution.session is None or solution.session.dead is not None:
-                    solution.start().deadline = min(deadline, time.monotonic() + per_test_s)
+                    solution.start().deadline = min(deadline, time.monotonic() + max(per_test_s, START_S))
                     namespace = _namespace(name, solution, sides, printed)
                     try:
                         exec(code, namespace)
