@@ -15,7 +15,8 @@ solution's sandbox, every process in it, read here from ``/proc``, which a solut
 sleeping, move off its books by handing work to a helper process, or blame on a busy machine. Arguments
 reach the solution as copies, so nothing it does to them reaches the test's data; a test that asks that
 the inputs stay untouched calls ``solution_changed_arguments()`` after the call (the solution process's own
-report of the call). A report lists each test with its failing line
+report of the call, which that process can forge) and calls the solution again with the same argument, whose
+copy the solution's process keeps while it reports it unchanged, so that a change it hides shows in a result. A report lists each test with its failing line
 and both sides of a failing ``assert a <op> b``; strings that came from the solution are quoted.
 
 Test files that come from the workspace (a judge's own, written with ``run_python``) are not the
