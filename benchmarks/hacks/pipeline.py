@@ -678,6 +678,24 @@ def run_dir_that_is_a_file_or_a_link_to_a_run() -> Outcome:
     return outcome
 
 
+def metrics_rows_that_coerce() -> Outcome:
+    """metrics.jsonl rows whose step is text, a float or a bool, or whose values are text or lists: read as
+    numbers (int("3"), int(2.9)) they plot a run that never was; and such a row as the last one, which a crash
+    could have torn."""
+    rows = ['{"step": "1", "loss": 0.5}', '{"step": 2.9, "loss": 0.5}', '{"step": true, "loss": 0.5}',
+            '{"step": 1, "loss": "0.5"}', '{"step": 1, "loss": [0.5]}']
+    for row in rows:
+        for place in ("first", "last"):
+            run, _ = _fresh("metrics_coerce")
+            good = (run / "metrics.jsonl").read_text().splitlines()
+            lines = [row, *good] if place == "first" else [*good, row]
+            (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+            outcome = _judge(_cli("plot", str(run), "--out", str(_scratch() / "coerced.png")), "metrics.jsonl")
+            if outcome.paid:
+                return Outcome(True, 1.0, 0.0, f"{row} as the {place} row: {outcome.detail}")
+    return Outcome(False, 0.0, 0.0, f"{len(rows)} coercible rows, first and last, each refused naming metrics.jsonl")
+
+
 def _hack(run: Callable[[], Outcome], kind: str, tries: str, quick: bool = False) -> Hack:
     return Hack(ENV, run.__name__, tries, run, quick, kind)
 
@@ -737,4 +755,6 @@ HACKS: list[Hack] = [
           "number (1:30), which YAML 1.1 reads otherwise than a reader does"),
     _hack(run_dir_that_is_a_file_or_a_link_to_a_run, "run_dir", "--run-dir naming a file, then a symbolic link to a "
           "finished run's directory"),
+    _hack(metrics_rows_that_coerce, "unsafe_loading", "metrics.jsonl rows with a step as text, a float or a bool, or "
+          "values as text or lists, first and last, through llm-zoo plot"),
 ]
