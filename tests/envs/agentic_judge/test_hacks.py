@@ -106,7 +106,9 @@ def test_checks_out_of_reach_and_evidence_the_solver_cannot_forge(name):
 
 @pytest.mark.parametrize("name", ["mutation_hidden_from_the_servers_report", "leftovers_at_exit",
                                   "result_answers_the_handles_questions", "generator_result",
-                                  "unicode_that_impersonates_the_env", "forged_docstring_and_exception"])
+                                  "unicode_that_impersonates_the_env", "forged_docstring_and_exception",
+                                  "special_solution_files", "symlinks_to_host_files",
+                                  "host_paths_compiled_into_the_interpreter"])
 def test_held_out_attacks_on_the_solutions_process_and_the_judges_evidence(name):
     outcome = BY_NAME[name].run()
     assert not outcome.paid, outcome
