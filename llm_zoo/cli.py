@@ -137,8 +137,10 @@ CONFIG_BYTES = 1 << 20
 
 
 def _plain_yaml(text: str) -> Any:
-    """Read YAML as plain data: ``safe_load`` (no tags that construct objects) and no aliases (``*name``), whose
-    references can make a few lines stand for an exponentially large value."""
+    """Read YAML as plain data: ``safe_load`` (no tags that construct objects), no aliases (``*name``), whose
+    references can make a few lines stand for an exponentially large value, each key once per mapping (YAML
+    keeps the last of two silently), no merge keys (``<<``), and no base-60 numbers (YAML 1.1 reads ``1:30`` as
+    90): what a reader of the file sees is what the config gets."""
     import yaml
 
     class PlainLoader(yaml.SafeLoader):
@@ -148,6 +150,38 @@ def _plain_yaml(text: str) -> Any:
                                                   "value out", self.peek_event().start_mark)
             return super().compose_node(parent, index)
 
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    raise yaml.constructor.ConstructorError(None, None, "merge keys (<<) are not read in a config; "
+                                                            "write the keys out", key_node.start_mark)
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    repeated = key in seen
+                    seen.add(key)
+                except TypeError:  # an unhashable key: the constructor below says so
+                    continue
+                if repeated:
+                    raise yaml.constructor.ConstructorError(None, None, f"the key {key!r:.60} appears twice in one "
+                                                            "mapping; write each key once", key_node.start_mark)
+            return super().construct_mapping(node, deep=deep)
+
+        def construct_yaml_int(self, node: Any) -> Any:
+            return self._no_base_60(node, super().construct_yaml_int)
+
+        def construct_yaml_float(self, node: Any) -> Any:
+            return self._no_base_60(node, super().construct_yaml_float)
+
+        def _no_base_60(self, node: Any, construct: Any) -> Any:
+            if ":" in str(node.value):
+                raise yaml.constructor.ConstructorError(None, None, f"{node.value!r:.40} is a base-60 number in YAML "
+                                                        "1.1; quote it, or write the number in base 10",
+                                                        node.start_mark)
+            return construct(node)
+
+    PlainLoader.add_constructor("tag:yaml.org,2002:int", PlainLoader.construct_yaml_int)
+    PlainLoader.add_constructor("tag:yaml.org,2002:float", PlainLoader.construct_yaml_float)
     return yaml.load(text, Loader=PlainLoader)  # noqa: S506 - a SafeLoader subclass
 
 

@@ -48,8 +48,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CLOSE", "MAX_DEPTH", "OPEN", "PYTHON_TAG", "ParsedReply", "ToolCall", "format_api_call", "format_call",
-           "parse", "parse_tool_calls", "render"]
+__all__ = ["CLOSE", "MAX_DEPTH", "OPEN", "PYTHON_TAG", "ParsedReply", "ToolCall", "api_arguments", "format_api_call",
+           "format_call", "parse", "parse_tool_calls", "render"]
 
 OPEN = "<tool_call>"
 """Opens a Hermes / Qwen tool-call block."""
@@ -144,6 +144,25 @@ def format_api_call(name: str, arguments: str | Mapping[str, Any] | None) -> str
         arguments = {}
     read = parse(format_call(name, arguments)).calls[0]
     return format_call(name, read.arguments if read.error is None else arguments)
+
+
+def api_arguments(call: ToolCall) -> str:
+    """Return the OpenAI-format ``arguments`` string of a parsed call, which :func:`format_api_call` reads back
+    to the same call: its arguments as JSON, or for a malformed call its text, as written where that text is
+    no JSON object, else as a JSON string of it (never an object), so that it reads back malformed as well.
+
+    The text of a malformed call is the whole call (``{"name": "f"}`` without arguments, a key twice inside an
+    arguments string, an unknown key): sent as it is, it would read back as the arguments of a call that is
+    not malformed, and a history would show a call the env never ran.
+    """
+    if call.error is None:
+        return json.dumps(call.arguments, ensure_ascii=False)
+    text = call.source.strip()
+    try:
+        read = _loads(text)
+    except _Refused:
+        return text
+    return json.dumps(text, ensure_ascii=False) if isinstance(read, dict) else text
 
 
 def render(content: str | None, calls: Iterable[ToolCall]) -> str:

@@ -341,3 +341,37 @@ def test_fifos_and_devices_are_refused_before_anything_reads_them(run, tmp_path,
     os.mkfifo(run / "config.json")
     code, err = _cli(capsys, "eval", "kuhn_poker_v0", "--checkpoint", str(_latest(run)), "--episodes", "2")
     assert_one_line_refusal(code, err, "config.json", "not a regular file")
+
+
+@pytest.mark.parametrize(("text", "why"), [('{"step": 1, "step": 2}', "appears twice"), ('{"lr": 1e400}', "not a finite"),
+                                           ('{"a": {"b": 1, "b": 1}}', "appears twice")])
+def test_json_a_reader_would_read_otherwise_is_refused_naming_the_file(tmp_path, text, why):
+    path = tmp_path / "state.json"
+    path.write_text(text)
+    with pytest.raises(CheckpointError, match=why) as caught:
+        checkpoint.read_json(path)
+    assert str(path) in str(caught.value)
+
+
+@pytest.mark.parametrize(("text", "why"), [("lr: 0.1\nlr: 10\n", "appears twice"), ("<<: {lr: 10}\n", "merge keys"),
+                                           ("steps: 1:30\n", "base-60"), ("a: {x: 1, x: 2}\n", "appears twice")])
+def test_yaml_a_reader_would_read_otherwise_is_refused(text, why):
+    import yaml
+
+    with pytest.raises(yaml.YAMLError, match=why):
+        cli._plain_yaml(text)
+    assert cli._plain_yaml("steps: '1:30'\nlr: 0.5\nrun: a:b\n") == {"steps": "1:30", "lr": 0.5, "run": "a:b"}
+
+
+@pytest.mark.parametrize("row", ['{"step": "1", "loss": 0.5}', '{"step": 2.9}', '{"step": true}',
+                                 '{"step": 1, "loss": "0.5"}', '{"step": 1, "loss": [0.5]}'])
+def test_metrics_rows_are_read_as_written_or_refused(tmp_path, row):
+    from llm_zoo.trainers.logging import MetricsFormatError, read_metrics
+
+    good = '{"step": 0, "loss": NaN}'
+    for lines in ([row, good], [good, row]):
+        (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+        with pytest.raises(MetricsFormatError, match="metrics.jsonl:"):
+            read_metrics(tmp_path)
+    (tmp_path / "metrics.jsonl").write_text(good + '\n{"step": 1, "lo')  # a last row torn by a crash
+    assert [r["step"] for r in read_metrics(tmp_path)] == [0]

@@ -211,3 +211,22 @@ def test_the_replies_that_serve_used_to_reorder_now_agree():
 
 def test_toolcall_equality_ignores_the_source():
     assert ToolCall("a", {}, None, "x") == ToolCall("a", {}, None, "y")
+
+
+def test_a_malformed_call_whose_text_is_a_json_object_stays_malformed_in_a_history():
+    """A malformed call's text is the whole call ({"name": ...} without arguments, an unknown key, a key twice
+    inside an arguments string): sent back to a server as its history, it must read back malformed, never as
+    the arguments of a call the env never ran."""
+    from llm_zoo.policies.openai import to_chat_messages
+    from llm_zoo.serve.protocol import parse_request
+
+    for body in ('{"name": "get"}', '{"name": "get", "arguments": {}, "x": 1}',
+                 '{"name": "get", "arguments": "{\\"a\\": 1, \\"a\\": 2}"}', "{oops"):
+        reply = f"<tool_call>{body}</tool_call>"
+        (written,) = parse(reply).calls
+        assert written.error is not None
+        history = to_chat_messages([{"role": "system", "content": "s"}, {"role": "assistant", "content": reply},
+                                    {"role": "tool", "content": "error: ..."}])
+        back = parse_request({"messages": history}, name="m").messages[1]["content"]
+        (read,) = parse(back).calls
+        assert read.error is not None and read.name == written.name, (body, back)

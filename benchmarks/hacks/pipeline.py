@@ -545,6 +545,157 @@ def overwrite_takes_more_than_the_run() -> Outcome:
                    else "--overwrite removed files the run never wrote")
 
 
+# ---- held-out classes: what JSON and YAML readers keep silently, shapes past the type check, and what
+# transformers and peft would read from a saved policy --------------------------------------------------------
+
+
+def _eval(ckpt: Path) -> tuple[int | None, str, str]:
+    return _cli("eval", "kuhn_poker_v0", "--checkpoint", str(ckpt), "--episodes", "2")
+
+
+def duplicate_keys_in_checkpoint_json() -> Outcome:
+    """A key written twice in state.json and in the run's config.json: a reader sees the first, json keeps the last."""
+    run, ckpt = _fresh("dup_json")
+    text = (ckpt / "state.json").read_text()
+    (ckpt / "state.json").write_text(text[:text.rindex("}")] + ', "step": 0}')
+    _reseal(ckpt)
+    first = _judge(_resume(run), "state.json", "step")
+    if first.paid:
+        return first
+    run, ckpt = _fresh("dup_config")
+    text = (run / "config.json").read_text()
+    (run / "config.json").write_text(text[:text.rindex("}")] + ', "temperature": 9.0}')
+    return _judge(_eval(ckpt), "config.json", "temperature")
+
+
+def overflowing_float_literal_in_run_config() -> Outcome:
+    """1e400 is no NaN token, so a reader that refuses NaN may still let JSON's float reader make it inf."""
+    run, ckpt = _fresh("big_float")
+    config = json.loads((run / "config.json").read_text())
+    key = next(k for k, v in config.items() if type(v) is float)
+    (run / "config.json").write_text(json.dumps(config).replace(f'"{key}": {json.dumps(config[key])}', f'"{key}": 1e400'))
+    return _judge(_eval(ckpt), "config.json")
+
+
+def trainer_state_shapes_past_the_type_check() -> Outcome:
+    """Right top-level types, wrong insides: met of triples, a pool snapshot of strings, a learner of ints."""
+    import torch
+
+    edits: dict[str, Callable[[dict], None]] = {
+        "met": lambda s: s.update(met=[[1, 2, 3]]), "pool": lambda s: s.update(pool=[[1, {"w": "not a tensor"}]]),
+        "learner": lambda s: s.update(learner={"w": 7})}
+    for needle, edit in edits.items():
+        run, ckpt = _fresh(f"shape_{needle}")
+        state = torch.load(ckpt / "main.trainer.pt", weights_only=True)
+        edit(state)
+        torch.save(state, ckpt / "main.trainer.pt")
+        _reseal(ckpt)
+        outcome = _judge(_resume(run), "main.trainer.pt", needle)
+        if outcome.paid:
+            return Outcome(True, 1.0, 0.0, f"{needle}: {outcome.detail}")
+    return Outcome(False, 0.0, 0.0, f"{len(edits)} trainer states of the right types but wrong shapes, each refused "
+                                    "naming the file and the key")
+
+
+def custom_code_named_by_a_saved_policy() -> Outcome:
+    """A saved policy whose tokenizer_config.json or config.json names code to load (auto_map), or a model type
+    nobody knows: the loader's own long error, or worse, instead of one line naming the file."""
+    files = {"tokenizer_config.json": {"tokenizer_class": "Evil", "auto_map": {"AutoTokenizer": ["evil.Tok", None]}},
+             "config.json": {"model_type": "llama", "auto_map": {"AutoModelForCausalLM": "evil.Model"}}}
+    for name, content in [*files.items(), ("config.json", {"model_type": "no_such_model"})]:
+        _, ckpt = _fresh("custom_code")
+        (ckpt / "policies" / "main" / name).write_text(json.dumps(content))
+        _reseal(ckpt)
+        outcome = _judge(_eval(ckpt), name)
+        if outcome.paid:
+            return Outcome(True, 1.0, 0.0, f"{name}: {outcome.detail}")
+    return Outcome(False, 0.0, 0.0, "custom code and an unknown model type in a saved policy, each refused by name")
+
+
+def adapter_config_pointing_elsewhere() -> Outcome:
+    """A policy turned into LoRA adapters over a base elsewhere: /etc, a list, a path out of the checkpoint."""
+    for base in ("/etc", ["x"], "../../../../..", 7):
+        _, ckpt = _fresh("adapter_base")
+        (ckpt / "policies" / "main" / "adapter_config.json").write_text(
+            json.dumps({"base_model_name_or_path": base, "peft_type": "LORA"}))
+        _reseal(ckpt)
+        outcome = _judge(_eval(ckpt), "adapter_config.json")
+        if outcome.paid:
+            return Outcome(True, 1.0, 0.0, f"base {base!r}: {outcome.detail}")
+    return Outcome(False, 0.0, 0.0, "4 adapter bases out of reach, each refused naming adapter_config.json")
+
+
+def safetensors_header_with_huge_offsets() -> Outcome:
+    """A safetensors header (manifest resealed) whose tensor ends at 2**62, then a header length of 2**62."""
+    import struct
+
+    run, ckpt = _fresh("offsets")
+    weights = ckpt / "policies" / "main" / "model.safetensors"
+    data = weights.read_bytes()
+    size = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + size])
+    header[next(k for k in header if k != "__metadata__")]["data_offsets"] = [0, 2 ** 62]
+    packed = json.dumps(header).encode()
+    packed += b" " * (-len(packed) % 8)
+    for edited in (struct.pack("<Q", len(packed)) + packed + data[8 + size:], struct.pack("<Q", 2 ** 62) + data[8:]):
+        weights.write_bytes(edited)
+        _reseal(ckpt)
+        for result in (_eval(ckpt), _resume(run)):
+            outcome = _judge(result, "model.safetensors")
+            if outcome.paid:
+                return outcome
+    return Outcome(False, 0.0, 0.0, "huge tensor offsets and a huge header length, refused naming the file")
+
+
+def yaml_that_reads_otherwise() -> Outcome:
+    """YAML a reader takes for one thing and the loader for another: a key twice, a merge key, base 60."""
+    for text, needle in (("lr: 0.001\nlr: 10\n", "twice"), ("<<: {lr: 10}\nseed: 1\n", "merge"),
+                         ("steps: 1:30\n", "base-60")):
+        config = _scratch() / "reads_otherwise.yaml"
+        config.write_text(text)
+        outcome = _judge(_cli("train", "kuhn_poker_v0", "--config", str(config), "--run-dir",
+                              str(_scratch() / "reads_otherwise")), "reads_otherwise.yaml", needle)
+        if outcome.paid:
+            return Outcome(True, 1.0, 0.0, f"{text!r}: {outcome.detail}")
+    return Outcome(False, 0.0, 0.0, "3 configs that read otherwise than they look, each refused naming the file")
+
+
+def run_dir_that_is_a_file_or_a_link_to_a_run() -> Outcome:
+    """--run-dir naming a file, then a symbolic link to a finished run's directory (a second name for it)."""
+    afile = _scratch() / "a_file"
+    afile.write_text("not a directory")
+    first = _judge(_cli("train", "kuhn_poker_v0", *SETS, "--run-dir", str(afile)), "a_file")
+    if first.paid or afile.read_text() != "not a directory":
+        return first if first.paid else Outcome(True, 1.0, 0.0, "the file was changed")
+    run, _ = _fresh("link_target")
+    link = _scratch() / "link_to_run"
+    link.unlink(missing_ok=True)
+    link.symlink_to(run)
+    before = _snapshot(run)
+    outcome = _judge(_cli("train", "kuhn_poker_v0", *SETS, "--run-dir", str(link)), "--overwrite")
+    if not outcome.paid and _snapshot(run) != before:
+        return Outcome(True, 1.0, 0.0, "refused, but the linked run's files changed")
+    return outcome
+
+
+def metrics_rows_that_coerce() -> Outcome:
+    """metrics.jsonl rows whose step is text, a float or a bool, or whose values are text or lists: read as
+    numbers (int("3"), int(2.9)) they plot a run that never was; and such a row as the last one, which a crash
+    could have torn."""
+    rows = ['{"step": "1", "loss": 0.5}', '{"step": 2.9, "loss": 0.5}', '{"step": true, "loss": 0.5}',
+            '{"step": 1, "loss": "0.5"}', '{"step": 1, "loss": [0.5]}']
+    for row in rows:
+        for place in ("first", "last"):
+            run, _ = _fresh("metrics_coerce")
+            good = (run / "metrics.jsonl").read_text().splitlines()
+            lines = [row, *good] if place == "first" else [*good, row]
+            (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+            outcome = _judge(_cli("plot", str(run), "--out", str(_scratch() / "coerced.png")), "metrics.jsonl")
+            if outcome.paid:
+                return Outcome(True, 1.0, 0.0, f"{row} as the {place} row: {outcome.detail}")
+    return Outcome(False, 0.0, 0.0, f"{len(rows)} coercible rows, first and last, each refused naming metrics.jsonl")
+
+
 def _hack(run: Callable[[], Outcome], kind: str, tries: str, quick: bool = False) -> Hack:
     return Hack(ENV, run.__name__, tries, run, quick, kind)
 
@@ -588,4 +739,22 @@ HACKS: list[Hack] = [
     _hack(symlinked_lock_file, "run_dir", "a run.lock planted as a link to another file"),
     _hack(overwrite_takes_more_than_the_run, "run_dir", "--overwrite in a directory that also holds files the "
           "run never wrote"),
+    _hack(duplicate_keys_in_checkpoint_json, "unsafe_loading", "a key written twice in state.json (through --resume) "
+          "and in the run's config.json (through eval), which json reads as the last"),
+    _hack(overflowing_float_literal_in_run_config, "unsafe_loading", "1e400 in a run's config.json, which JSON reads "
+          "as inf without any NaN token"),
+    _hack(trainer_state_shapes_past_the_type_check, "unsafe_loading", "a trainer state of the right top-level types "
+          "with wrong insides (met triples, a pool of strings, a learner of ints), resealed"),
+    _hack(custom_code_named_by_a_saved_policy, "unsafe_loading", "auto_map in a saved policy's tokenizer_config.json "
+          "or config.json, and an unknown model_type, through eval --checkpoint"),
+    _hack(adapter_config_pointing_elsewhere, "unsafe_loading", "adapter_config.json naming /etc, a list, a path out "
+          "of the checkpoint or a number as the base model"),
+    _hack(safetensors_header_with_huge_offsets, "unsafe_loading", "a resealed safetensors header whose tensor ends "
+          "at 2**62, then a header length of 2**62, through eval and resume"),
+    _hack(yaml_that_reads_otherwise, "unsafe_loading", "a --config with a key twice, a merge key (<<) or a base-60 "
+          "number (1:30), which YAML 1.1 reads otherwise than a reader does"),
+    _hack(run_dir_that_is_a_file_or_a_link_to_a_run, "run_dir", "--run-dir naming a file, then a symbolic link to a "
+          "finished run's directory"),
+    _hack(metrics_rows_that_coerce, "unsafe_loading", "metrics.jsonl rows with a step as text, a float or a bool, or "
+          "values as text or lists, first and last, through llm-zoo plot"),
 ]

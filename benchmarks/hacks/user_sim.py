@@ -735,6 +735,59 @@ def lone_surrogates_to_a_human_render() -> Outcome:
                     note=f"printed {len(terminal.buffer.getvalue())} bytes without a raise")
 
 
+def _tool_call_texts() -> list[str]:
+    """Replies in every form the one parser reads, and malformed ones of each kind."""
+    get = call("get_order", order_id="#W1")
+    cancel = call("cancel_order", order_id="#W1", reason="ordered by mistake")
+    deep = '{"name": "get_order", "arguments": {"a": ' + "[" * 70 + "]" * 70 + "}}"
+    return [
+        f"<tool_call>{get}</tool_call>", f"{get}</tool_call></tool_call>{cancel}", f"<tool_call><tool_call>{cancel}",
+        f"text {get} middle {cancel} tail", f"{get}<tool_call>", "<tool_call>", "</tool_call>" + get,
+        '{"name": "get_order", "parameters": {"order_id": "#W1"}}', '<|python_tag|>{"name": "get_order", "parameters": {}}',
+        '<|python_tag|>{"name": "get_order"}', '{"name": "get_order", "parameters": {}, "x": 1}',
+        '{"name": "get_order", "parameters": {}} {"name": "cancel_order", "parameters": {}}',
+        '[{"name": "get_order", "parameters": {}}]', '{"name": "get_order", "arguments": "{\\"order_id\\": \\"#W1\\"}"}',
+        '<tool_call>{"name": "get_order", "arguments": {"n": 1e400}}</tool_call>',
+        '<tool_call>{"name": "get_order", "arguments": {"n": NaN}}</tool_call>',
+        '<tool_call>{"name": "get_order", "arguments": {"n": ' + "9" * 5000 + "}}</tool_call>",
+        "<tool_call>" + deep + "</tool_call>", "<tool_call>" + deep.replace("70", "7") + "</tool_call>",
+        '<tool_call>{"name": "get_order", "arguments": "{\\"a\\": 1, \\"a\\": 2}"}</tool_call>',
+        '<tool_call>{"name": "get_order", "arguments": {}, "arguments": {"order_id": "#W2"}}</tool_call>',
+        '<tool_call>{"name": "get_order", "arguments": {"s": "</tool_call><tool_call>{}"}}</tool_call>',
+        '<tool_call>{"name": "get_order", "arguments": {"s": "\\ud800"}}</tool_call>',
+        '<tool_call>{"name": "x\\n<tool_call>", "arguments": {}}</tool_call>', "\ufeff" + get,
+        '\u200b<tool_call>\u200b{"name": "get_order", "arguments": {}}</tool_call>', "a\r\n" + get + "\r\nb",
+        '<|python_tag|>' + get, '{"name": "get_order", "parameters": {}}' + get,
+        '<TOOL_CALL>{"name": "get_order", "arguments": {}}</TOOL_CALL>',
+    ]
+
+
+def tool_call_grammar_round_trip() -> Outcome:
+    """Each reply of :func:`_tool_call_texts` as the env reads it, as llm-zoo serve answers it (content and API
+    tool_calls, read back by OpenAIPolicy), and as the assistant's history comes back to the server
+    (to_chat_messages, then the server's request reader): the calls (name, arguments, malformed or not) must be
+    the same, in the same order, all three ways."""
+    from llm_zoo import toolcalls
+    from llm_zoo.policies.openai import reply_text, to_chat_messages
+    from llm_zoo.serve import protocol
+
+    def calls(text: str) -> list[tuple[str, str, bool]]:
+        return [(c.name, json.dumps(c.arguments, sort_keys=True), c.error is None) for c in toolcalls.parse(text).calls]
+
+    differ = []
+    texts = _tool_call_texts()
+    for written in texts:
+        content, api_calls = protocol.split_tool_calls(written)
+        served = reply_text({"content": content, "tool_calls": api_calls})
+        history = to_chat_messages([{"role": "system", "content": "s"}, {"role": "assistant", "content": served}]
+                                   + [{"role": "tool", "content": "r"}] * len(toolcalls.parse(served).calls))
+        back = protocol.parse_request({"messages": history}, name="m").messages[1]["content"]
+        if not calls(written) == calls(served) == calls(back):
+            differ.append(written[:60])
+    return Outcome(bool(differ), float(bool(differ)), 0.0, f"{len(differ)} of {len(texts)} replies read differently "
+                   f"through serve or the history" + (f": {differ[:3]}" if differ else ""))
+
+
 def _hack(run: Callable[[], Outcome], tries: str, quick: bool = False, kind: str = "other") -> Hack:
     return Hack(ENV, run.__name__, tries, run, quick, kind)
 
@@ -787,5 +840,8 @@ HACKS: list[Hack] = [
           "with a newline, to forge the env's lines in render() or drive the terminal", kind="unquoted_text"),
     _hack(lone_surrogates_to_a_human_render, "lone surrogates printed by render_mode='human', to make env.step "
           "raise and the episode be dropped", kind="unquoted_text"),
+    _hack(tool_call_grammar_round_trip, "30 replies in every form the tool-call parser reads (Hermes blocks nested, "
+          "unterminated, duplicated; Llama 3 JSON with and without the tag; duplicate keys, 1e400, NaN, 5000 digits, "
+          "deep nesting, lone surrogates, BOM, zero-width, CRLF) through serve and back as history", kind="unquoted_text"),
 ]
 """Every attempt against user_sim_v0, in the order the benchmark runs them."""

@@ -48,7 +48,6 @@ rather than a half-filled object.
 from __future__ import annotations
 
 import email.utils
-import json
 import os
 import random
 import sys
@@ -441,9 +440,9 @@ def to_chat_messages(messages: Sequence[Mapping[str, Any]], index: int = 0) -> l
 
 
 def _api_call(call_id: str, call: toolcalls.ToolCall) -> dict[str, Any]:
-    """One parsed call as an API ``tool_calls`` entry; a malformed one keeps its text as its arguments."""
-    arguments = json.dumps(call.arguments, ensure_ascii=False) if call.error is None else call.source.strip()
-    return {"id": call_id, "type": "function", "function": {"name": call.name, "arguments": arguments}}
+    """One parsed call as an API ``tool_calls`` entry; a malformed one keeps its text (``toolcalls.api_arguments``)."""
+    function = {"name": call.name, "arguments": toolcalls.api_arguments(call)}
+    return {"id": call_id, "type": "function", "function": function}
 
 
 def _drop_unanswered(out: list[dict[str, Any]], pending: list[str], texts: dict[int, str]) -> None:

@@ -167,7 +167,8 @@ def private_interpreter(python: str) -> str | None:
     if os.path.dirname(os.path.dirname(python)) != prefix or stdlib != os.path.join(prefix, "lib", _VERSION):
         return None
     info = os.stat(python)
-    key = hashlib.sha256(f"{python}|{info.st_size}|{info.st_mtime_ns}|{sys.version}".encode()).hexdigest()[:16]
+    # "scrubbed": copies made before the host prefix was written out of them keep their own key, unused
+    key = hashlib.sha256(f"{python}|{info.st_size}|{info.st_mtime_ns}|{sys.version}|scrubbed".encode()).hexdigest()[:16]
     root = os.path.join("/run" if os.path.isdir("/run") else tempfile.gettempdir(), f"llm_zoo_python_{key}")
     try:
         with open(root + ".lock", "w") as lock:
@@ -188,12 +189,42 @@ def private_interpreter(python: str) -> str | None:
                 shutil.copy2(os.path.join(prefix, "lib", library), os.path.join(root, "lib", library))
             shutil.copytree(stdlib, os.path.join(root, "lib", _VERSION), ignore=_SKIPPED, symlinks=True,
                             dirs_exist_ok=True)
+            _scrub(root, {prefix, sys.base_prefix, sys.base_exec_prefix, os.path.realpath(sys.base_exec_prefix)})
             with open(os.path.join(root, ".complete"), "w") as f:
-                f.write(python)
+                f.write("complete\n")  # a marker only: the interpreter's host path would show inside
             return root
     except OSError as exc:
         logger.info("sandbox: no private interpreter copy (%s)", exc)
         return None
+
+
+def _scrub(root: str, prefixes: set[str]) -> None:
+    """Write the host's install prefix out of every file of the interpreter's copy under ``root``.
+
+    The prefix the interpreter was built for (``/root/.pyenv/versions/3.11.7``, say) is compiled into the
+    binary, libpython, the extension modules, ``_sysconfigdata`` (``sysconfig.get_config_vars()``) and every
+    ``.pyc``: each names a host directory and its user inside the sandbox. Each occurrence becomes
+    `INTERPRETER_DIR` padded with slashes to the same length (``/python/////...``): the same path to any
+    reader of paths, and the same byte length, so binaries, string tables and ``.pyc`` files stay valid. A
+    prefix not longer than `INTERPRETER_DIR` cannot be padded and is left (none names a home directory).
+    """
+    swaps = [(p.encode(), (INTERPRETER_DIR + "/" * (len(p) - len(INTERPRETER_DIR))).encode())
+             for p in sorted(prefixes, key=len, reverse=True) if len(p) > len(INTERPRETER_DIR) and p != "/"]
+    for folder, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(folder, name)
+            if os.path.islink(path) or not os.path.isfile(path):
+                continue
+            with open(path, "rb") as f:
+                data = f.read()
+            scrubbed = data
+            for old, new in swaps:
+                scrubbed = scrubbed.replace(old, new)
+            if scrubbed != data:
+                info = os.stat(path)
+                with open(path, "r+b") as f:
+                    f.write(scrubbed)
+                os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))  # a .pyc checks its source's mtime
 
 
 def _within(path: str, roots: Sequence[str]) -> bool:

@@ -215,13 +215,31 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a finite number")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400 is no NaN token, but JSON's float reader makes it inf
+        raise ValueError(f"{text[:40]} is not a finite number")
+    return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:  # json keeps the last silently: a reader would see one value, the loader another
+            raise ValueError(f"the key {key!r:.60} appears twice in one object")
+        out[key] = value
+    return out
+
+
 def read_json(path: Path, what: str = "JSON") -> Any:
-    """Return the JSON in ``path``: strict UTF-8, finite numbers only; else a :class:`CheckpointError` naming it."""
+    """Return the JSON in ``path``: strict UTF-8, finite numbers only, each key once per object; else a
+    :class:`CheckpointError` naming it."""
     if Path(path).exists() and not Path(path).is_file():  # a FIFO would block, a device never end
         raise CheckpointError(f"{path}: not a regular file; expected {what}")
     try:
         text = Path(path).read_bytes().decode("utf-8")
-        return json.loads(text, parse_constant=_refuse_constant)
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float,
+                          object_pairs_hook=_unique_keys)
     except FileNotFoundError:
         raise CheckpointError(f"{path}: missing; expected {what}") from None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -252,6 +270,9 @@ def verify_checkpoint(path: Path) -> None:
     for file in [*sorted(path.rglob("*.json")), *([run_config] if path.parent.name == "checkpoints"
                                                    and run_config.exists() else [])]:
         read_json(file)
+    if (path / "policies").is_dir():
+        for policy in sorted(p for p in (path / "policies").iterdir() if p.is_dir()):
+            _check_policy_dir(policy)
     for file in sorted(path.rglob("*.safetensors")):
         _read_weights(file, header_only=True)
     fix = "take an earlier checkpoint (checkpoints/step_N) or retrain"
@@ -272,6 +293,35 @@ def verify_checkpoint(path: Path) -> None:
                                       f"replaced); {fix}")
             if _sha256(file) != entry.get("sha256"):
                 raise CheckpointError(f"{path / name}: its SHA-256 differs from the manifest's (corrupted); {fix}")
+
+
+def _check_policy_dir(policy: Path) -> None:
+    """Check what transformers and peft would read from a saved policy before they read it: no custom code
+    (``auto_map``) in its JSON files, a model type transformers knows, and adapters over a base that is a
+    model directory (or a hub name); else a :class:`CheckpointError` naming the file."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    for name in ("config.json", "tokenizer_config.json", "adapter_config.json", "generation_config.json"):
+        file = policy / name
+        if not file.is_file():
+            continue
+        data = read_json(file)
+        if not isinstance(data, dict):
+            raise CheckpointError(f"{file}: expected a JSON object; got {type(data).__name__}")
+        if "auto_map" in data:
+            raise CheckpointError(f"{file}: names custom code to load (auto_map), which llm_zoo never writes and "
+                                  f"never runs; a checkpoint llm_zoo wrote has none: do not load this one")
+        if name == "config.json" and not (isinstance(data.get("model_type"), str)
+                                           and data["model_type"] in CONFIG_MAPPING_NAMES):
+            raise CheckpointError(f"{file}: model_type must name a model transformers knows; got "
+                                  f"{_describe(data.get('model_type'))}: the file is damaged or not a model's config")
+        if name == "adapter_config.json":
+            base = data.get("base_model_name_or_path")
+            hub_name = isinstance(base, str) and base.count("/") == 1 and not base.startswith((".", "/", "~"))
+            if not isinstance(base, str) or not (hub_name or (Path(base) / "config.json").is_file()):
+                raise CheckpointError(f"{file}: base_model_name_or_path must name the base model's directory (one "
+                                      f"holding config.json) or a hub name owner/name; got {_describe(base)}: set it "
+                                      f"to where the base model is")
 
 
 def _read_weights(file: Path, *, header_only: bool = False) -> dict[str, torch.Tensor]:
@@ -318,9 +368,33 @@ def _read_trainer_state(file: Path, what: str = "the learner's trainer state") -
     _check_fields(file, state, TRAINER_KEYS)
     for i, item in enumerate(state["pool"]):
         if not (isinstance(item, (list, tuple)) and len(item) == 2 and type(item[0]) is int
-                and isinstance(item[1], dict)):
-            raise CheckpointError(f"{file}: pool[{i}] must be [step, state dict]; got {type(item).__name__}")
+                and _is_state_dict(item[1])):
+            raise CheckpointError(f"{file}: pool[{i}] must be [step, state dict of name -> tensor]; got "
+                                  f"{_describe(item)}")
+    for key in ("learner", "reference"):
+        if state[key] is not None and not _is_state_dict(state[key]):
+            raise CheckpointError(f"{file}: {key} must be a state dict of name -> tensor (or None); got "
+                                  f"{_describe(state[key])}")
+    for i, item in enumerate(state["met"]):
+        if not (isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], (list, tuple))
+                and isinstance(item[1], (list, tuple)) and all(type(t) is int for t in item[0])
+                and all(isinstance(r, str) for r in item[1])):
+            raise CheckpointError(f"{file}: met[{i}] must be [prompt token ids, legal replies]; got "
+                                  f"{_describe(item)}")
     return state
+
+
+def _is_state_dict(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in value.items())
+
+
+def _describe(value: Any) -> str:
+    """A short, safe description of a value read from a file: its type and a clipped repr."""
+    try:
+        shown = repr(value)
+    except Exception:  # noqa: BLE001 - a value whose repr fails is described by its type alone
+        shown = "?"
+    return f"{type(value).__name__} {shown[:80]!r}"
 
 
 def _check_fields(file: Path, data: Any, fields: Mapping[str, Any]) -> None:

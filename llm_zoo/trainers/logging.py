@@ -68,10 +68,26 @@ def _lines(path: Path) -> list[str]:
 
 
 def _step(line: str) -> int | None:
+    """The row's step: an int, never a text, a float or a bool converted to one; None when it is not a row."""
     try:
-        return int(json.loads(line)["step"])
-    except (ValueError, KeyError, TypeError, RecursionError):
+        row = json.loads(line)
+    except (ValueError, RecursionError):
         return None
+    step = row.get("step") if isinstance(row, dict) else None
+    return step if type(step) is int else None
+
+
+def _parses(line: str) -> bool:
+    try:
+        json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def _numbers(line: str) -> bool:
+    """Whether every value of a row is a number (what ``MetricsLogger.log`` writes; NaN included)."""
+    return all(type(v) in (int, float) for v in json.loads(line).values())
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
@@ -84,12 +100,12 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
     """
     path = Path(run_dir) / "metrics.jsonl"
     lines = _lines(path)
-    if lines and _step(lines[-1]) is None:  # a row torn by a crash mid-append; every earlier row is whole
+    if lines and not _parses(lines[-1]):  # a row torn by a crash mid-append; every earlier row is whole
         lines.pop()
     rows = []
     for number, line in enumerate(lines, 1):
-        if _step(line) is None:
-            raise MetricsFormatError(f"{path}:{number}: expected a JSON object with an integer 'step' "
+        if _step(line) is None or not _numbers(line):
+            raise MetricsFormatError(f"{path}:{number}: expected a JSON object with an integer 'step' and numbers "
                                      f"(one row a step), got {line[:80]!r}")
         rows.append(json.loads(line))
     return rows

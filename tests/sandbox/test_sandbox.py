@@ -637,3 +637,30 @@ def test_the_sandbox_shows_nothing_of_the_host():
 
     found, out = judge_hacks.host_facts_seen()
     assert found == [] and "/proc/self/mountinfo" not in out and "sandbox" in out, (found, out[-500:])
+
+
+@needs_bwrap
+def test_the_interpreters_own_files_name_no_host_path():
+    """The prefix the interpreter was built for is compiled into its binary, libpython, extension modules,
+    _sysconfigdata and .pyc files; inside, none of them (nor sysconfig's config vars, a stdlib traceback or a
+    marker file beside the copy) names the host's prefix, home directory, checkout or workspace path."""
+    from benchmarks.hacks import judge as judge_hacks
+
+    outcome = judge_hacks._compiled_host_paths()
+    assert not outcome.paid, outcome.detail
+
+
+def test_scrubbing_keeps_each_file_s_length_and_the_path_it_names(tmp_path):
+    from llm_zoo.sandbox import _bwrap
+
+    prefix = "/home/someone/.pyenv/versions/3.11.7"
+    (tmp_path / "lib").mkdir()
+    blob = b"\x00RUNPATH=" + prefix.encode() + b"/lib\x00" + prefix.encode() + b"\x00tail"
+    (tmp_path / "lib" / "libpython.so").write_bytes(blob)
+    (tmp_path / "lib" / "_sysconfigdata.py").write_text(f"build_time_vars = {{'prefix': {prefix!r}}}\n")
+    _bwrap._scrub(str(tmp_path), {prefix, "/"})
+    data = (tmp_path / "lib" / "libpython.so").read_bytes()
+    assert len(data) == len(blob) and prefix.encode() not in data and b"someone" not in data
+    name = data.split(b"RUNPATH=")[1].split(b"\x00")[0].decode()
+    assert os.path.normpath(name) == _bwrap.INTERPRETER_DIR + "/lib"
+    assert "someone" not in (tmp_path / "lib" / "_sysconfigdata.py").read_text()

@@ -15,7 +15,8 @@ solution's sandbox, every process in it, read here from ``/proc``, which a solut
 sleeping, move off its books by handing work to a helper process, or blame on a busy machine. Arguments
 reach the solution as copies, so nothing it does to them reaches the test's data; a test that asks that
 the inputs stay untouched calls ``solution_changed_arguments()`` after the call (the solution process's own
-report of the call). A report lists each test with its failing line
+report of the call, which that process can forge) and calls the solution again with the same argument, whose
+copy the solution's process keeps while it reports it unchanged, so that a change it hides shows in a result. A report lists each test with its failing line
 and both sides of a failing ``assert a <op> b``; strings that came from the solution are quoted.
 
 Test files that come from the workspace (a judge's own, written with ``run_python``) are not the
@@ -77,6 +78,10 @@ _WHERE = re.compile(r"^[\w./-]{1,120} line \d{1,7}$")
 """What a "raised in" location may look like in a report; anything else is shown as a repr."""
 PER_TEST_S = 4.0
 """Time limit of each of the env's own tests (it covers the values' trips to the solution's process and back)."""
+START_S = 10.0
+"""Time limit of starting a fresh solution process and importing the test module (with the solution), when
+longer than the per-test limit: a process that starts slowly on a busy machine, after a test that timed out,
+is never charged to the next test (every test body still has only the per-test limit)."""
 
 # Runs test files from the workspace (never the env's own) in a sandbox, the solution in another (run_python_beside).
 RUNNER = r'''
@@ -479,7 +484,7 @@ def _run_file(workspace: Workspace, name: str, source: str, per_test_s: float, d
             sides = _Sides()
             try:
                 if namespace is None or solution.session is None or solution.session.dead is not None:
-                    solution.start().deadline = min(deadline, time.monotonic() + per_test_s)
+                    solution.start().deadline = min(deadline, time.monotonic() + max(per_test_s, START_S))
                     namespace = _namespace(name, solution, sides, printed)
                     try:
                         exec(code, namespace)

@@ -102,3 +102,29 @@ def test_checks_out_of_reach_and_evidence_the_solver_cannot_forge(name):
     outcome = BY_NAME[name].run()
     assert not outcome.paid, outcome
     assert "env.step raised" not in outcome.detail
+
+
+@pytest.mark.parametrize("name", ["mutation_hidden_from_the_servers_report", "leftovers_at_exit",
+                                  "result_answers_the_handles_questions", "generator_result",
+                                  "unicode_that_impersonates_the_env", "forged_docstring_and_exception",
+                                  "special_solution_files", "symlinks_to_host_files",
+                                  "host_paths_compiled_into_the_interpreter"])
+def test_held_out_attacks_on_the_solutions_process_and_the_judges_evidence(name):
+    outcome = BY_NAME[name].run()
+    assert not outcome.paid, outcome
+    assert "env.step raised" not in outcome.detail
+
+
+def test_a_change_to_an_argument_hidden_from_the_report_shows_in_the_next_call():
+    """The server's report of changed arguments is the solution process's own; deep_merge's hidden test also
+    calls again with the same base, whose copy that process keeps while it says it is unchanged."""
+    from llm_zoo.envs.agentic_judge import grading
+    from llm_zoo.envs.agentic_judge.tasks import load_tasks
+    from llm_zoo.sandbox import Workspace
+
+    hiding = judge_hacks.HIDES + judge_hacks.MUTATES["deep_merge"] + "\ndeep_merge = _hide(deep_merge)\n"
+    with Workspace() as ws:
+        ws.write_file("solution.py", hiding)
+        report = grading.run_tests(ws, {"test_hidden.py": load_tasks()["deep_merge"].hidden})[0]
+    (failed,) = [r for r in report.results if not r.ok]
+    assert failed.name == "test_inputs_untouched" and failed.source == "assert deep_merge(base, {}) == saved[0]"
