@@ -95,7 +95,8 @@ def completion_logprobs(
     With ``share_prefix`` (the default), each distinct (prompt, completion) pair is scored once and
     a prompt prefix shared by several rows runs once, in a first pass whose KV cache the second pass
     reads (module docstring): the same log-probs and gradients, to float rounding, for less work.
-    It falls back to one pass when the model uses gradient checkpointing, which drops the cache.
+    It falls back to one pass when the model uses gradient checkpointing, which drops the cache; repeated
+    rows are still scored once there.
     When every completion is one token, the distinct prompts run instead as one token tree (each
     shared prefix once; :func:`forward_tree`), where that is the cheaper plan.
 
@@ -138,13 +139,14 @@ def completion_logprobs(
         vocab = model.get_output_embeddings().weight.shape[0]
         return (empty, empty.long(), *([empty] if with_entropy else []),
                 *([torch.zeros(len(prompts_ids), 0, vocab, device=device)] if with_all_logps else []))
+    merge_rows = share_prefix  # repeated rows are scored once: no cache needed, so checkpointing keeps it
     if share_prefix and model.training and torch.is_grad_enabled() and checkpoints_activations(model):
         share_prefix = False
     allowed = list(allowed) if allowed is not None else [None] * len(prompts_ids)
     if token_budget is not None:
         if token_budget < 1:
             raise ValueError(f"completion_logprobs: token_budget must be >= 1 (or None), got {token_budget!r}.")
-        keys: list[Any] = (list(zip(map(tuple, prompts_ids), map(tuple, completions_ids))) if share_prefix
+        keys: list[Any] = (list(zip(map(tuple, prompts_ids), map(tuple, completions_ids))) if merge_rows
                            else list(range(len(prompts_ids))))  # without sharing, every row is its own
         distinct, _ = dedupe(keys)
         chunks = row_chunks([len(prompts_ids[k] if isinstance(k, int) else k[0]) + width for k in distinct],
@@ -152,11 +154,11 @@ def completion_logprobs(
         if len(chunks) > 1:
             return _chunked_logprobs(model, prompts_ids, completions_ids, allowed, keys, distinct, chunks,
                                      pad_token_id=pad_token_id, temperature=temperature, with_entropy=with_entropy,
-                                     share_prefix=share_prefix, with_all_logps=with_all_logps, width=width,
-                                     token_budget=token_budget)
+                                     share_prefix=share_prefix, merge_rows=merge_rows,
+                                     with_all_logps=with_all_logps, width=width, token_budget=token_budget)
     return _completion_logprobs(model, prompts_ids, completions_ids, allowed, pad_token_id=pad_token_id,
                                 temperature=temperature, with_entropy=with_entropy, share_prefix=share_prefix,
-                                with_all_logps=with_all_logps, width=width, device=device,
+                                merge_rows=merge_rows, with_all_logps=with_all_logps, width=width, device=device,
                                 token_budget=token_budget)
 
 
@@ -216,16 +218,18 @@ def _completion_logprobs(
     temperature: float,
     with_entropy: bool,
     share_prefix: bool,
+    merge_rows: bool,
     with_all_logps: bool,
     width: int,
     device: torch.device,
     token_budget: int | None,
 ) -> tuple[torch.Tensor, ...]:
-    """One chunk of :func:`completion_logprobs` (its arguments checked), completions padded to ``width``."""
+    """One chunk of :func:`completion_logprobs` (its arguments checked), completions padded to ``width``.
+    ``merge_rows``: score each distinct (prompt, completion, allowed) row once (``share_prefix`` implies it)."""
     tree_logits = one_token_tree_logits(model, prompts_ids, completions_ids, device) if share_prefix else None
     if tree_logits is not None:
         prompts, completions, row_of = list(prompts_ids), list(completions_ids), None
-    elif share_prefix:
+    elif share_prefix or merge_rows:
         keys = zip(map(tuple, prompts_ids), map(tuple, completions_ids),
                    (None if a is None else tuple(map(tuple, a)) for a in allowed))
         triples, row_of = dedupe(keys)

@@ -519,8 +519,8 @@ def test_one_token_scoring_runs_a_token_tree_with_the_same_logprobs_and_gradient
         assert (grad - ref).norm() <= 1e-5 * ref.norm(), name
 
 
-def test_scoring_falls_back_to_one_pass_under_gradient_checkpointing(tok, tiny_model):
-    prompts, completions = pairs(tok, SHARED_BATCH, ["[check]", "[bet]", "x", "[call]", "[bet]"])
+def test_scoring_falls_back_to_one_pass_of_the_distinct_rows_under_gradient_checkpointing(tok, tiny_model):
+    prompts, completions = pairs(tok, SHARED_BATCH, ["[check]", "[bet]", "x", "[call]", "[bet]"])  # rows 1, 4 alike
     model = tiny_model(tok, seed=3)
     # activation_checkpointing_enable is the transformers >= 5.2x name of gradient_checkpointing_enable
     enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
@@ -529,12 +529,15 @@ def test_scoring_falls_back_to_one_pass_under_gradient_checkpointing(tok, tiny_m
     with ForwardSpy(model) as spy:
         logps, _ = completion_logprobs(model, prompts, completions, pad_token_id=tok.pad_token_id)
     logps.sum().backward()
-    assert len(spy.shapes) == 1
-    with torch.no_grad():
-        ref, _ = completion_logprobs(
-            model, prompts, completions, pad_token_id=tok.pad_token_id, share_prefix=False
-        )
+    merged = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    assert len(spy.shapes) == 1 and spy.shapes[0][0] == 4  # no shared prefix, but the repeated row runs once
+    model.zero_grad(set_to_none=True)
+    ref, _ = completion_logprobs(model, prompts, completions, pad_token_id=tok.pad_token_id, share_prefix=False)
+    ref.sum().backward()
     assert (logps - ref).abs().max() < 1e-5
+    for name, param in model.named_parameters():
+        if name in merged:  # the repeated row's gradient counts twice, as two rows' would
+            assert (merged[name] - param.grad).norm() <= 1e-5 * (param.grad.norm() + 1e-12), name
 
 
 def test_completion_logprobs_has_gradients_and_a_mask(tok, model):

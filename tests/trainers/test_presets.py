@@ -88,7 +88,7 @@ def test_each_pretrained_preset_fits_the_default_memory_limit_with_a_135m_model(
 
 
 def test_a_model_directory_trains_on_kuhns_pretrained_preset(tmp_path, tiny_model_dir):
-    """The preset as it is (LoRA, checkpointing, the mask over moves of several tokens), on a tiny model saved to a
+    """The preset as it is (LoRA, the mask over moves of several tokens), on a tiny model saved to a
     directory: a byte tokenizer spells [check] in 7 tokens, as a pretrained tokenizer spells it in several."""
     from llm_zoo.trainers.grpo import train
 
@@ -96,7 +96,7 @@ def test_a_model_directory_trains_on_kuhns_pretrained_preset(tmp_path, tiny_mode
     config = make_config("kuhn_poker_v0", {"model": str(model), "steps": 1, "episodes_per_step": 4,
                                            "rollout_batch_size": 4, "micro_batch_size": 4, "run_dir": str(tmp_path / "run"),
                                            "progress": False, "tensorboard": False, "threads": 1})
-    assert config.lora_r and config.gradient_checkpointing and config.constrain_to_legal and config.max_new_tokens == 8
+    assert config.lora_r and config.constrain_to_legal and config.max_new_tokens == 8
     result = train(config)
     assert 0 <= result["exploitability"] <= 1
     saved = next((tmp_path / "run" / "checkpoints").glob("step_*/policies/main"))
