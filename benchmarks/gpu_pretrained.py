@@ -14,7 +14,9 @@ process of its own (a crash, a hang or vLLM's memory stays in its cell):
 
 - envs: kuhn_poker_v0 (self-play of one model, masked to legal moves) and user_sim_v0 (a tool env:
   the assistant against the frozen scripted user, four of the preset's templates);
-- updates: ``lora`` (the preset's LoRA, rank 16) and ``full`` (``lora_r=0``, lr 1e-5, a tenth of LoRA's);
+- updates: ``lora`` (the preset's LoRA, rank 16) and ``full`` (``lora_r=0``, lr 1e-5, a tenth of LoRA's), each
+  on every sample of the step (``entropy_coef=1e-4``: without an entropy or KL term the trainer skips the
+  samples whose advantage is 0, which would leave a zero-shot model's user_sim update with nothing to run);
 - generation: ``transformers`` (the learner's own model samples) and ``vllm`` (``generation=vllm``: a
   vLLM engine loaded with the learner's weights, which are pushed into it after every update).
 
@@ -75,6 +77,9 @@ UPDATES = ("lora", "full")
 GENERATIONS = ("transformers", "vllm")
 FULL_LR = 1e-5
 """Full fine-tuning's learning rate: a tenth of the presets' LoRA rate (presets.py cites why)."""
+ENTROPY_COEF = 1e-4
+"""Every cell's entropy bonus: with it the trainer runs the update on every sample (``grpo.update`` skips the samples
+whose advantage is 0 only without one), and its entropy is computed in every update anyway, so the cost is the same."""
 USER_SIM_TEMPLATES = 4
 """user_sim_v0 runs on the first templates of its preset only: the run's closing evaluation plays each once."""
 
@@ -143,6 +148,9 @@ def cell_overrides(env: str, update: str, generation: str, model: str, args: arg
         "model": model, "device": args.device, "generation": generation, "steps": args.warmup + args.steps,
         "vllm_gpu_memory_utilization": args.gpu_memory_utilization,
         "memory_limit_gb": 0,  # a benchmark of the peak: the preflight's estimate is reported beside it instead
+        # a weight that keeps the update from skipping samples whose advantage is 0 (a group of equal rewards, as a
+        # zero-shot model's user_sim groups mostly are), so every cell measures the update on all its samples
+        "entropy_coef": ENTROPY_COEF,
         "eval_every": 0, "checkpoint_every": 0, "sample_every": 0, "progress": False, "tensorboard": False,
     }
     if update == "full":
@@ -370,7 +378,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     if args.cell is not None:  # a child: one cell, its raw sums as the last line
         env, update, generation = args.cell.split("/")
-        print(json.dumps(run_cell(env, update, generation, args.model, args)), flush=True)
+        harness.emit(run_cell(env, update, generation, args.model, args))
         sys.stdout.flush()
         os._exit(0)  # no interpreter teardown: a vLLM engine's shutdown at exit can hang past the timing
     if args.device == "cuda":
@@ -413,9 +421,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 row.update(status="ok", **summarise(raw, args.steps, per_token, peak))
             row["cell_s"] = round(time.perf_counter() - t0, 1)
         rows.append(row)
-        print(f"{env} {update} {generation}: {row['status']} "
-              f"{json.dumps({k: v for k, v in row.items() if k not in ('env', 'update', 'generation', 'status')})}",
-              flush=True)
+        shown = ", ".join(f"{k} {v}" for k, v in row.items() if k not in ("env", "update", "generation", "status"))
+        print(f"{env} {update} {generation}: {row['status']}; {shown}", flush=True)
 
     def cell(row: dict[str, Any], key: str, form: str = "{}") -> str:
         return form.format(row[key]) if row.get(key) is not None else "-"

@@ -68,7 +68,7 @@ import importlib.util as u; print('torch', torch.__version__, torch.cuda.get_dev
 # THE MODEL of the pretrained runs: MODEL if it loads here, else the catalogue's smollm2-135m
 probe='import sys; from transformers import AutoModelForCausalLM as M, AutoTokenizer as T
 T.from_pretrained(sys.argv[1]); M.from_pretrained(sys.argv[1]); print("loaded", sys.argv[1])'
-if ! timeout 180 "$PY" -c "$probe" "$MODEL" > "$OUT/model.txt" 2>&1; then
+if ! timeout 90 "$PY" -c "$probe" "$MODEL" > "$OUT/model.txt" 2>&1; then
     echo "gpu_bench: $MODEL does not load here (no hub?); the pretrained runs use the catalogue's smollm2-135m" |
         tee -a "$OUT/model.txt" "$OUT/steps.txt"
     MODEL=smollm2-135m

@@ -85,8 +85,9 @@ def _check_ok_cell(row: dict, steps: int) -> None:
     assert all(isinstance(row[k], (int, float)) and math.isfinite(row[k]) for k in CELL_FIELDS), row
     assert row["rollout_s"] > 0 and row["update_s"] > 0
     assert math.isclose(row["step_s"], row["rollout_s"] + row["update_s"], abs_tol=2e-3), row
-    # Kuhn's replies are a move each, every sample trained (RAE advantages are not 0 on a first step)
+    # Kuhn's replies are a move each; the update runs prompt and completion of every sample
     assert row["generated_tokens"] > 0 and row["trained_tokens"] > row["generated_tokens"], row
+    assert row["skipped_samples"] == 0, row  # entropy_coef: the update runs every sample, whatever its advantage
     assert row["generated_tokens_per_s"] == pytest.approx(row["generated_tokens"] / (row["rollout_s"] * steps),
                                                           rel=0.01)
     assert 0 < row["mfu_step"] < row["mfu_update"], row  # the step's seconds include the update's
