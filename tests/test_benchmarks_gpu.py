@@ -99,6 +99,7 @@ def test_pretrained_quick_on_a_cpu_trains_lora_and_full_and_reports_the_vllm_cel
     model = tiny_model_dir("pretrained", shape="smallest")
     figures, lines = _pretrained("--quick", "--device", "cpu", "--model", str(model), *TINY_PROMPTS)
     assert figures["device"] and figures["peak_tflops"] > 0 and figures["peak_source"].startswith("measured")
+    assert figures["random_weights"] is False and figures["source"] == str(model)
     assert figures["steps"] == 1 and figures["warmup"] == 0 and figures["seconds"] > 0
     cells = {(c["env"], c["update"], c["generation"]): c for c in figures["cells"]}
     assert list(cells) == [("kuhn_poker_v0", "lora", "transformers"), ("kuhn_poker_v0", "full", "transformers"),
@@ -116,6 +117,23 @@ def test_pretrained_quick_on_a_cpu_trains_lora_and_full_and_reports_the_vllm_cel
         assert "step_s" not in cells[key]
     assert figures["ok"] == 2 and figures["errors"] == 0
     assert any(line.startswith("| kuhn_poker_v0 | lora") for line in lines)  # the table, one row per cell
+
+
+@pytest.mark.torch
+def test_pretrained_random_weights_need_only_the_config_and_tokenizer(tiny_model_dir, tmp_path):
+    model = tiny_model_dir("shape", shape="smallest")
+    shape = tmp_path / "shape"
+    shape.mkdir()
+    for path in model.iterdir():
+        if "safetensors" not in path.name and not path.name.endswith(".bin"):
+            shutil.copy(path, shape / path.name)
+    assert not any(shape.glob("*.safetensors"))
+    figures, _ = _pretrained("--quick", "--device", "cpu", "--model", str(shape), "--random-weights", "--updates",
+                             "full", "--generations", "transformers", *TINY_PROMPTS)
+    assert figures["random_weights"] is True and figures["source"] is None
+    [row] = figures["cells"]
+    _check_ok_cell(row, steps=1)
+    assert figures["params_n"] > 0 and row["flops_per_token"] == 6 * figures["params_n"]
 
 
 @pytest.mark.torch
@@ -183,6 +201,7 @@ def test_gpu_bench_parses_and_runs_the_pretrained_benchmark_with_its_fallback():
     assert "benchmarks.gpu_pretrained --model \"$MODEL\"" in text
     assert "MODEL=${MODEL:-HuggingFaceTB/SmolLM2-135M-Instruct}" in text and "MODEL=smollm2-135m" in text
     assert "CATALOGUE['smollm2-135m'].install" in text  # the catalogue's own install line, never a copy of it
+    assert 'MODEL=$MODEL_SHAPE' in text and "random_weights=--random-weights" in text  # the last fallback
     # every benchmark in benchmarks/gpu_*.py runs, each as a step under the budget's timeout
     for script in sorted(BENCHMARKS.glob("gpu_*.py")):
         assert re.search(rf"^\s*step {script.stem} \d+ ", text, re.M), f"gpu_bench.sh does not run {script.stem}"
