@@ -65,6 +65,7 @@ import argparse
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -359,20 +360,25 @@ def cells(args: argparse.Namespace) -> list[tuple[str, str, str]]:
 def spawn_cell(cell: tuple[str, str, str], model: str, argv: Sequence[str], timeout: float) -> dict[str, Any]:
     """Run one cell in a child process; return its raw sums, or ``{"error": ...}`` with what went wrong."""
     command = [sys.executable, "-m", "benchmarks.gpu_pretrained", *argv, "--model", model, "--cell", "/".join(cell)]
+    # a session of its own: on a timeout the whole group goes, the vLLM engine's processes with it (an engine left
+    # running would hold its share of the GPU through the next cells)
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             cwd=Path(__file__).resolve().parents[1], start_new_session=True)
     try:
-        run = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                             cwd=Path(__file__).resolve().parents[1])
+        stdout, stderr = child.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:g} s (--cell-timeout)"}
-    lines = run.stdout.strip().splitlines()
-    if run.returncode == 0 and lines:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.communicate()
+        return {"error": f"timed out after {timeout:.0f} s (--cell-timeout, or what was left of --budget)"}
+    lines = stdout.strip().splitlines()
+    if child.returncode == 0 and lines:
         try:
             return json.loads(lines[-1])
         except ValueError:
             pass
-    errors = [line for line in run.stderr.strip().splitlines() if line.strip()]
+    errors = [line for line in stderr.strip().splitlines() if line.strip()]
     last = next((line for line in reversed(errors) if "Error" in line or "error" in line), errors[-1] if errors else "")
-    return {"error": f"exit status {run.returncode}: {last.strip()[:400]}"}
+    return {"error": f"exit status {child.returncode}: {last.strip()[:400]}"}
 
 
 MIN_CELL_S = 30.0
