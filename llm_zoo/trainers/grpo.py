@@ -860,6 +860,7 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig, step:
         kept = [b for b in batch if b.advantage != 0.0]
         skipped, batch = len(batch) - len(kept), kept
         n_kept = sum(len(b.completion_ids) for b in batch)
+    n_trained = sum(len(b.prompt_ids) + len(b.completion_ids) for b in batch)  # what the passes run (MFU's tokens)
     batch = distributed.shard(batch)  # this rank's share (all of it in one process)
     exact = has_reference and config.kl_estimator == "exact"
     temperature = config.temperature or 1.0
@@ -917,7 +918,7 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig, step:
             plugin.after_step(learner, step)
     model.eval()
     return {**stats_sum, "loss": total_loss, "grad_norm": float(grad_norm), "tokens": float(n_tokens),
-            "skipped_samples": float(skipped)}
+            "skipped_samples": float(skipped), "trained_tokens": float(n_trained)}
 
 
 # ---------------------------------------------------------------------------------------------
