@@ -860,7 +860,7 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig, step:
         kept = [b for b in batch if b.advantage != 0.0]
         skipped, batch = len(batch) - len(kept), kept
         n_kept = sum(len(b.completion_ids) for b in batch)
-    n_trained = sum(len(b.prompt_ids) + len(b.completion_ids) for b in batch)  # what the passes run (MFU's tokens)
+    n_trained = sum(len(b.prompt_ids) + len(b.completion_ids) for b in batch)  # MFU's useful tokens (passes may run fewer: shared prefixes)
     batch = distributed.shard(batch)  # this rank's share (all of it in one process)
     exact = has_reference and config.kl_estimator == "exact"
     temperature = config.temperature or 1.0
