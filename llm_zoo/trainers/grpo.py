@@ -308,9 +308,6 @@ class TrainConfig:
             raise ValueError(f"config.env must be a registered env, one of {llm_zoo.registered()}; got {self.env!r}")
         sft_stage.check_stage_fields(self.sft)
         check_model_fields(self)
-        if self.lora_r and self.generation != "transformers":
-            raise ValueError(f"config.lora_r={self.lora_r} trains adapters only: generation must be transformers (got "
-                             f"{self.generation!r}: the vLLM generator loads whole weights); or set lora_r=0")
         for name in plugins.PLUGINS:  # each plug-in checks its own section against the rest
             getattr(self, name).check(self)
         if self.init == "none":  # the word a preset's comment and the docs use for fresh weights
@@ -594,15 +591,25 @@ def reference_logprobs(learner: Learner, prompts: Sequence[Sequence[int]], compl
 
 
 def make_vllm_generator(learner: Learner, path: Path, config: TrainConfig):
-    """Return a VLLMPolicy that samples for ``learner``: its current weights, saved to ``path`` for vLLM to load."""
-    from llm_zoo.policies.vllm import VLLMPolicy
+    """Return a VLLMPolicy that samples for ``learner``: its current weights, saved to ``path`` for vLLM to load.
 
-    learner.model.save_pretrained(path)
+    With LoRA (``lora_r``) ``path`` gets the base model and the engine takes the adapters through vLLM's LoRA,
+    pushed now and after each update (:mod:`llm_zoo.policies.vllm`, LoRA adapters)."""
+    from llm_zoo.policies.vllm import VLLMPolicy, adapter_rank, save_lora_base
+
+    lora = hasattr(learner.model, "peft_config")
+    if lora:
+        save_lora_base(learner.model, path)
+    else:
+        learner.model.save_pretrained(path)
     learner.policy.tokenizer.save_pretrained(path)
-    return VLLMPolicy(path, name=learner.name, temperature=config.temperature, top_p=config.top_p,
-                      max_new_tokens=config.max_new_tokens, seed=config.seed, constrain=config.constrain_to_legal,
-                      max_prompt_tokens=config.max_prompt_tokens, gpu_memory_utilization=config.vllm_gpu_memory_utilization,
-                      dtype=str(learner.model.dtype).removeprefix("torch."))
+    policy = VLLMPolicy(path, name=learner.name, temperature=config.temperature, top_p=config.top_p,
+                        max_new_tokens=config.max_new_tokens, seed=config.seed, constrain=config.constrain_to_legal,
+                        max_prompt_tokens=config.max_prompt_tokens, gpu_memory_utilization=config.vllm_gpu_memory_utilization,
+                        dtype=str(learner.model.dtype).removeprefix("torch."), lora_rank=adapter_rank(learner.model) if lora else None)
+    if lora:  # adapters from a warm start or a resumed run are live from the first rollout
+        policy.sync_from(learner.model)
+    return policy
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import os
 import random
 import sys
 import types
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -167,7 +168,7 @@ def _fake_vllm(
 
     class LLM:
         def __init__(self, model: str, **kwargs) -> None:
-            self.model, self.kwargs, self.requests, self.resets = model, kwargs, [], 0
+            self.model, self.kwargs, self.requests, self.resets, self.loras = model, kwargs, [], 0, []
             random.seed(kwargs["seed"])  # as vLLM's in-process engine does
             np.random.seed(kwargs["seed"])
             torch.manual_seed(kwargs["seed"])
@@ -176,8 +177,9 @@ def _fake_vllm(
             executor = SimpleNamespace(driver_worker=wrapper) if in_process else SimpleNamespace()
             self.llm_engine = SimpleNamespace(model_executor=executor)
 
-        def generate(self, prompts, sampling_params, use_tqdm=True):
+        def generate(self, prompts, sampling_params, use_tqdm=True, lora_request=None):
             self.requests.append((prompts, sampling_params))
+            self.loras.append(lora_request)
             steps = [{t: SimpleNamespace(logprob=-0.5 * (i + 1), rank=1)} for i, t in enumerate(completion)]
             return [
                 SimpleNamespace(outputs=[SimpleNamespace(token_ids=completion, logprobs=steps)])
@@ -535,3 +537,103 @@ def test_a_head_size_the_cpu_kernels_lack_is_refused_before_the_engine_starts(tm
     if vllm_policy.missing_requirements(gpu=True) is not None:  # the CPU build: the constructor checks it
         with pytest.raises(ValueError, match=match):
             VLLMPolicy(tiny, engine_kwargs=ENGINE_KWARGS)
+
+
+# ---- LoRA adapters through vLLM's LoRA -------------------------------------------------------
+
+
+def _lora_model(base, rank: int = 4, seed: int = 0, scale: float = 0.5):
+    """The base in float32 with fresh ``peft`` adapters (``models.add_lora``), their B set nonzero (peft starts it at 0)."""
+    from transformers import AutoModelForCausalLM
+
+    from llm_zoo.models import add_lora
+
+    model = add_lora(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), base, r=rank, alpha=2.0 * rank,
+                     dropout=0.0).eval()
+    _nudge(model, seed, scale)
+    return model
+
+
+def _nudge(model, seed: int, scale: float) -> None:
+    """Draw every adapter's B afresh: what updates do, large enough that an engine that missed it fails."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(scale * torch.randn(param.shape, generator=generator))
+
+
+def _lora_diffs(replies, model, pad: int, **kwargs) -> tuple[float, float]:
+    """(max, mean) |reply log-prob - log-prob under ``model``| over every sampled token."""
+    prompts, completions = [r.prompt_ids for r in replies], [r.completion_ids for r in replies]
+    with torch.inference_mode():
+        scored, _ = completion_logprobs(model, prompts, completions, pad_token_id=pad, **kwargs)
+    diffs = [abs(a - b) for i, r in enumerate(replies) for a, b in zip(r.logprobs, scored[i, :len(r.logprobs)].tolist())]
+    return max(diffs), sum(diffs) / len(diffs)
+
+
+def test_engine_lora_rank_is_the_smallest_vllm_takes():
+    assert [vllm_policy.engine_lora_rank(r) for r in (1, 2, 8, 9, 300)] == [1, 8, 8, 16, 320]
+    for bad in (0, 513, True):
+        with pytest.raises(ValueError, match=r"lora_rank must be an integer in \[1, 512\].*config\.lora_r"):
+            vllm_policy.engine_lora_rank(bad)
+
+
+def test_a_lora_base_is_saved_with_the_checkpoint_names_and_the_base_weights(tmp_path, model_dir):
+    from transformers import AutoModelForCausalLM
+
+    model = _lora_model(model_dir)
+    saved = AutoModelForCausalLM.from_pretrained(vllm_policy.save_lora_base(model, tmp_path / "base"), dtype=torch.float32)
+    original = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).state_dict()
+    assert saved.state_dict().keys() == original.keys()
+    assert all(torch.equal(saved.state_dict()[k], v) for k, v in original.items())  # the base, no adapter in it
+    assert vllm_policy.adapter_rank(model) == 4
+
+
+def test_a_lora_policy_pushes_the_adapter_with_a_fresh_id_and_drops_the_last(monkeypatch, fake_engine, model_dir):
+    requests = types.ModuleType("vllm.lora.request")
+    requests.LoRARequest = lambda name, lora_int_id, lora_path: SimpleNamespace(
+        lora_name=name, lora_int_id=lora_int_id, lora_path=lora_path)
+    monkeypatch.setitem(sys.modules, "vllm.lora.request", requests)
+    policy = VLLMPolicy(model_dir, name="main", lora_rank=4)
+    kwargs = policy.llm.kwargs
+    assert kwargs["enable_lora"] is True and kwargs["max_lora_rank"] == 8 and kwargs["max_loras"] == 1
+    removed: list[int] = []
+    policy.llm.llm_engine.remove_lora = removed.append
+    model = _lora_model(model_dir)
+    policy.sync_from(model)
+    first = policy._lora
+    assert first.lora_int_id == 1 and (Path(first.lora_path) / "adapter_model.safetensors").is_file()
+    policy.act(OBSERVATIONS)
+    assert policy.llm.loras == [first]  # every request of the call samples with the pushed adapter
+    policy.sync_from(model)
+    assert policy._lora.lora_int_id == 2 and removed == [1] and not Path(first.lora_path).exists()
+    with pytest.raises(ValueError, match=r"rank 16 is above the policy's lora_rank 4"):
+        policy.sync_from(_lora_model(model_dir, rank=16))
+    with pytest.raises(ValueError, match="built without lora_rank"):
+        VLLMPolicy(model_dir).sync_from(model)
+
+
+@pytest.mark.vllm
+def test_logprobs_follow_each_pushed_lora_adapter(peaked_dir):
+    model = _lora_model(peaked_dir, rank=4, seed=0)
+    pad = build_byte_tokenizer().pad_token_id
+    policy = VLLMPolicy(peaked_dir, max_new_tokens=8, seed=0, dtype="float32", engine_kwargs=ENGINE_KWARGS, lora_rank=4)
+    assert policy.llm.llm_engine.vllm_config.lora_config.max_lora_rank == 8
+    try:
+        for seed in (0, 1):  # two pushes: the second must replace the first in the running engine
+            _nudge(model, seed, 0.5)
+            policy.sync_from(model)
+            replies = policy.act(OBSERVATIONS * 4)
+            worst, _ = _lora_diffs(replies, model, pad)
+            assert worst < TOLERANCE, (seed, worst)
+            with model.disable_adapter():
+                _, mean_base = _lora_diffs(replies, model, pad)
+            assert mean_base > 0.1, mean_base  # the adapter moves the log-probs: the check tells them apart
+            if seed == 1:
+                _nudge(model, 0, 0.5)  # the adapter of the first push
+                _, mean_previous = _lora_diffs(replies, model, pad)
+                assert mean_previous > 0.1, mean_previous
+        assert policy.llm.llm_engine.list_loras() == {2}  # the first adapter was dropped
+    finally:
+        del policy.llm
