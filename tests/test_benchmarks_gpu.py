@@ -88,10 +88,10 @@ def _check_ok_cell(row: dict, steps: int) -> None:
     # Kuhn's replies are a move each; the update runs prompt and completion of every sample
     assert row["generated_tokens"] > 0 and row["trained_tokens"] > row["generated_tokens"], row
     assert row["skipped_samples"] == 0, row  # entropy_coef: the update runs every sample, whatever its advantage
-    # the row's rollout_s is rounded to 1 ms a step, which a tiny model's rollout is not far above
+    # the row rounds rollout_s to 1 ms a step (a tiny model's rollout is not far above it) and tokens/s to 0.1
     fastest = row["generated_tokens"] / (max(row["rollout_s"] - 5e-4, 1e-9) * steps)
     slowest = row["generated_tokens"] / ((row["rollout_s"] + 5e-4) * steps)
-    assert slowest * 0.999 <= row["generated_tokens_per_s"] <= fastest * 1.001, row
+    assert slowest * 0.999 - 0.05 <= row["generated_tokens_per_s"] <= fastest * 1.001 + 0.05, row
     assert 0 < row["mfu_step"] < row["mfu_update"], row  # the step's seconds include the update's
     assert row["peak_gib"] > 0 and row["estimated_gib"] > 0
 
