@@ -597,7 +597,7 @@ def make_vllm_generator(learner: Learner, path: Path, config: TrainConfig):
     pushed now and after each update (:mod:`llm_zoo.policies.vllm`, LoRA adapters)."""
     from llm_zoo.policies.vllm import VLLMPolicy, adapter_rank, save_lora_base
 
-    lora = hasattr(learner.model, "peft_config")
+    lora = learner.adapters  # the learner records LoRA; its model is then a peft model
     if lora:
         save_lora_base(learner.model, path)
     else:
