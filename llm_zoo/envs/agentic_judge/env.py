@@ -32,7 +32,8 @@ checks the statement (`benchmarks/judge_agreement.py`).
 `obs["messages"]`. The solver sees its system prompt (workflow, tools), then the task: its id, the
 statement (with doctest-style examples) and the visible tests (`test_solution.py`, also in the
 workspace), then its tool results. The judge's first message holds the task id and statement, the
-solver's files, the visible tests, the visible tests' run on the submission, and the solver's
+judge's own cases (a few calls with their outputs, from the task file's `@@ judge` section, which the
+solver never sees: a table of the cases the solver saw fails them), the solver's files, the visible tests, the visible tests' run on the submission, and the solver's
 final reply as its note; then its own tool results. Everything the solver wrote and every output of
 its code that the judge sees (files, its note, `read_file` and `run_python` results) is *quoted*:
 each line behind `"| "`, a prefix none of the env's own lines has. Test reports are built by the env
@@ -55,7 +56,7 @@ holds exactly the submitted files (at most 64, each under 1 MiB; links, fifos an
 out) and the visible tests. From then on the solution's code never runs there again: every run of it
 in review (the visible tests, a test file of the judge's, whatever the judge's `run_python` imports)
 is a server on a fresh copy of the submission laid out as every grading copy is (the submitted files
-and the visible tests), in a sandbox of its own, answering the judge's program over a pipe with plain
+alone: no copy the solution runs in holds the visible tests), in a sandbox of its own, answering the judge's program over a pipe with plain
 data (`llm_zoo.sandbox.run_python_beside`). So the solution cannot tell review from grading by its
 surroundings, cannot read the judge's programs, their expected values or their output, and cannot
 write to what the judge reads: the judge reviews exactly what was graded. The judge **decides** with a
@@ -289,7 +290,7 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
         shown, not_shown = sub.text_files()
         self.tell("judge", text.handoff_message(
             self.task.id, self.task.statement, text.files_block(shown, not_shown, FILES_SHOWN_CHARS), VISIBLE,
-            self.task.visible, sub.visible.format(), note))
+            self.task.visible, sub.visible.format(), note, self.task.judge))
         if self.render_mode is not None:
             self.narrate(f"-- submitted {sorted(sub.files)}: visible {sub.visible.passed}/{sub.visible.total}, "
                          f"hidden {sub.hidden.passed}/{sub.hidden.total}, stored solution {name}")

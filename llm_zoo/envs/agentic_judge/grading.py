@@ -765,12 +765,13 @@ class SolutionCheck:
 
 
 def check_solution(task: Task, name: str, *, allow_unsandboxed: bool = False) -> SolutionCheck:
-    """Run one stored solution against its task's visible and hidden tests and its statement's examples."""
+    """Run one stored solution against its task's visible and hidden tests, its statement's examples and the
+    judge's own cases (``Task.judge``)."""
     with Workspace() as ws:
         ws.write_file(SOLUTION_FILE, task.solutions[name])
         visible, hidden = run_tests(ws, {VISIBLE_FILE: task.visible, HIDDEN_FILE: task.hidden},
                                     allow_unsandboxed=allow_unsandboxed)
-        lines = check_examples(ws, parse_examples(task.statement),
+        lines = check_examples(ws, parse_examples(task.statement) + parse_examples(task.judge),
                                any_order=statement_leaves_order_free(task.statement),
                                allow_unsandboxed=allow_unsandboxed)
     read = read_example_check("\n".join(lines))
@@ -785,7 +786,7 @@ def validate_tasks(tasks: Iterable[Task], *, max_workers: int = 4,
     Every correct solution must pass the hidden tests and every wrong one fail them; a correct one
     fails the visible tests exactly when the task lists it as brittle, and a wrong one passes them
     exactly when it is listed as weak; the reference passes the visible tests; every statement has
-    examples, which every correct solution meets.
+    examples, which every correct solution meets, as it meets the judge's own cases.
     """
     tasks = list(tasks)
     jobs = [(t, n) for t in tasks for n in t.solutions]
@@ -809,7 +810,8 @@ def validate_tasks(tasks: Iterable[Task], *, max_workers: int = 4,
                 problems.append(f"{where}: fails the visible tests: {not c.visible.all_passed}, listed as brittle: "
                                 f"{c.name in task.brittle}\n{c.visible.format()}")
             if not c.examples_ok:
-                problems.append(f"{where}: a correct solution misses the statement's examples: {c.example_notes}")
+                problems.append(f"{where}: a correct solution misses the statement's examples or the judge's own "
+                                f"cases: {c.example_notes}")
     for task in tasks:
         if not parse_examples(task.statement):
             problems.append(f"{task.id}: the statement has no >>> examples")

@@ -2,11 +2,13 @@
 
 The solvers write a stored solution of the task with ``write_file``, run the visible tests, and
 submit. The rule-based judge never sees the hidden tests. In its first reply it runs the visible
-tests (``run_tests``) and its own check of the statement's doctest examples (``run_python``, values
-compared leniently: numbers to 1e-9, exceptions by class, and as multisets where the statement says
-"in any order"). In its second it decides by these rules, in order:
+tests (``run_tests``) and its own check of the statement's doctest examples and of the judge's own
+cases (the section of its first message the solver never sees) (``run_python``, values compared
+leniently: numbers to 1e-9, exceptions by class, and as multisets where the statement says "in any
+order"). In its second it decides by these rules, in order:
 
-1. an example that fails, a solution that does not import, or a ``solution.py`` it cannot read: FAIL;
+1. an example or own case that fails, a solution that does not import, or a ``solution.py`` it cannot
+   read: FAIL;
 2. a solution whose source holds two or more of the outputs the statement's examples and the visible
    tests show, as literals (a lookup table of the shown cases; exception messages do not count): FAIL.
    The check program reads every ``.py`` file of the submission whole (``HELD``), never a clipped view;
@@ -35,8 +37,12 @@ finish fails.
 Its checks cannot be forged from the solution's process: the visible tests' report is built by the
 env from plain results, and the example check and the probe run in a sandbox of their own, beside the
 solution's (``grading.example_check_program``), which can neither read them nor reach their output.
-A table with a fallback that computes plausible values away from the shown inputs, on a task with no
-float argument, still passes rule 3, as does one whose float keys match within more than 1e-7.
+A table with a fallback that computes plausible values away from the shown inputs (read from the
+visible tests at run time or carried in the submission, however encoded) passes rule 3 on a task with
+no float argument, as does one whose float keys match within more than 1e-7: the shown cases are all
+the solver knows, and such a table answers them. The judge's own cases are what it does not know: a
+table fails them at rule 1, whatever its fallback (the tasks of a class with state, ``stack`` and
+``lru_cache``, have none).
 
 A visible failure is *free* (it does not count) when it only asks for what the statement does not:
 a helper (the failing line of the visible tests uses only names the statement never gives as code, or
@@ -606,7 +612,8 @@ def _examples_or_table(statement: str, check_output: str | None, source: str | N
         return "The check of the statement's examples did not finish.", 0
     passed, total, bad = checked
     if bad:
-        return f"The statement's examples fail ({passed} of {total} pass): " + "; ".join(bad)[:600], total
+        return (f"The statement's examples or my own cases fail ({passed} of {total} pass): "
+                + "; ".join(bad)[:600]), total
     outputs = table_outputs(statement, visible or "")
     reported = _line_after(check_output or "", "HELD ")
     if reported is not None:  # the check program read every source file whole
@@ -683,7 +690,7 @@ def decide(statement: str, visible_report: str, check_output: str | None, source
             return "FAIL", f"The visible test {failure.name} fails for a reason the statement fixes: {failure.error}."
         reasons.append(f"{failure.name} only asks for {why}")
     tail = f" Visible failures set aside: {'; '.join(reasons)}." if reasons else ""
-    return "PASS", f"All {total} examples of the statement pass.{tail}"
+    return "PASS", f"All {total} examples (the statement's and my own cases) pass.{tail}"
 
 
 def _python_stdout(result: str) -> str | None:
@@ -742,7 +749,9 @@ class RuleJudge(Policy):
         last_assistant = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=None)
         if last_assistant is None:
             visible = _visible_source(_first_user_message(obs)) or ""
-            program = grading.example_check_program(grading.parse_examples(statement),
+            own = [] if self.strict else grading.parse_examples(text.section(_first_user_message(obs),
+                                                                              text.JUDGE_CASES) or "")
+            program = grading.example_check_program(grading.parse_examples(statement) + own,
                                                     any_order=grading.statement_leaves_order_free(statement),
                                                     probes=[] if self.strict else probe_calls(statement, visible)
                                                     + [c for c, _ in nudged_calls(statement, visible)],

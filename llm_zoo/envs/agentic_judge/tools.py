@@ -9,9 +9,11 @@ Once the solver submits, its code never runs in the workspace again: the workspa
 exactly the submission and the visible tests, and only the env and the judge's own programs write
 there. Every run of the solution's code from then on (the visible tests, a test file of the judge's,
 whatever the judge's ``run_python`` imports) is a server started on a fresh copy of the submission
-laid out as every grading run's copy is (the submitted files and the visible tests), in a sandbox of
-its own: the solution cannot tell review from grading by its surroundings, cannot write to what the
-judge reads, and never shares a process or a file with the judge's programs.
+laid out as every grading run's copy is (the submitted files alone), in a sandbox of its own: the
+solution cannot tell review from grading by its surroundings, cannot write to what the judge reads,
+and never shares a process or a file with the judge's programs. No copy holds the visible tests: a
+solution that read them where it runs could answer the shown cases without holding anything of the task
+(a task-agnostic table), so the tests exist only in the env's process and in the judge's workspace.
 """
 
 from __future__ import annotations
@@ -182,7 +184,7 @@ class Workbench:
     def submit(self) -> Submission:
         """Freeze the workspace's files and run the visible and the hidden tests, each on a fresh copy.
 
-        Each copy holds the submission and the visible tests, as every later run's copy does (`_copy`).
+        Each copy holds the submission alone, as every later run's copy does (`_copy`).
         Neither run sees what the other wrote, and afterwards the workspace holds exactly the
         submission (and the visible tests), for the judge. The tests themselves run in this process (see
         ``grading``): the hidden tests are never on disk nor in any process that runs the solver's
@@ -218,19 +220,21 @@ class Workbench:
     def _reset_to(self, files: dict[str, bytes]) -> None:
         """Make the workspace hold exactly the submission (and the visible tests): what the judge reviews
         is what the tests graded, never a file left out of it (too large, a link, a fifo) nor a process' leftovers."""
-        fresh = self._copy(files)
+        fresh = self._copy(files, with_tests=True)
         self.workspace.close()
         self.workspace = fresh
 
-    def _copy(self, files: dict[str, bytes]) -> Workspace:
-        """A fresh workspace holding ``files`` and the visible tests: the one layout every run of a submission sees."""
+    def _copy(self, files: dict[str, bytes], with_tests: bool = False) -> Workspace:
+        """A fresh workspace holding ``files``: the one layout every run of a submission sees. ``with_tests``
+        adds the visible tests, for the judge's workspace only: no solution process ever runs beside them."""
         copy = Workspace()
         for path, data in files.items():
             try:
                 copy.write_file(path, data)
             except (OSError, ValueError):
                 continue  # a path the copy cannot hold (a file where a directory was): left out
-        copy.write_file(VISIBLE_FILE, self.task.visible)
+        if with_tests:
+            copy.write_file(VISIBLE_FILE, self.task.visible)
         return copy
 
     def _server_workspace(self) -> contextlib.AbstractContextManager[Workspace]:

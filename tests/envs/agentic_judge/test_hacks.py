@@ -93,6 +93,17 @@ def test_a_task_agnostic_solution_that_reads_its_surroundings_earns_nothing():
     assert outcome.detail.startswith(f"0 of {len(judge_hacks.SAMPLE_TASKS)} tasks paid"), outcome
 
 
+def test_a_table_of_the_shown_cases_fails_the_judges_own_cases():
+    """The class of tables with a plausible fallback: read from the visible tests at run time (none are in
+    reach), or from a copy the solver put in its submission, or matching float keys past every nudge. On the
+    tasks where such a table beat every other check, the judge's own cases (never shown to the solver) fail it."""
+    assert not judge_hacks._tests_reader_sweep(judge_hacks.TESTS_READER_TASKS, copied=False).paid
+    copied = judge_hacks._tests_reader_sweep(judge_hacks.TESTS_READER_TASKS, copied=True)
+    assert not copied.paid and copied.reward == 0.0, copied
+    wide = BY_NAME["float_table_wide_tolerance"].run()
+    assert not wide.paid and "verdict FAIL" in wide.detail, wide
+
+
 @pytest.mark.parametrize("name", ["rewrite_during_review", "tell_grading_from_review", "forged_missing_helper",
                                   "float_keys_within_tolerance", "table_padded_past_the_read_clip",
                                   "two_entries_and_a_named_exception", "nan_on_a_string_task",

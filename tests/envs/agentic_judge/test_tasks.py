@@ -128,3 +128,22 @@ def test_binary_search_hidden_timing_fails_every_scan_and_passes_the_searches():
     assert outcome["reference"] == outcome["alt_bisect"] == {"test_found": True, "test_missing": True, "test_fast": True}
     for name in scans:
         assert outcome[name] == {"test_found": True, "test_missing": True, "test_fast": False}, name
+
+
+def test_every_judge_section_is_what_the_script_writes_and_leaves_no_task_of_calls_without_cases():
+    """``scripts/judge_cases.py --check``: the judge's own cases are the correct solutions' agreed outputs on
+    inputs derived from the shown ones; every task whose statement shows plain calls has at least two."""
+    import runpy
+    from pathlib import Path
+
+    script = runpy.run_path(str(Path(__file__).resolve().parents[3] / "scripts" / "judge_cases.py"))
+    assert script["main"](["--check"]) == 0
+    for task in load_tasks().values():
+        own = grading.parse_examples(task.judge)
+        if task.id in ("stack", "lru_cache"):  # classes with state: no plain call to derive from
+            assert own == []
+        else:
+            assert len(own) >= 2, task.id
+            statement = {e.source for e in grading.parse_examples(task.statement)}
+            assert not statement & {e.source for e in own}, task.id  # never a call the solver was shown
+

@@ -13,6 +13,10 @@ A task file ``<id>.txt`` is a sequence of sections, each opened by a line ``@@ <
     The visible tests: a test module that imports from ``solution``; shown to both agents.
 ``@@ hidden``
     The hidden tests, which define the truth; never shown to any agent.
+``@@ judge`` (optional)
+    The judge's own cases, doctest-style like the statement's examples: shown to the judge, never to the
+    solver, so that a table of the cases the solver saw fails them (written by ``scripts/judge_cases.py``
+    from the correct stored solutions, on inputs derived from the shown ones).
 ``@@ solution <name>``
     A stored solution: ``reference``, correct alternatives ``alt_<label>`` and wrong solutions
     ``wrong_<label>``; at least one of each.
@@ -39,7 +43,7 @@ __all__ = ["SOLUTION_KINDS", "Task", "kind_of", "load_tasks", "parse_task"]
 TASK_DIR = Path(__file__).resolve().parent
 SOLUTION_KINDS = ("reference", "alternative", "wrong")
 """What a stored solution is: the reference, another correct solution, or a wrong one."""
-_SECTION = re.compile(r"^@@ (meta|statement|visible|hidden|solution [A-Za-z0-9_]+)[ \t]*$", re.MULTILINE)
+_SECTION = re.compile(r"^@@ (meta|statement|visible|hidden|judge|solution [A-Za-z0-9_]+)[ \t]*$", re.MULTILINE)
 _META_KEYS = {"entry", "tags", "brittle", "weak"}
 _NAME = re.compile(r"^(reference|alt_[A-Za-z0-9_]+|wrong_[A-Za-z0-9_]+)$")
 
@@ -72,6 +76,8 @@ class Task:
     """Correct alternative -> why the visible tests reject it."""
     weak: Mapping[str, str] = field(default_factory=dict)
     """Wrong solution -> why the visible tests accept it."""
+    judge: str = ""
+    """The judge's own cases (doctest-style ``>>>`` examples), which the solver never sees; may be empty."""
 
     @property
     def correct(self) -> tuple[str, ...]:
@@ -133,6 +139,7 @@ def parse_task(task_id: str, text: str) -> Task:
     ordered = {"reference": solutions.pop("reference"), **solutions}
     return Task(id=task_id, statement=sections["statement"].strip() + "\n", visible=sections["visible"],
                 hidden=sections["hidden"], solutions=MappingProxyType(ordered), entry=entry,
+                judge=sections.get("judge", "").strip() + "\n" if sections.get("judge", "").strip() else "",
                 tags=tuple(meta.get("tags", ())), brittle=MappingProxyType(brittle), weak=MappingProxyType(weak))
 
 
