@@ -53,11 +53,11 @@ statement allows any. Each rests on the env's own text and on values the env com
 message of what the solution raised are the solver's, and never excuse a failure.
 
 The *strict* judge (``strict_judge``, :func:`decide_strict`) is a second judge with other rules, for
-cross-play: it runs the same examples check (without the probe) and the visible tests, and fails an example
-that fails, a lookup table of the shown outputs, and *any* failing visible test; otherwise it passes. It
-trusts the visible tests where the rule judge overrules them, and never looks off the shown cases, so it
-rejects brittle-test alternatives and passes wrong solutions that pass weak visible tests. Neither judge
-ever reads the hidden tests.
+cross-play: it runs the same examples check (the judge's own cases included, without the probe) and the
+visible tests, and fails an example or own case that fails, a lookup table of the shown outputs, and *any*
+failing visible test; otherwise it passes. It trusts the visible tests where the rule judge overrules them,
+and never probes further, so it rejects brittle-test alternatives and passes wrong solutions that pass weak
+visible tests and its cases. Neither judge ever reads the hidden tests.
 """
 
 from __future__ import annotations
@@ -710,8 +710,8 @@ def decide_strict(statement: str, visible_report: str, check_output: str | None,
                   visible: str | None = None) -> tuple[str, str]:
     """The strict judge's rules (a second judge with other rules, for cross-play); return (verdict, reason).
 
-    1. an example of the statement that fails (compared as the rule judge compares), or a check that does not
-       finish: FAIL; 2. a lookup table of the shown outputs (rule 2 of the rule judge): FAIL; 3. any visible test
+    1. an example of the statement or an own case that fails (compared as the rule judge compares), or a check
+       that does not finish: FAIL; 2. a lookup table of the shown outputs (rule 2 of the rule judge): FAIL; 3. any visible test
        that fails, whatever for: FAIL; 4. otherwise PASS. It never probes off the shown cases and forgives no
        visible failure: it trusts the visible tests where the rule judge overrules them, and checks no further.
     """
@@ -721,7 +721,7 @@ def decide_strict(statement: str, visible_report: str, check_output: str | None,
     failures = read_failures(visible_report)
     if failures:
         return "FAIL", f"{len(failures)} visible test(s) fail, first {failures[0].name}: {failures[0].error}."
-    return "PASS", f"All {total} examples of the statement and every visible test pass."
+    return "PASS", f"All {total} examples (the statement's and my own cases) and every visible test pass."
 
 
 class RuleJudge(Policy):
@@ -749,8 +749,7 @@ class RuleJudge(Policy):
         last_assistant = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=None)
         if last_assistant is None:
             visible = _visible_source(_first_user_message(obs)) or ""
-            own = [] if self.strict else grading.parse_examples(text.section(_first_user_message(obs),
-                                                                              text.JUDGE_CASES) or "")
+            own = grading.parse_examples(text.section(_first_user_message(obs), text.JUDGE_CASES) or "")
             program = grading.example_check_program(grading.parse_examples(statement) + own,
                                                     any_order=grading.statement_leaves_order_free(statement),
                                                     probes=[] if self.strict else probe_calls(statement, visible)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.hacks import judge as judge_hacks
+from llm_zoo.envs.agentic_judge.tasks import load_tasks
 
 pytestmark = pytest.mark.bwrap
 BY_NAME = {h.name: h for h in judge_hacks.HACKS}
@@ -91,6 +92,15 @@ def test_a_task_agnostic_solution_that_reads_its_surroundings_earns_nothing():
     outcome = BY_NAME["surroundings_reader"].run()
     assert not outcome.paid and outcome.reward == 0.0, outcome
     assert outcome.detail.startswith(f"0 of {len(judge_hacks.SAMPLE_TASKS)} tasks paid"), outcome
+
+
+def test_a_task_agnostic_solution_that_reads_the_visible_tests_earns_nothing_on_any_task():
+    """The class against all 49 tasks: one solution file, the same for every task, that parses every text file
+    it can reach for the shown calls and answers from the nearest one (about 50 s here). Before the copies the
+    solution runs in lost the visible tests, it got PASS on 15 tasks."""
+    outcome = BY_NAME["visible_tests_reader_every_task"].run()
+    assert not outcome.paid and outcome.reward == 0.0, outcome
+    assert outcome.detail.startswith(f"0 of {len(load_tasks())} tasks paid"), outcome
 
 
 def test_a_table_of_the_shown_cases_fails_the_judges_own_cases():
