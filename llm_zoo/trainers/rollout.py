@@ -32,6 +32,7 @@ import time
 import traceback
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol
 
 import numpy as np
@@ -438,8 +439,10 @@ class MemoEnvs:
     Measured on the Kuhn main job (docs/kuhn_selfplay.md, section 14): the envs' share of a rollout
     of 1024 hands, 0.13 of its 0.19 s, falls to about 0.03 s.
 
-    Records share each state's observation (one canonical dict per state, read-only by
-    convention, as the trainer reads them). A policy failure, an env that raises and an episode
+    Records share what their states share (each state's canonical observation; an end's roles, returns
+    and infos; the env's keywords): read-only by convention, as the trainer reads them. Policies are
+    shown each state's messages as read-only views (``MappingProxyType``), the same tuple every time,
+    which their prompt memo finds by identity. A policy failure, an env that raises and an episode
     past ``max_steps`` end as on :class:`LocalEnvs`, by a replay of the episode to that point.
     """
 
@@ -448,6 +451,7 @@ class MemoEnvs:
         self.memo, self.build, self.env_id, self.kwargs, self.max_steps = memo, build, env_id, env_kwargs, max_steps
         self.hosted: set[int] = set()
         self.live: dict[int, _Walk] = {}
+        self.canonical_kwargs = jsonable(dict(env_kwargs))
 
     def start(self, jobs: Sequence[Job]) -> list[tuple[int, Outcome]]:
         out: list[tuple[int, Outcome]] = []
@@ -515,9 +519,14 @@ class MemoEnvs:
         turns = []
         for state, answer, reward in zip(walk.nodes, walk.answers, end.rewards):
             turns.append(_turn(state, answer, reward, walk.seat(state.agent, state.role)[1]))
-        return Episode(env_id=self.env_id, env_kwargs=self.kwargs, seed=job.seed, options=job.options, roles=end.roles,
-                       policies={a: walk.seat(a, r)[1] for a, r in end.roles.items()}, turns=turns,
-                       returns=end.returns, infos=end.infos, wall_time=time.perf_counter() - walk.started)
+        # Episode(...) without its canonical copies: the memo's parts are canonical already, and shared (read-only)
+        record = Episode.__new__(Episode)
+        record.env_id, record.env_kwargs, record.seed = self.env_id, self.canonical_kwargs, job.seed
+        record.options = None if job.options is None else jsonable(dict(job.options))
+        record.roles, record.policies = end.roles, {a: walk.seat(a, r)[1] for a, r in end.roles.items()}
+        record.turns, record.returns, record.infos = turns, end.returns, end.infos
+        record.failed, record.error, record.wall_time = False, None, time.perf_counter() - walk.started
+        return record
 
     def _visit(self, walk: _Walk) -> _Node | None:
         """Replay the walk's episode on a real env to its newest state; return that state (None: it failed)."""
@@ -539,11 +548,16 @@ class MemoEnvs:
             return None
         self.memo.size += 1
         if waiting:
-            return _Node(run.agent, run.roles.get(run.agent, run.agent), run.observation, jsonable(run.observation),
-                         run.steps)
+            # policies see read-only messages: the same state shows the same conversation to every episode
+            shown = run.observation
+            if type(shown) is dict and type(shown.get("messages")) is tuple:
+                shown = {**shown, "messages": tuple(MappingProxyType(m) for m in shown["messages"])}
+            return _Node(run.agent, run.roles.get(run.agent, run.agent), shown, jsonable(run.observation), run.steps)
         infos = {a: i for a, i in run.infos.items() if isinstance(i, Mapping)}
-        return _Node("", "", {}, {}, run.steps, _End(dict(run.roles), [t.reward for t in run.turns],
-                                                     dict(run.returns), jsonable(infos)))
+        roles = {str(a): str(r) for a, r in run.roles.items()}
+        returns = {str(a): float(r) for a, r in run.returns.items()}
+        return _Node("", "", {}, {}, run.steps, _End(roles, [t.reward for t in run.turns], returns,
+                                                     {str(a): jsonable(dict(i)) for a, i in infos.items()}))
 
     def _run(self, walk: _Walk) -> _Run:
         seats = {who: _Seat(key, name) for who, (key, name) in walk.job.seats.items()}
@@ -920,11 +934,11 @@ def _resolve(policies: Mapping[str, Any], agent: str, role: str) -> Any:
 
 def _check_policies(maps: Sequence[PolicyMap], env: AECEnv) -> None:
     """Check that every mapping serves every possible agent with an object that has ``act``."""
-    seen: set[int] = set()
+    seen: set[tuple] = set()
     for i, mapping in enumerate(maps):
-        if id(mapping) in seen:
+        if (content := _content(mapping)) in seen:
             continue
-        seen.add(id(mapping))
+        seen.add(content)
         for agent in env.possible_agents:
             try:
                 policy = _resolve(mapping, agent, _role(env, agent))
@@ -943,12 +957,12 @@ def _seats(maps: Sequence[PolicyMap], possible: Sequence[tuple[str, str]]
     agent or role -> (policy key, policy name), for every possible agent and every key of its mapping (an
     agent that joins mid-episode is served by its name or its role, as in the mapping)."""
     by_key: dict[int, Policy] = {}
-    made: dict[int, dict[str, tuple[int, str]]] = {}
+    made: dict[tuple, dict[str, tuple[int, str]]] = {}
     out = []
     for mapping in maps:
-        seats = made.get(id(mapping))
+        seats = made.get(content := _content(mapping))
         if seats is None:
-            seats = made[id(mapping)] = {}
+            seats = made[content] = {}
             for agent, role in possible:
                 policy = _resolve(mapping, agent, role)
                 by_key.setdefault(id(policy), policy)
@@ -958,6 +972,12 @@ def _seats(maps: Sequence[PolicyMap], possible: Sequence[tuple[str, str]]
                 seats.setdefault(who, (id(policy), _name(policy)))
         out.append(seats)
     return by_key, out
+
+
+def _content(mapping: PolicyMap) -> tuple:
+    """What a policy mapping says, as a key: (agent or role, the policy's identity) pairs. A step's episodes each
+    get a mapping of their own, mostly equal: each distinct one is checked and seated once."""
+    return tuple([(who, id(policy)) for who, policy in mapping.items()])
 
 
 def _reseed(maps: Sequence[PolicyMap], seed: int) -> None:
