@@ -42,8 +42,8 @@ def _same(env: str, policies: dict, seeds: list[int], *, batch_size: int, env_kw
 
 
 @pytest.mark.parametrize("env, overrides, batch_size, n", [
-    ("kuhn_poker_v0", {}, 256, 256),  # the main job's preset: masked one-token replies, all hands side by side
-    ("leduc_poker_v0", {}, 32, 96),  # Leduc's: slots refill as hands end
+    ("kuhn_poker_v0", {}, 128, 128),  # the main job's preset: masked one-token replies, all hands side by side
+    ("leduc_poker_v0", {}, 12, 32),  # Leduc's: slots refill as hands end
 ])
 def test_memo_gives_the_presets_episodes(env: str, overrides: dict, batch_size: int, n: int) -> None:
     config = make_config(env, overrides)
@@ -55,10 +55,10 @@ def test_memo_gives_the_presets_episodes(env: str, overrides: dict, batch_size: 
 
 
 def test_memo_gives_invalid_replies_retries_and_forfeits() -> None:
-    """Unmasked tiny models write invalid replies: feedback, a retry, then a forfeit, over matches of 3 hands."""
-    overrides = {"constrain_to_legal": False, "max_new_tokens": 3}
-    kwargs = {"num_hands": 3, "max_retries": 1, "rules_in_prompt": False}
-    episodes = _same("kuhn_poker_v0", _seats("kuhn_poker_v0", overrides), list(range(64)), batch_size=16,
+    """Unmasked tiny models write invalid replies: feedback, a retry, then a forfeit, over matches of 2 hands."""
+    overrides = {"constrain_to_legal": False}
+    kwargs = {"num_hands": 2, "max_retries": 1, "rules_in_prompt": False}
+    episodes = _same("kuhn_poker_v0", _seats("kuhn_poker_v0", overrides), list(range(24)), batch_size=24,
                      env_kwargs=kwargs)
     infos = [i for e in episodes for i in e.infos.values()]
     assert any(i["invalid_replies"] for i in infos) and any(i["forfeit"] for i in infos)
