@@ -842,13 +842,19 @@ def _samples(outcomes: Sequence[Outcome], advantages: Sequence[float], episodes:
     """Return each learner's :class:`Sample` per trained turn: the turn's tokens and its outcome's advantage (the
     plug-ins see each turn, and then each learner's batch)."""
     batches: dict[str, list[Sample]] = {n: [] for n in learners}
+    allowed_of: dict[tuple[int, tuple[int, ...]], tuple[Any, list[list[int]]]] = {}  # a step repeats a few
     for outcome, a in zip(outcomes, advantages):
         name = policy_of[outcome.agent]
         for turn in episodes[outcome.episode].turns:
             if turn.agent == outcome.agent and turn.completion_ids and turn.policy == name:
                 learner = learners[name]
                 paths = learner.policy.legal_paths(turn.observation) if learner.policy.constrain else None
-                allowed = allowed_per_position(paths, turn.completion_ids) if paths else None
+                allowed = None
+                if paths:  # the memoised paths object, kept alive by the entry: found by identity
+                    seen = allowed_of.get(key := (id(paths), tuple(turn.completion_ids)))
+                    if seen is None or seen[0] is not paths:
+                        seen = allowed_of[key] = (paths, allowed_per_position(paths, turn.completion_ids))
+                    allowed = seen[1]
                 extra: dict[str, Any] = {}
                 for plugin in hooks:
                     extra.update(plugin.see_turn(learner, turn))
