@@ -591,15 +591,19 @@ class MemoExecutor:
         self.limit = limit
         self.memo = _Memo()
         self.key: tuple[str, str] | None = None
+        self.plain = False
+        """Whether the env of ``key`` names no draw: its collections step real envs."""
 
     def open(self, build: Callable[[], AECEnv], env_id: str, env_kwargs: Mapping[str, Any], max_steps: int,
              policies: Mapping[int, Policy]) -> Envs:
         key = (env_id, repr(sorted(env_kwargs.items())))
         if key != self.key or self.memo.size > self.limit:
             self.memo.drop_env()
-            self.memo, self.key = _Memo(), key
-        env = self.memo.env(build)
-        if not callable(getattr(env.unwrapped, "opening", None)):
+            self.memo, self.key, self.plain = _Memo(), key, False
+        if not self.plain and not callable(getattr(self.memo.env(build).unwrapped, "opening", None)):
+            self.memo.drop_env()  # the probe holds nothing this env's collections need
+            self.plain = True
+        if self.plain:
             return LocalEnvs(build, env_id, env_kwargs, max_steps)
         return MemoEnvs(self.memo, build, env_id, env_kwargs, max_steps)
 

@@ -102,5 +102,7 @@ def test_executor_keeps_the_real_envs_for_envs_without_an_opening() -> None:
     executor = MemoExecutor()
     build = functools.partial(__import__("llm_zoo").make_env, "proposer_solver_v0")
     assert isinstance(executor.open(build, "proposer_solver_v0", {}, 100, {}), LocalEnvs)
+    assert executor.plain and executor.memo._env is None  # no env kept for an env that names no draw
+    assert isinstance(executor.open(build, "proposer_solver_v0", {}, 100, {}), LocalEnvs)
     assert isinstance(executor.open(functools.partial(__import__("llm_zoo").make_env, "kuhn_poker_v0"),
                                     "kuhn_poker_v0", {}, 100, {}), MemoEnvs)
