@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from types import ModuleType
 from typing import Any
 
@@ -45,6 +45,8 @@ class PokerMatch(TextEnv):
     match_over_line: Callable[[float], str]
     first_player: Callable[[int], int] = staticmethod(lambda hand_index: hand_index % 2)
     """The seat (0 or 1 of ``AGENTS``) that acts first in a hand: the rules module's ``first_player``."""
+    draw_deal: Callable[[random.Random], tuple[int, ...]]
+    """The rules module's ``deal``: one hand's random cards, in seat order, from the episode's RNG."""
     possible_agents = list(AGENTS)
 
     def __init__(self, *, num_hands: int = 1, rules_in_prompt: bool = True, **kwargs: Any) -> None:
@@ -76,6 +78,22 @@ class PokerMatch(TextEnv):
 
     def between_moves(self, before: Any) -> None:
         """Called after a move when the hand goes on (``before``: the hand before it), before the next request."""
+
+    def opening(self, seed: int | None, options: Mapping[str, Any] | None) -> Hashable | None:
+        """Return every hand's cards as ``reset(seed=seed, options=options)`` deals them, without resetting.
+
+        A match is a pure function of its cards and the replies: the deal is the only draw from the
+        episode's RNG (one ``draw_deal`` a hand, in order), and ``options`` hold nothing but the deal.
+        The trainer's rollout memo (:class:`~llm_zoo.trainers.rollout.MemoEnvs`) keys its replays by
+        this; None (an unseeded reset) means the cards are not known in advance.
+        """
+        fixed = self.read_deals((options or {}).get("deal"))
+        if fixed is not None:
+            return ("deal", tuple(fixed))
+        if seed is None:
+            return None
+        rng = random.Random(seed)
+        return tuple(self.draw_deal(rng) for _ in range(self.num_hands))
 
     # ---- TextEnv hooks ----------------------------------------------------------------------
 

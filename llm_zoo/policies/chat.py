@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Hashable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import jinja2
@@ -90,9 +91,21 @@ class ChatTemplatePolicy(Policy):
         conversations: list[Sequence[Mapping[str, Any]]] = []
         keys: list[Hashable | None] = []
         ids: list[Sequence[int] | None] = []
+        frozen = self.__dict__.setdefault("_frozen_memo", {})
+        remember = []
         for i, obs in enumerate(observations):
             messages = _messages(obs, i)
             key = row = None
+            if memo is not None and type(messages) is tuple and all(type(m) is MappingProxyType for m in messages):
+                # read-only views (what the trainer's rollout memo shows): the same tuple always holds the same
+                # conversation, so it is found by identity, without hashing its text (the entry keeps it alive)
+                seen = frozen.get(id(messages))
+                if seen is not None and seen[0] is messages:
+                    conversations.append(messages)
+                    keys.append(None)
+                    ids.append(seen[1])
+                    continue
+                remember.append(i)
             if memo is not None:
                 try:  # the key is the conversation's (role, content, ...) items; the memo hashes it
                     key = tuple([tuple(m.items()) for m in messages])
@@ -115,6 +128,10 @@ class ChatTemplatePolicy(Policy):
                 row_ids = ids[i] = tuple(map(int, row))  # plain ints, as act's replies take them unchecked
                 if memo is not None and keys[i] is not None:
                     memo[keys[i]] = row_ids
+        if remember and len(frozen) + len(remember) > _PROMPT_MEMO_SIZE:
+            frozen.clear()
+        for i in remember:
+            frozen[id(conversations[i])] = (conversations[i], ids[i])
         return [list(row) for row in ids]
 
     def _apply_template(self, conversations: list[list[dict[str, Any]]]) -> list[list[int]]:

@@ -304,10 +304,8 @@ class TransformersPolicy(ChatTemplatePolicy):
         distinct, row_of = dedupe(map(tuple, prompts)) if self.share_prefix else (prompts, None)
         # One-token replies need only each prompt's last logits, not a cache laid out per prompt,
         # so the prompts may run as one token tree (module docstring) when that is cheaper.
-        one_token = self.share_prefix and self.max_new_tokens == 1 and len(distinct) > 1
-        tree = plan_tree(model, distinct) if one_token else None
-        if tree is not None:
-            last_logits = forward_tree(model, tree, device)
+        if self.share_prefix and self.max_new_tokens == 1:
+            last_logits = self._last_logits(distinct)
         else:
             out, prefill_mask = forward_prompts(
                 model,
@@ -375,6 +373,39 @@ class TransformersPolicy(ChatTemplatePolicy):
             completions.append(row_tokens[:end])
             completion_logprobs_.append(row_logprobs[:end])
         return completions, completion_logprobs_
+
+
+    def _last_logits(self, prompts: list[tuple[int, ...]]) -> torch.Tensor:
+        """Return the logits after each distinct prompt ([prompts, vocab]), for one-token replies.
+
+        Each prompt runs once while the weights stay as they are: a memo keyed by the parameters' identities and
+        version counters (any in-place change, an optimiser step or a weight push, bumps them) keeps the rows, so a
+        rollout's later calls (Leduc's refills of 64 slots meet the same openings again) run only prompts not met
+        yet. Those run as one token tree (module docstring) where that is cheaper, else as one pass.
+        """
+        model, device = self.model, self.device
+        weights = tuple((id(p), p._version) for p in model.parameters())
+        memo = self.__dict__.get("_logits_memo")
+        if memo is None or memo[0] != weights or len(memo[1]) > _LOGITS_MEMO_SIZE:
+            memo = self.__dict__["_logits_memo"] = (weights, {})
+        rows = memo[1]
+        missing = [p for p in prompts if p not in rows]
+        if missing:
+            tree = plan_tree(model, missing) if len(missing) > 1 else None
+            if tree is not None:
+                found = forward_tree(model, tree, device)
+            else:
+                out, _ = forward_prompts(model, missing, self.pad_token_id, device, share_prefix=True, use_cache=False,
+                                         token_budget=self.max_forward_tokens)
+                found = out.logits[:, -1, :]
+            rows.update(zip(missing, found))
+        if len(missing) == len(prompts):
+            return found
+        return torch.stack([rows[p] for p in prompts])
+
+
+_LOGITS_MEMO_SIZE = 8192
+"""Most prompts whose next-token logits a policy keeps for weights that have not changed."""
 
 
 def _lay_out_for_decoding(cache: Any, rows: torch.Tensor | None, room: int) -> None:

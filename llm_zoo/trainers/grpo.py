@@ -44,7 +44,7 @@ from llm_zoo.episode import Episode, write_jsonl
 from llm_zoo.models import build_tokenizer_and_model, check_model_fields, model_config
 from llm_zoo.policies.constraints import allowed_per_position
 from llm_zoo.policies.transformers import TransformersPolicy
-from llm_zoo.scoring import completion_logprobs
+from llm_zoo.scoring import completion_logprobs, long_tensor
 from llm_zoo.seating import Seating, scripted_name
 from llm_zoo.spec import EnvSpec
 from llm_zoo.trainers import advantages as adv
@@ -72,7 +72,7 @@ from llm_zoo.trainers.plugins import (
     UnmaskConfig,
     ValidityConfig,
 )
-from llm_zoo.trainers.rollout import collect
+from llm_zoo.trainers.rollout import MemoExecutor, collect
 from llm_zoo.trainers.schedules import check_schedule, lr_factor
 from llm_zoo.trainers.selfplay import (
     SCHEDULES,
@@ -414,6 +414,27 @@ def per_token_policy_loss(
     return per_token_loss * mask, stats
 
 
+def distinct_rows(batch: Sequence[Sample], device: torch.device) -> tuple[list[Sample], torch.Tensor]:
+    """Return one sample per distinct (prompt, completion, allowed) row, and each sample's row among them ([batch]).
+
+    The update scores the distinct rows and reads every sample's per-token values off its row: a row's
+    log-probs, entropy and KL depend on its tokens alone, so this is the per-sample loss, to float rounding in
+    the gradient's sums, and the passes, the log-softmax and the exact KL run over the distinct rows. The Kuhn
+    main job's 1024 hands give each seat about 12 distinct rows a step (docs/kuhn_selfplay.md, section 14).
+    """
+    index: dict[Any, int] = {}
+    firsts: list[Sample] = []
+    row_of = []
+    for b in batch:
+        key = (tuple(b.prompt_ids), tuple(b.completion_ids), None if b.allowed is None else tuple(map(tuple, b.allowed)))
+        row = index.get(key)
+        if row is None:
+            row = index[key] = len(firsts)
+            firsts.append(b)
+        row_of.append(row)
+    return firsts, long_tensor(row_of, device)
+
+
 def exact_kl(all_logps: torch.Tensor, ref_all_logps: torch.Tensor) -> torch.Tensor:
     """Return ``KL(p || q)`` per position from full log-prob rows [batch, T, vocab] (-inf = excluded)."""
     finite = torch.isfinite(all_logps) & torch.isfinite(ref_all_logps)
@@ -699,7 +720,8 @@ def _train(config: TrainConfig, resume: bool, device: torch.device, run_dir: Pat
     hooks = plugins.enabled(config)
     totals = {"episodes": start * config.episodes_per_step}
     bar = _progress(config, start) if main else None
-    executor = make_executor(config.executor, config.env_workers)  # None: the envs step in this process
+    # in this process the envs that name their draw replay a memo of their states (rollout.MemoEnvs)
+    executor = make_executor(config.executor, config.env_workers) or MemoExecutor()
     final_eval: dict[str, Any] = {}
 
     for step in range(start, config.steps):
@@ -820,13 +842,19 @@ def _samples(outcomes: Sequence[Outcome], advantages: Sequence[float], episodes:
     """Return each learner's :class:`Sample` per trained turn: the turn's tokens and its outcome's advantage (the
     plug-ins see each turn, and then each learner's batch)."""
     batches: dict[str, list[Sample]] = {n: [] for n in learners}
+    allowed_of: dict[tuple[int, tuple[int, ...]], tuple[Any, list[list[int]]]] = {}  # a step repeats a few
     for outcome, a in zip(outcomes, advantages):
         name = policy_of[outcome.agent]
         for turn in episodes[outcome.episode].turns:
             if turn.agent == outcome.agent and turn.completion_ids and turn.policy == name:
                 learner = learners[name]
                 paths = learner.policy.legal_paths(turn.observation) if learner.policy.constrain else None
-                allowed = allowed_per_position(paths, turn.completion_ids) if paths else None
+                allowed = None
+                if paths:  # the memoised paths object, kept alive by the entry: found by identity
+                    seen = allowed_of.get(key := (id(paths), tuple(turn.completion_ids)))
+                    if seen is None or seen[0] is not paths:
+                        seen = allowed_of[key] = (paths, allowed_per_position(paths, turn.completion_ids))
+                    allowed = seen[1]
                 extra: dict[str, Any] = {}
                 for plugin in hooks:
                     extra.update(plugin.see_turn(learner, turn))
@@ -876,9 +904,11 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig, step:
     learner.optimizer.zero_grad(set_to_none=True)
     total_loss = 0.0
     for mb in micro_batches(batch, config.micro_batch_size, config.max_forward_tokens):
-        prompts, completions = [b.prompt_ids for b in mb], [b.completion_ids for b in mb]
-        allowed = [b.allowed for b in mb]
-        # SCORE the completions under the current weights (with grad), then under the reference
+        # SCORE each distinct (prompt, completion, allowed) row once, under the current weights (with grad), then
+        # under the reference; every sample's row is then read off its distinct row's (distinct_rows)
+        distinct, rows = distinct_rows(mb, device)
+        prompts, completions = [b.prompt_ids for b in distinct], [b.completion_ids for b in distinct]
+        allowed = [b.allowed for b in distinct]
         mb_logps, mb_mask, mb_entropy, *mb_all = completion_logprobs(
             model, prompts, completions, pad_token_id=pad, temperature=temperature, with_entropy=True,
             allowed=allowed, with_all_logps=exact)
@@ -892,7 +922,9 @@ def update(learner: Learner, batch: Sequence[Sample], config: TrainConfig, step:
                                                       temperature=temperature, allowed=allowed,
                                                       with_all_logps=exact, token_budget=config.max_forward_tokens)
             if exact:
-                kl = exact_kl(mb_all[0], ref_all[0])
+                kl = exact_kl(mb_all[0], ref_all[0])[rows]
+            ref = ref[rows]
+        mb_logps, mb_mask, mb_entropy = mb_logps[rows], mb_mask[rows], mb_entropy[rows]
         # LOSS of the micro-batch, its share of the step's
         per_token_loss, stats = per_token_policy_loss(
             mb_logps, old, mb_adv, mb_mask, epsilon_low=config.epsilon_low, epsilon_high=config.epsilon_high,

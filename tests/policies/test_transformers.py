@@ -167,6 +167,19 @@ def test_prompt_ids_read_other_mappings_as_dicts_and_refuse_non_mappings(tok, mo
         policy.encode_prompts([BATCH[0], {"messages": ("hello",)}])
 
 
+def test_read_only_conversations_are_found_by_identity(tok, model):
+    # the trainer's rollout memo shows each state's messages as one tuple of read-only views, every time
+    policy = TransformersPolicy(model, tok, seed=0)
+    proxied = [{"messages": tuple(types.MappingProxyType(dict(m)) for m in o["messages"])} for o in BATCH]
+    expected = TransformersPolicy(model, tok, seed=0).encode_prompts(BATCH)
+    assert policy.encode_prompts(proxied) == expected
+    assert {id(o["messages"]) for o in proxied} <= set(policy._frozen_memo)
+    policy._prompt_memo.clear()  # a second call reads the identity memo alone
+    assert policy.encode_prompts(proxied[::-1]) == expected[::-1]
+    copies = [{"messages": tuple(types.MappingProxyType(dict(m)) for m in o["messages"])} for o in BATCH]
+    assert policy.encode_prompts(copies) == expected  # equal views in other tuples: by content, as before
+
+
 def test_replies_own_clean_records(tok, model):
     # act builds its replies unchecked (Reply.unchecked): they must be what Reply(...) would make
     replies = TransformersPolicy(model, tok, seed=0, max_new_tokens=3).act(BATCH + BATCH)
@@ -382,6 +395,7 @@ def test_one_token_sampling_runs_a_token_tree_when_prompts_share_prefixes(tok, m
     assert spy.shapes[0][1] < sum(map(len, prompts)) // 2
     # Two seats whose system prompts part at the seat's name: a trie per seat, two rows of one pass.
     two = list(dict.fromkeys(map(tuple, policy.encode_prompts(TWO_PREFIX_BATCH))))
+    policy = TransformersPolicy(model, tok, seed=0, max_new_tokens=1)  # no logits kept from the call above
     with ForwardSpy(model) as spy:
         policy.act(TWO_PREFIX_BATCH)
     plan = plan_tree(model, two)
@@ -706,3 +720,28 @@ def test_only_the_envs_own_declaration_is_read_as_tools(judge_observation, tampe
     system = judge_observation["messages"][0]["content"]
     assert split_declared_tools(system) is not None
     assert split_declared_tools(tamper(system)) is None
+
+
+def test_one_token_logits_are_kept_while_the_weights_stay(tok, tiny_model):
+    # one-token replies: a prompt met again under the same weights is not run again; any in-place change of a
+    # weight (an optimiser step, a weight push) bumps its version and the next call runs every prompt afresh
+    model = tiny_model(tok)
+    policy = TransformersPolicy(model, tok, seed=0, max_new_tokens=1)
+    runs = []
+    hook = model.register_forward_hook(lambda module, args, kwargs: runs.append(1), with_kwargs=False)
+    try:
+        first = policy.act(SHARED_BATCH)
+        assert runs
+        runs.clear()
+        policy.seed(0)
+        again = policy.act(SHARED_BATCH)
+        assert not runs
+        assert [(r.completion_ids, r.logprobs) for r in again] == [(r.completion_ids, r.logprobs) for r in first]
+        with torch.no_grad():
+            model.get_output_embeddings().weight.mul_(2.0)
+        policy.seed(0)
+        moved = policy.act(SHARED_BATCH)
+        assert runs
+        assert [r.logprobs for r in moved] != [r.logprobs for r in first]
+    finally:
+        hook.remove()

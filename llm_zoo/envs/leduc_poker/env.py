@@ -101,6 +101,7 @@ class raw_env(PokerMatch):  # noqa: N801 - PettingZoo's module pattern names the
     result_line = memoised(text.result_line, 4096)
     match_over_line = memoised(text.match_over_line, 256)
     first_player = staticmethod(first_player)
+    draw_deal = staticmethod(deal)
 
     def __init__(self, *, num_hands: int = 1, forfeit_penalty: float | None = None, rules_in_prompt: bool = True,
                  **kwargs: Any) -> None:
