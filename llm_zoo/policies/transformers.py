@@ -378,17 +378,21 @@ class TransformersPolicy(ChatTemplatePolicy):
     def _last_logits(self, prompts: list[tuple[int, ...]]) -> torch.Tensor:
         """Return the logits after each distinct prompt ([prompts, vocab]), for one-token replies.
 
-        Each prompt runs once while the weights stay as they are: a memo keyed by the parameters' identities and
-        version counters (any in-place change, an optimiser step or a weight push, bumps them) keeps the rows, so a
+        Each prompt runs once while the weights stay as they are: a memo keeps the rows beside the parameter
+        objects themselves (held, so a new model's parameters can never pass for them) and their version counters
+        (every in-place change through the tensor, an optimiser step, ``load_state_dict``, a weight push, bumps
+        them; a write through ``param.data`` does not, and then :meth:`forget_logits` drops the memo), so a
         rollout's later calls (Leduc's refills of 64 slots meet the same openings again) run only prompts not met
         yet. Those run as one token tree (module docstring) where that is cheaper, else as one pass.
         """
         model, device = self.model, self.device
-        weights = tuple((id(p), p._version) for p in model.parameters())
+        params = list(model.parameters())
+        versions = [p._version for p in params]
         memo = self.__dict__.get("_logits_memo")
-        if memo is None or memo[0] != weights or len(memo[1]) > _LOGITS_MEMO_SIZE:
-            memo = self.__dict__["_logits_memo"] = (weights, {})
-        rows = memo[1]
+        if (memo is None or len(memo[0]) != len(params) or any(a is not b for a, b in zip(memo[0], params))
+                or memo[1] != versions or len(memo[2]) > _LOGITS_MEMO_SIZE):
+            memo = self.__dict__["_logits_memo"] = (params, versions, {})
+        rows = memo[2]
         missing = [p for p in prompts if p not in rows]
         if missing:
             tree = plan_tree(model, missing) if len(missing) > 1 else None
@@ -402,6 +406,10 @@ class TransformersPolicy(ChatTemplatePolicy):
         if len(missing) == len(prompts):
             return found
         return torch.stack([rows[p] for p in prompts])
+
+    def forget_logits(self) -> None:
+        """Drop the one-token logits kept for the current weights (after writing them through ``param.data``)."""
+        self.__dict__.pop("_logits_memo", None)
 
 
 _LOGITS_MEMO_SIZE = 8192

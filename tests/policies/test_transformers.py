@@ -743,5 +743,16 @@ def test_one_token_logits_are_kept_while_the_weights_stay(tok, tiny_model):
         moved = policy.act(SHARED_BATCH)
         assert runs
         assert [r.logprobs for r in moved] != [r.logprobs for r in first]
+        runs.clear()
+        model.get_output_embeddings().weight.data.mul_(0.5)  # through .data: no version bump, the memo is dropped by hand
+        policy.forget_logits()
+        policy.seed(0)
+        assert [r.logprobs for r in policy.act(SHARED_BATCH)] == [r.logprobs for r in first] and runs
     finally:
         hook.remove()
+    # another model in the same policy: its parameters are new objects, whatever their ids and versions
+    policy.model = tiny_model(tok)
+    with torch.no_grad():
+        policy.model.get_output_embeddings().weight.mul_(3.0)
+    policy.seed(0)
+    assert [r.logprobs for r in policy.act(SHARED_BATCH)] != [r.logprobs for r in first]
