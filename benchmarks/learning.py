@@ -42,6 +42,25 @@ solver's also by a second judge with other rules (``strict_judge``); the blind-s
 judge passed that the hidden tests fail. The JSON line gains ``judge_trained_hidden_pass``,
 ``tests_trained_hidden_pass`` and ``oracle_trained_hidden_pass`` (the three rows' means) and ``judge_blind_spots``.
 
+A pretrained model's rows (``--model NAME``: a catalogue name such as ``smollm2-135m``, a model directory or a hub
+name; the envs of :data:`MODEL_ENVS`, kuhn_poker_v0 for now) replace the tiny model's: ``zero-shot`` (the model as
+loaded), ``warm start`` (``llm-zoo sft ENV --set model=NAME``: the env's SFT preset for a pretrained model,
+``llm_zoo.trainers.sft.SFT_PRETRAINED_PRESETS``; Kuhn's fits the ``nash`` player's traces) and ``self-play`` (``llm-zoo
+train ENV --set model=NAME --set init=DIR``: the env's pretrained training preset from that warm start, one model in
+both seats). Kuhn's figures are exact, read from the model's log-probs at the 12 information sets by the evaluator
+the tiny model's runs use (``llm_zoo.envs.kuhn_poker.evaluate``): the exploitability masked to legal moves, the
+exploitability of the unmasked strategy (every other reply a forfeit) and the unmasked mass of the legal replies. No
+episode is sampled, so there are no evaluation seeds to hold out and no intervals: the spread is over training seeds
+alone, and the zero-shot row, which trains nothing, is read once. The cost columns are RL episodes, generated tokens,
+training seconds, evaluation seconds and peak memory. The runs go one at a time (``--jobs 1``: a 135M model takes
+both cores). With SmolLM2-135M-Instruct on 2 shared CPU cores the warm start took 20.2 min (peak 4.5 GB) and the 20
+self-play steps of 32 episodes about 10 min (plus 4 evaluations, ``eval_every`` 5): about 32 min a seed, so the full
+setting (3 seeds) takes about 1.7 hours, within the 60 minutes a seed it may take; ``--quick`` (1 seed, 8 trace
+episodes for 1 epoch, 1 step of 4 episodes) took 6.9 min with the cores shared with other jobs.
+
+    python -m benchmarks.learning --envs kuhn_poker_v0 --model smollm2-135m    # 3 seeds: about 1.7 hours
+    python -m benchmarks.learning --envs kuhn_poker_v0 --model smollm2-135m --quick
+
 Runs go two at a time (``--jobs``), each in a process of its own, one torch thread each (the presets'
 ``threads``); a run that fails (or is killed) is reported on stderr and in the JSON line's ``failed_jobs``, and
 its row goes on with the other seeds.
