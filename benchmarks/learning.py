@@ -47,18 +47,21 @@ name; the envs of :data:`MODEL_ENVS`, kuhn_poker_v0 for now) replace the tiny mo
 loaded), ``warm start`` (``llm-zoo sft ENV --set model=NAME``: the env's SFT preset for a pretrained model,
 ``llm_zoo.trainers.sft.SFT_PRETRAINED_PRESETS``; Kuhn's fits the ``nash`` player's traces) and ``self-play`` (``llm-zoo
 train ENV --set model=NAME --set init=DIR``: the env's pretrained training preset from that warm start, one model in
-both seats). Kuhn's figures are exact, read from the model's log-probs at the 12 information sets by the evaluator
+both seats), and ``anchored`` (the same run from the warm start merged into the model's weights, fresh adapters over
+them, with a KL term: LoRA's KL reference, the adapters disabled, is then the warm start, where from the adapters it is
+the zero-shot model). Kuhn's figures are exact, read from the model's log-probs at the 12 information sets by the evaluator
 the tiny model's runs use (``llm_zoo.envs.kuhn_poker.evaluate``): the exploitability masked to legal moves, the
 exploitability of the unmasked strategy (every other reply a forfeit) and the unmasked mass of the legal replies. No
 episode is sampled, so there are no evaluation seeds to hold out and no intervals: the spread is over training seeds
 alone, and the zero-shot row, which trains nothing, is read once. The cost columns are RL episodes, generated tokens,
 training seconds, evaluation seconds and peak memory. The runs go one at a time (``--jobs 1``: a 135M model takes
-both cores). With SmolLM2-135M-Instruct on 2 shared CPU cores the warm start took 20.2 min (peak 4.5 GB) and the 20
-self-play steps of 32 episodes about 10 min (plus 4 evaluations, ``eval_every`` 5): about 32 min a seed, so the full
-setting (3 seeds) takes about 1.7 hours, within the 60 minutes a seed it may take; ``--quick`` (1 seed, 8 trace
-episodes for 1 epoch, 1 step of 4 episodes) took 6.9 min with the cores shared with other jobs.
+both cores). With SmolLM2-135M-Instruct on 2 CPU cores the warm start took 20.2 min (peak 4.5 GB) and
+20 self-play steps of 32 episodes about 10 min (28 s a step on quiet cores, 50-480 s with other jobs on them), plus 4
+evaluations of about 25 s each (``eval_every`` 5); with the anchored run about 45 min a seed on quiet cores, so the full
+setting (3 seeds) takes about 2.3 hours, within the 60 minutes a seed it may take; ``--quick`` (1 seed, 8 trace
+episodes for 1 epoch, 1 step of 4 episodes) took 6.9 min without the anchored row, the cores shared with other jobs.
 
-    python -m benchmarks.learning --envs kuhn_poker_v0 --model smollm2-135m    # 3 seeds: about 1.7 hours
+    python -m benchmarks.learning --envs kuhn_poker_v0 --model smollm2-135m    # 3 seeds: about 2.3 hours
     python -m benchmarks.learning --envs kuhn_poker_v0 --model smollm2-135m --quick
 
 Runs go two at a time (``--jobs``), each in a process of its own, one torch thread each (the presets'
@@ -379,6 +382,10 @@ class ModelRows:
     """Keys of the evaluation reported in each row; the first is the headline (the JSON line's figure)."""
     rl: Mapping[str, Mapping[str, Any]]
     """RL stage -> what its run changes in the env's pretrained training preset (e.g. ``policies``)."""
+    merged: Sequence[str] = ()
+    """RL stages that start from the warm start merged into the model's weights (a model directory of its own, with
+    fresh adapters over it) instead of from its adapters (``init``): LoRA's KL reference, the model with its adapters
+    disabled, is then the warm start rather than the model as loaded."""
     full: Mapping[str, Any] = field(default_factory=dict)
     """Overrides of the training config in the full setting (over the pretrained preset)."""
     quick: Mapping[str, Any] = field(default_factory=dict)
@@ -392,7 +399,11 @@ MODEL_ENVS: dict[str, ModelRows] = {
         # the exact exploitability masked to legal moves (the preset's constrain_to_legal), the exploitability of the
         # unmasked strategy (every other reply a forfeit), and the unmasked mass of the legal replies
         figures=("exploitability", "unconstrained_exploitability", "valid_mass_mean"),
-        rl={"self-play": {}},
+        # self-play from the warm start's adapters (the preset) drifts away from it: 0.0425 -> 0.127 in 5 steps of 32
+        # episodes, 0.356 in 20, the KL reference (the adapters disabled) being the zero-shot model. Anchored: the
+        # warm start merged into the model, fresh adapters over it, and an exact KL term to it
+        rl={"self-play": {}, "anchored": {"beta": 1.0, "kl_estimator": "exact"}},
+        merged=("anchored",),
         full={"eval_every": 5},  # the curve of the self-play run: 12 info sets read exactly, a few seconds each
         quick={"steps": 1, "episodes_per_step": 4, "rollout_batch_size": 4, "micro_batch_size": 4, "eval_every": 0},
         quick_sft={"episodes": 8, "epochs": 1, "batch_size": 8, "val_fraction": 0.25},
@@ -458,8 +469,12 @@ def model_rl_job(env: str, model: str, seed: int, stage: str, init: str, overrid
     from llm_zoo.trainers.checkpoint import latest_checkpoint
     from llm_zoo.trainers.grpo import train
 
-    values = {**overrides, **MODEL_ENVS[env].rl[stage], "init": init}
-    config = _model_config(env, model, seed, values, Path(out), stage.replace(" ", "_"))
+    name = stage.replace(" ", "_")
+    if stage in MODEL_ENVS[env].merged:  # the warm start as the model: the KL term anchors to it
+        model, values = merge_adapters(init, Path(out) / f"{env}-s{seed}-{name}-model"), {**overrides}
+    else:
+        values = {**overrides, "init": init}
+    config = _model_config(env, model, seed, {**values, **MODEL_ENVS[env].rl[stage]}, Path(out), name)
     t0 = time.perf_counter()
     train(config, overwrite=True)  # the benchmark owns its --out: a rerun trains anew
     seconds = time.perf_counter() - t0
@@ -473,6 +488,18 @@ def model_rl_job(env: str, model: str, seed: int, stage: str, init: str, overrid
     return {"seed": seed, "stage": stage, "seconds": seconds, "figures": figures, "peak_rss_mb": _peak_rss_mb(),
             "episodes": int(rows[-1]["charts/episodes"]) if rows else 0,
             "tokens": int(sum(r.get("perf/completion_tokens", 0) for r in rows)), "curve": curve}
+
+
+def merge_adapters(checkpoint: str, path: Path) -> str:
+    """Save the checkpoint's one policy, its LoRA adapters merged into the base model they name, as a model directory
+    at ``path``; return it."""
+    from llm_zoo.models import load_pretrained
+
+    (policy,) = [p for p in (Path(checkpoint) / "policies").iterdir() if p.is_dir()]
+    tokenizer, model = load_pretrained(policy)  # adapters over their base, merged
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
 
 
 def summarize_model(env: str, results: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -822,8 +849,8 @@ def _main_model(model: str, envs: Sequence[str], seeds: Sequence[int], *, quick:
         print_model_table(env, model, tables[env])
     (out / "learning.json").write_text(json.dumps(all_results, indent=1, default=str))
     figures: dict[str, Any] = {"model": model}
-    for env in envs:  # the headline: the last RL stage's, else the furthest stage that ran
-        stage = next((s for s in reversed(["zero-shot", "warm start", *MODEL_ENVS[env].rl]) if s in tables[env]), None)
+    for env in envs:  # the headline: the first RL stage's (the preset's), else the furthest stage that ran
+        stage = next((s for s in [*MODEL_ENVS[env].rl, "warm start", "zero-shot"] if s in tables[env]), None)
         figures[env] = round(tables[env][stage][MODEL_ENVS[env].figures[0]], 4) if stage else None
     figures["rows"] = {env: {stage: {k: (round(v, 4) if isinstance(v, float) else
                                          [round(x, 4) for x in v] if isinstance(v, list) else v)
