@@ -42,6 +42,28 @@ solver's also by a second judge with other rules (``strict_judge``); the blind-s
 judge passed that the hidden tests fail. The JSON line gains ``judge_trained_hidden_pass``,
 ``tests_trained_hidden_pass`` and ``oracle_trained_hidden_pass`` (the three rows' means) and ``judge_blind_spots``.
 
+A pretrained model's rows (``--model NAME``: a catalogue name such as ``smollm2-135m``, a model directory or a hub
+name; the envs of :data:`MODEL_ENVS`, kuhn_poker_v0 for now) replace the tiny model's: ``zero-shot`` (the model as
+loaded), ``warm start`` (``llm-zoo sft ENV --set model=NAME``: the env's SFT preset for a pretrained model,
+``llm_zoo.trainers.sft.SFT_PRETRAINED_PRESETS``; Kuhn's fits the ``nash`` player's traces) and ``self-play`` (``llm-zoo
+train ENV --set model=NAME --set init=DIR``: the env's pretrained training preset from that warm start, one model in
+both seats), and ``anchored`` (the same run from the warm start merged into the model's weights, fresh adapters over
+them, with a KL term: LoRA's KL reference, the adapters disabled, is then the warm start, where from the adapters it is
+the zero-shot model). Kuhn's figures are exact, read from the model's log-probs at the 12 information sets by the evaluator
+the tiny model's runs use (``llm_zoo.envs.kuhn_poker.evaluate``): the exploitability masked to legal moves, the
+exploitability of the unmasked strategy (every other reply a forfeit) and the unmasked mass of the legal replies. No
+episode is sampled, so there are no evaluation seeds to hold out and no intervals: the spread is over training seeds
+alone, and the zero-shot row, which trains nothing, is read once. The cost columns are RL episodes, generated tokens,
+training seconds, evaluation seconds and peak memory. The runs go one at a time (``--jobs 1``: a 135M model takes
+both cores). With SmolLM2-135M-Instruct on 2 CPU cores the warm start took 20.2 min (peak 4.5 GB) and
+20 self-play steps of 32 episodes about 10 min (28 s a step on quiet cores, 50-480 s with other jobs on them), plus 4
+evaluations of about 25 s each (``eval_every`` 5); with the anchored run about 45 min a seed on quiet cores, so the full
+setting (3 seeds) takes about 2.3 hours, within the 60 minutes a seed it may take; ``--quick`` (1 seed, 8 trace
+episodes for 1 epoch, 1 step of 4 episodes) took 6.9 min without the anchored row, the cores shared with other jobs.
+
+    python -m benchmarks.learning --envs kuhn_poker_v0 --model smollm2-135m    # 3 seeds: about 2.3 hours
+    python -m benchmarks.learning --envs kuhn_poker_v0 --model smollm2-135m --quick
+
 Runs go two at a time (``--jobs``), each in a process of its own, one torch thread each (the presets'
 ``threads``); a run that fails (or is killed) is reported on stderr and in the JSON line's ``failed_jobs``, and
 its row goes on with the other seeds.
@@ -345,6 +367,198 @@ def floor_figures(env: str, name: str, config: Any, options: Mapping[str, Any], 
 
 
 # ---------------------------------------------------------------------------------------------
+# A pretrained model's rows (--model)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelRows:
+    """How one env's rows for a pretrained model (``--model``) are made: the model as loaded (``zero-shot``), its
+    warm start (``llm-zoo sft ENV --set model=NAME``: the env's SFT preset for a pretrained model), and RL from that
+    warm start (``llm-zoo train ENV --set model=NAME --set init=DIR``: the env's pretrained training preset), each
+    read by the env's headline evaluation."""
+
+    figures: Sequence[str]
+    """Keys of the evaluation reported in each row; the first is the headline (the JSON line's figure)."""
+    rl: Mapping[str, Mapping[str, Any]]
+    """RL stage -> what its run changes in the env's pretrained training preset (e.g. ``policies``)."""
+    merged: Sequence[str] = ()
+    """RL stages that start from the warm start merged into the model's weights (a model directory of its own, with
+    fresh adapters over it) instead of from its adapters (``init``): LoRA's KL reference, the model with its adapters
+    disabled, is then the warm start rather than the model as loaded."""
+    full: Mapping[str, Any] = field(default_factory=dict)
+    """Overrides of the training config in the full setting (over the pretrained preset)."""
+    quick: Mapping[str, Any] = field(default_factory=dict)
+    """Overrides of the training config in the quick setting."""
+    quick_sft: Mapping[str, Any] = field(default_factory=dict)
+    """Overrides of the SFT config in the quick setting (over the env's SFT preset for a pretrained model)."""
+
+
+MODEL_ENVS: dict[str, ModelRows] = {
+    "kuhn_poker_v0": ModelRows(
+        # the exact exploitability masked to legal moves (the preset's constrain_to_legal), the exploitability of the
+        # unmasked strategy (every other reply a forfeit), and the unmasked mass of the legal replies
+        figures=("exploitability", "unconstrained_exploitability", "valid_mass_mean"),
+        # self-play from the warm start's adapters (the preset) drifts away from it: 0.0425 -> 0.127 in 5 steps of 32
+        # episodes, 0.356 in 20, the KL reference (the adapters disabled) being the zero-shot model. Anchored: the
+        # warm start merged into the model, fresh adapters over it, and an exact KL term to it; after 5 steps (seed
+        # 0): 0.115 at beta 0.2 (k3), 0.077 at beta 1, 0.054 at beta 5; at beta 5 and lr 1e-5 0.0422, 0.0425, 0.0433,
+        # 0.0433 after 5, 10, 15, 20 steps: it holds the warm start
+        rl={"self-play": {}, "anchored": {"beta": 5.0, "kl_estimator": "exact", "lr": 1e-5}},
+        merged=("anchored",),
+        full={"eval_every": 5},  # the curve of the self-play run: 12 info sets read exactly, a few seconds each
+        quick={"steps": 1, "episodes_per_step": 4, "rollout_batch_size": 4, "micro_batch_size": 4, "eval_every": 0},
+        quick_sft={"episodes": 8, "epochs": 1, "batch_size": 8, "val_fraction": 0.25},
+    ),
+}
+"""Env name -> how its rows for a pretrained model are made (``--model``)."""
+
+
+def _model_figures(env: str, config: Any, by_name: Mapping[str, Any]) -> dict[str, Any]:
+    """Seat ``by_name``'s policies as ``config.policies`` says and run the env's headline evaluation (timed)."""
+    from llm_zoo.trainers.evaluation import headline, seat_run_policies
+
+    t0 = time.perf_counter()
+    seats = seat_run_policies(env, {"policies": config.policies, "env_kwargs": config.env_kwargs}, by_name,
+                              seed=config.seed)
+    figures = headline(env, seats, env_kwargs=config.env_kwargs)
+    return {**{k: figures[k] for k in MODEL_ENVS[env].figures}, "eval_seconds": time.perf_counter() - t0}
+
+
+def _model_policies(config: Any, sources: Mapping[str, str]) -> dict[str, Any]:
+    """Load name -> policy from each source (a model name or directory, or a checkpoint's policy) with the sampling
+    settings of ``config`` (the env's pretrained training preset)."""
+    from llm_zoo.policies.transformers import TransformersPolicy
+
+    return {name: TransformersPolicy.from_pretrained(
+        source, name=name, temperature=config.temperature, top_p=config.top_p, max_new_tokens=config.max_new_tokens,
+        seed=config.seed, constrain=config.constrain_to_legal, max_prompt_tokens=config.max_prompt_tokens,
+        max_forward_tokens=config.max_forward_tokens) for name, source in sources.items()}
+
+
+def _model_config(env: str, model: str, seed: int, overrides: Mapping[str, Any], out: Path, name: str) -> Any:
+    return _config(env, seed, {**overrides, "model": model}, out, name)
+
+
+def zero_shot_job(env: str, model: str, overrides: Mapping[str, Any], out: str) -> dict[str, Any]:
+    """Evaluate the model as loaded, in every learning seat; return its figures (no training: no seed)."""
+    config = _model_config(env, model, 0, overrides, Path(out), "zero-shot")
+    figures = _model_figures(env, config, _model_policies(config, {"main": model}))
+    return {"seed": 0, "stage": "zero-shot", "seconds": 0.0, "episodes": 0, "tokens": 0, "figures": figures,
+            "peak_rss_mb": _peak_rss_mb(), "curve": []}
+
+
+def model_warm_start_job(env: str, model: str, seed: int, sft_overrides: Mapping[str, Any],
+                         overrides: Mapping[str, Any], out: str) -> dict[str, Any]:
+    """Fit the model on the env's scripted traces (the SFT preset for a pretrained model); evaluate; return figures."""
+    from llm_zoo.trainers import sft
+
+    config = _model_config(env, model, seed, overrides, Path(out), "sft")
+    t0 = time.perf_counter()
+    summary = sft.sft(sft.make_sft_config(env, {**sft_overrides, "model": model, "seed": seed,
+                                                 "run_dir": config.run_dir, "progress": False, "tensorboard": False}))
+    seconds = time.perf_counter() - t0
+    policy = Path(summary["checkpoint"]) / "policies" / summary["policy"]
+    figures = _model_figures(env, config, _model_policies(config, {summary["policy"]: str(policy)}))
+    return {"seed": seed, "stage": "warm start", "seconds": seconds, "episodes": 0, "tokens": 0,
+            "fitted_tokens": int(summary["train_tokens"]), "val_loss": summary.get("val_loss"),
+            "init": summary["checkpoint"], "figures": figures, "peak_rss_mb": _peak_rss_mb(), "curve": []}
+
+
+def model_rl_job(env: str, model: str, seed: int, stage: str, init: str, overrides: Mapping[str, Any], out: str
+                 ) -> dict[str, Any]:
+    """Run RL from the warm start ``init`` (the pretrained preset, with the stage's changes); evaluate its policies."""
+    from llm_zoo.trainers.checkpoint import latest_checkpoint
+    from llm_zoo.trainers.grpo import train
+
+    name = stage.replace(" ", "_")
+    if stage in MODEL_ENVS[env].merged:  # the warm start as the model: the KL term anchors to it
+        model, values = merge_adapters(init, Path(out) / f"{env}-s{seed}-{name}-model"), {**overrides}
+    else:
+        values = {**overrides, "init": init}
+    config = _model_config(env, model, seed, {**values, **MODEL_ENVS[env].rl[stage]}, Path(out), name)
+    t0 = time.perf_counter()
+    train(config, overwrite=True)  # the benchmark owns its --out: a rerun trains anew
+    seconds = time.perf_counter() - t0
+    run_dir = Path(config.run_dir)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    headline_key = MODEL_ENVS[env].figures[0]
+    curve = [(r["charts/episodes"], r[f"eval/{headline_key}"]) for r in rows if f"eval/{headline_key}" in r]
+    policies = latest_checkpoint(run_dir) / "policies"
+    figures = _model_figures(env, config, _model_policies(
+        config, {p.name: str(p) for p in sorted(policies.iterdir()) if p.is_dir()}))
+    return {"seed": seed, "stage": stage, "seconds": seconds, "figures": figures, "peak_rss_mb": _peak_rss_mb(),
+            "episodes": int(rows[-1]["charts/episodes"]) if rows else 0,
+            "tokens": int(sum(r.get("perf/completion_tokens", 0) for r in rows)), "curve": curve}
+
+
+def merge_adapters(checkpoint: str, path: Path) -> str:
+    """Save the checkpoint's one policy, its LoRA adapters merged into the base model they name, as a model directory
+    at ``path``; return it."""
+    from llm_zoo.models import load_pretrained
+
+    (policy,) = [p for p in (Path(checkpoint) / "policies").iterdir() if p.is_dir()]
+    tokenizer, model = load_pretrained(policy)  # adapters over their base, merged
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def summarize_model(env: str, results: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Stage -> each figure's mean, spread and per-seed values, and the cost, over the seeds."""
+    table: dict[str, dict[str, Any]] = {}
+    for stage in ("zero-shot", "warm start", *MODEL_ENVS[env].rl):
+        runs = sorted((r for r in results if r["stage"] == stage), key=lambda r: r["seed"])
+        if not runs:
+            continue
+        row: dict[str, Any] = {"seeds": len(runs)}
+        for key in MODEL_ENVS[env].figures:
+            values = [r["figures"][key] for r in runs]
+            row.update({key: statistics.fmean(values), f"{key}_spread": _spread(values), f"{key}_per_seed": values})
+        row.update({"peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+                    **{k: statistics.fmean(r[k] for r in runs) for k in ("episodes", "tokens", "seconds")},
+                    "eval_seconds": statistics.fmean(r["figures"]["eval_seconds"] for r in runs)})
+        table[stage] = row
+    return table
+
+
+def print_model_table(env: str, model: str, table: Mapping[str, Mapping[str, Any]]) -> None:
+    figures = MODEL_ENVS[env].figures
+    print(f"\n{env} with {model}: exact figures (no episodes sampled; mean ± spread over training seeds)")
+    head = f"{'stage':<11} {'seeds':>5}" + "".join(f" {k:>29}" for k in figures)
+    print(head + f" {'episodes':>8} {'tokens':>9} {'seconds':>8} {'eval s':>7} {'peak MB':>8}")
+    for stage, row in table.items():
+        line = f"{stage:<11} {row['seeds']:>5}" + "".join(
+            f" {row[k]:>20.4f} ± {row[k + '_spread']:.4f}" for k in figures)
+        print(line + f" {row['episodes']:>8.0f} {row['tokens']:>9.0f} {row['seconds']:>8.1f} {row['eval_seconds']:>7.1f}"
+              f" {row['peak_rss_mb']:>8.0f}")
+
+
+def run_model(env: str, model: str, seeds: Sequence[int], *, quick: bool, jobs: int, out: Path
+              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Run one env's rows for ``model``: zero-shot once, then per seed the warm start and each RL stage from it;
+    return (the results, the failed jobs)."""
+    rows_of = MODEL_ENVS[env]
+    overrides = dict(rows_of.quick if quick else rows_of.full)
+    sft_overrides = dict(rows_of.quick_sft) if quick else {}
+    queue = Isolated(multiprocessing.get_context("fork"), jobs)
+    queue.submit(("zero-shot", 0), zero_shot_job, env, model, overrides, str(out))
+    for s in seeds:
+        queue.submit(("warm start", s), model_warm_start_job, env, model, s, sft_overrides, overrides, str(out))
+    results, failed = [], []
+    for (stage, seed), result, error in queue.finished():
+        if error is not None:
+            failed.append(_failure(env, stage, seed, error))
+            continue
+        results.append(result)
+        if stage == "warm start":
+            for rl_stage in rows_of.rl:
+                queue.submit((rl_stage, seed), model_rl_job, env, model, seed, rl_stage, result["init"], overrides,
+                             str(out))
+    return results, failed
+
+
+# ---------------------------------------------------------------------------------------------
 # Tables, plot, main
 # ---------------------------------------------------------------------------------------------
 
@@ -542,19 +756,29 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     started = time.perf_counter()
     parser = harness.parser(__doc__, quick="1 seed, the smallest setting: about a minute")
     harness.add_seeds(parser, default=3, help="training seeds (default 3)")
-    parser.add_argument("--envs", default=",".join(ENVS), help=f"envs, comma-separated (default {','.join(ENVS)})")
-    parser.add_argument("--jobs", type=harness.count, default=2, help="runs side by side, one process each (default 2)")
+    parser.add_argument("--envs", default=None, help=f"envs, comma-separated (default {','.join(ENVS)}; with --model "
+                        f"{','.join(MODEL_ENVS)})")
+    parser.add_argument("--model", default=None, metavar="NAME",
+                        help=f"a pretrained model (catalogue name, directory or hub name): its rows on {sorted(MODEL_ENVS)} "
+                        "(zero-shot, warm start, RL from it) instead of the tiny model's")
+    parser.add_argument("--jobs", type=harness.count, default=None,
+                        help="runs side by side, one process each (default 2; with --model 1: a 135M model takes both cores)")
     harness.add_out(parser, "folder for the runs and learning.png (default: a temporary one)")
     args = parser.parse_args(argv)
-    envs = [e.strip() for e in args.envs.split(",") if e.strip()]
-    unknown = [e for e in envs if e not in ENVS]
+    known = MODEL_ENVS if args.model else ENVS
+    envs = [e.strip() for e in (args.envs or ",".join(known)).split(",") if e.strip()]
+    unknown = [e for e in envs if e not in known]
     if unknown or not envs:
-        parser.error(f"--envs takes names of {sorted(ENVS)}; got {args.envs!r}")
+        parser.error(f"--envs takes names of {sorted(known)}" + (f" with --model (rows for {unknown} with a pretrained "
+                     "model are not written yet)" if args.model else "") + f"; got {args.envs!r}")
+    width = args.jobs or (1 if args.model else 2)
     seeds = [0] if args.quick else list(range(args.seeds))
     import tempfile
 
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="learning-"))
     out.mkdir(parents=True, exist_ok=True)
+    if args.model:
+        return _main_model(args.model, envs, seeds, quick=args.quick, jobs=width, out=out, started=started)
 
     from llm_zoo.trainers.grpo import make_config
 
@@ -571,7 +795,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     for stage, player in rows_of.scripted_rows.items()]
         # each seed's RL runs are queued as soon as its warm start is done, so no worker waits; a job that fails
         # is reported and left out of its row, and the others go on
-        jobs = Isolated(context, args.jobs)
+        jobs = Isolated(context, width)
         for s in seeds:
             jobs.submit(("warm start", s), warm_start_job, env, s, overrides, str(out), options)
         warm, rl = [], []
@@ -608,6 +832,32 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         figures["judge_blind_spots"] = blind_spots(all_results["agentic_judge_v0"])
     figures["rows"] = {env: {stage: {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}
                              for stage, row in table.items()} for env, table in tables.items()}
+    figures["seeds"] = len(seeds)
+    figures["failed_jobs"] = failed
+    figures["seconds"] = round(time.perf_counter() - started, 1)
+    return harness.emit(figures)
+
+
+def _main_model(model: str, envs: Sequence[str], seeds: Sequence[int], *, quick: bool, jobs: int, out: Path,
+                started: float) -> dict[str, Any]:
+    """``--model``: each env's rows for a pretrained model; print the tables and the JSON line; return the figures."""
+    all_results: dict[str, list[dict[str, Any]]] = {}
+    failed: list[dict[str, Any]] = []
+    tables: dict[str, dict[str, dict[str, Any]]] = {}
+    for env in envs:
+        results, env_failed = run_model(env, model, seeds, quick=quick, jobs=jobs, out=out)
+        all_results[env], tables[env] = results, summarize_model(env, results)
+        failed += env_failed
+        print_model_table(env, model, tables[env])
+    (out / "learning.json").write_text(json.dumps(all_results, indent=1, default=str))
+    figures: dict[str, Any] = {"model": model}
+    for env in envs:  # the headline: the first RL stage's (the preset's), else the furthest stage that ran
+        stage = next((s for s in [*MODEL_ENVS[env].rl, "warm start", "zero-shot"] if s in tables[env]), None)
+        figures[env] = round(tables[env][stage][MODEL_ENVS[env].figures[0]], 4) if stage else None
+    figures["rows"] = {env: {stage: {k: (round(v, 4) if isinstance(v, float) else
+                                         [round(x, 4) for x in v] if isinstance(v, list) else v)
+                                     for k, v in row.items()} for stage, row in table.items()}
+                       for env, table in tables.items()}
     figures["seeds"] = len(seeds)
     figures["failed_jobs"] = failed
     figures["seconds"] = round(time.perf_counter() - started, 1)

@@ -133,3 +133,53 @@ def test_quick_judge_rows_and_the_json_keys(capsys, tmp_path):
     assert {s: c["env_kwargs"]["solver_reward"] for s, c in configs.items()} == {s: s for s in configs}
     assert all(c["env_kwargs"]["tasks"] == list(learning.QUICK_JUDGE_TASKS) for c in configs.values())
     assert (tmp_path / "learning.png").stat().st_size > 0
+
+
+def test_quick_kuhn_rows_of_a_model_directory(capsys, tmp_path, tiny_model_dir):
+    """``--model`` with a tiny saved model standing in for a pretrained one: zero-shot, warm start and self-play,
+    each read by Kuhn's exact evaluator, with the cost columns."""
+    import llm_zoo
+
+    # a word tokenizer over Kuhn's text: the prompt with the rules fits the preset's max_prompt_tokens (a byte
+    # tokenizer's is 639 tokens, over it: every episode would fail and RL would train on nothing)
+    model = str(tiny_model_dir("stand_in", shape="smallest", tokenizer="words",
+                               corpus=llm_zoo.env_spec("kuhn_poker_v0").corpus()))
+    figures = learning.main(["--quick", "--envs", "kuhn_poker_v0", "--model", model, "--out", str(tmp_path)])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(out[-1]) == figures
+    rows = figures["rows"]["kuhn_poker_v0"]
+    assert list(rows) == ["zero-shot", "warm start", "self-play", "anchored"] and figures["failed_jobs"] == []
+    assert figures["model"] == model and figures["kuhn_poker_v0"] == rows["self-play"]["exploitability"]
+    for stage, row in rows.items():
+        assert row["seeds"] == 1 and row["exploitability_spread"] == 0.0, stage
+        assert 0.0 <= row["exploitability"] <= row["unconstrained_exploitability"] <= 2.0, stage
+        assert 0.0 <= row["valid_mass_mean"] <= 1.0 and row["valid_mass_mean_per_seed"] == [row["valid_mass_mean"]]
+        assert row["eval_seconds"] > 0 and row["peak_rss_mb"] > 0, stage
+    # the three stages are three different policies: the fit and the update each moved the weights
+    saved = json.loads((tmp_path / "learning.json").read_text())["kuhn_poker_v0"]
+    assert len({r["figures"]["valid_mass_mean"] for r in saved}) == 4
+    for stage in ("self-play", "anchored"):
+        train_metrics = (tmp_path / f"kuhn_poker_v0-s0-{stage}" / "metrics.jsonl").read_text().splitlines()
+        assert json.loads(train_metrics[-1])["charts/failed_episodes"] == 0, stage
+    assert rows["zero-shot"]["seconds"] == rows["warm start"]["tokens"] == 0 < rows["warm start"]["seconds"]
+    for stage in ("self-play", "anchored"):
+        assert rows[stage]["episodes"] == 4 and rows[stage]["tokens"] > 0 and rows[stage]["seconds"] > 0, stage
+    # the warm start is the SFT preset for a pretrained model, cut to the quick setting; RL started from it
+    sft_config = json.loads((tmp_path / "kuhn_poker_v0-s0-sft" / "config.json").read_text())
+    assert (sft_config["model"], sft_config["lora_r"], sft_config["episodes"]) == (model, 16, 8)
+    train_config = json.loads((tmp_path / "kuhn_poker_v0-s0-self-play" / "config.json").read_text())
+    assert train_config["init"].startswith(str(tmp_path / "kuhn_poker_v0-s0-sft"))
+    assert (train_config["model"], train_config["beta"]) == (model, 0.0)
+    # anchored: the warm start merged into a model directory of its own, fresh adapters over it, a KL term to it
+    anchored = json.loads((tmp_path / "kuhn_poker_v0-s0-anchored" / "config.json").read_text())
+    merged = tmp_path / "kuhn_poker_v0-s0-anchored-model"
+    assert (anchored["model"], anchored["init"], anchored["lora_r"]) == (str(merged), "", 16) and anchored["beta"] > 0
+    assert (merged / "config.json").is_file() and not (merged / "adapter_config.json").exists()
+    line = next(i for i, text in enumerate(out) if text.startswith("stage"))
+    assert [text.split()[0] for text in out[line + 1:line + 5]] == ["zero-shot", "warm", "self-play", "anchored"]
+
+
+def test_model_rows_refuse_an_env_without_them(capsys):
+    with pytest.raises(SystemExit):
+        learning.main(["--quick", "--envs", "user_sim_v0", "--model", "smollm2-135m"])
+    assert "--envs takes names of ['kuhn_poker_v0'] with --model" in capsys.readouterr().err

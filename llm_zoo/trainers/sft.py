@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint as recompute
 
 import llm_zoo
+from llm_zoo.catalogue import is_pretrained
 from llm_zoo.episode import Episode, export_chat_jsonl
 from llm_zoo.models import build_tokenizer_and_model, check_model_fields
 from llm_zoo.seating import Seating, scripted_name
@@ -50,7 +51,7 @@ from llm_zoo.trainers.memory import sft_preflight
 from llm_zoo.trainers.rollout import collect
 from llm_zoo.trainers.schedules import check_schedule, lr_factor
 
-__all__ = ["SFT_PRESETS", "SFTConfig", "SFTRows", "assistant_mask", "check_stage_fields", "digit_tokens",
+__all__ = ["SFT_PRESETS", "SFT_PRETRAINED_PRESETS", "SFTConfig", "SFTRows", "assistant_mask", "check_stage_fields", "digit_tokens",
            "make_sft_config", "micro_batches", "play_traces", "policy_name", "sft", "sft_loss", "teachers_of",
            "tokenize_rows", "token_nll", "warm_start"]
 
@@ -63,7 +64,8 @@ __all__ = ["SFT_PRESETS", "SFTConfig", "SFTRows", "assistant_mask", "check_stage
 class SFTConfig:
     """Everything an SFT run needs; every field has a default. The model fields, ``env_kwargs`` and
     ``policies`` start from the env's training preset (so the fitted model is the one ``train``
-    builds), then :data:`SFT_PRESETS`, a config file and ``--set`` apply."""
+    builds), then :data:`SFT_PRESETS` (and for a pretrained model :data:`SFT_PRETRAINED_PRESETS`), a config file and
+    ``--set`` apply."""
 
     env: str = "kuhn_poker_v0"
     """Versioned env name."""
@@ -216,14 +218,29 @@ SFT_PRESETS: dict[str, dict[str, Any]] = {
 }
 """Env name -> SFT fields over the dataclass defaults (the teachers of each role)."""
 
+SFT_PRETRAINED_PRESETS: dict[str, dict[str, Any]] = {
+    # SmolLM2-135M-Instruct on the nash player's traces, LoRA r16 from the training preset, 2 CPU cores: masked
+    # exploitability 0.0425 (zero-shot 0.339), unmasked legal mass 0.994 (zero-shot 0.060), in 20.2 min at 4.5 GB;
+    # 64 episodes x 2 epochs (3.5 min) stayed blind to its card (0.905)
+    "kuhn_poker_v0": {"lr": 1e-3, "episodes": 256, "epochs": 3,
+                      "max_tokens_per_micro_batch": 1024,  # 1.31 GiB resident + 3.39 GiB a pass, estimated
+                      "memory_limit_gb": 6.0},  # 4.70 GiB estimated against the 4.5 GB measured
+}
+"""Env name -> SFT fields for a pretrained model (:func:`llm_zoo.catalogue.is_pretrained`), over :data:`SFT_PRESETS`;
+the model fields (LoRA, gradient checkpointing) come from the env's pretrained training preset."""
+
 
 def make_sft_config(env: str = "kuhn_poker_v0", overrides: Mapping[str, Any] | None = None) -> SFTConfig:
-    """Build an SFT config: dataclass defaults, the env's training preset's shared fields, :data:`SFT_PRESETS`, ``overrides``."""
+    """Build an SFT config: dataclass defaults, the env's training preset's shared fields, :data:`SFT_PRESETS`, for a
+    pretrained model :data:`SFT_PRETRAINED_PRESETS`, then ``overrides``."""
     from llm_zoo.configdoc import check_overrides
 
-    train_preset = presets.preset(env, model=str((overrides or {}).get("model", "tiny")))  # for the model's kind
+    model = str((overrides or {}).get("model", "tiny"))
+    train_preset = presets.preset(env, model=model)  # for the model's kind
     values: dict[str, Any] = {k: train_preset[k] for k in SHARED_WITH_TRAIN if k in train_preset}
     values.update(_copy(SFT_PRESETS.get(env, {})))
+    if is_pretrained(model):
+        values.update(_copy(SFT_PRETRAINED_PRESETS.get(env, {})))
     values.update(check_overrides(SFTConfig, dict(overrides or {}), source="the sft config"))
     values["env"] = env
     return SFTConfig(**check_overrides(SFTConfig, values, source="the sft config"))

@@ -575,3 +575,36 @@ def test_init_none_starts_from_fresh_weights():
     assert make_sft_config("kuhn_poker_v0", {"lora_r": 0}).lora_r == 0
     with pytest.raises(ValueError, match="lora_r=4 needs a model directory"):
         make_sft_config("kuhn_poker_v0", {"lora_r": 4})
+
+
+def test_a_model_directory_gets_the_pretrained_kuhn_warm_start_and_tiny_does_not(tiny_model_dir):
+    stand_in = str(tiny_model_dir("stand_in", shape="smallest"))  # a directory, as smollm2-135m resolves to
+    preset = sft.SFT_PRETRAINED_PRESETS["kuhn_poker_v0"]
+    config = make_sft_config("kuhn_poker_v0", {"model": stand_in})
+    assert {k: getattr(config, k) for k in preset} == preset
+    # the model fields come from the pretrained training preset, the teachers from SFT_PRESETS
+    assert (config.lora_r, config.lora_alpha, config.gradient_checkpointing) == (16, 32.0, False)
+    assert config.teachers == {"player": "nash"}
+    tiny, defaults = make_sft_config("kuhn_poker_v0"), sft.SFTConfig()
+    assert (tiny.lr, tiny.memory_limit_gb, tiny.max_tokens_per_micro_batch, tiny.lora_r) == (
+        defaults.lr, defaults.memory_limit_gb, defaults.max_tokens_per_micro_batch, 0)
+    assert tiny.lr != config.lr and tiny.max_tokens_per_micro_batch != config.max_tokens_per_micro_batch
+    # the command line still wins over the preset
+    assert make_sft_config("kuhn_poker_v0", {"model": stand_in, "lr": 5e-4, "epochs": 1}).lr == 5e-4
+
+
+def test_the_pretrained_kuhn_warm_start_passes_its_preflight_with_smollm2s_shape(tiny_model_dir):
+    """SmolLM2-135M's shape, as its config.json has it; its fit on 2 CPU cores peaked at 4.5 GB."""
+    from transformers import LlamaConfig
+
+    from llm_zoo.trainers.memory import sft_estimate, sft_preflight
+
+    smollm2 = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                          num_attention_heads=9, num_key_value_heads=3, tie_word_embeddings=True)
+    config = make_sft_config("kuhn_poker_v0", {"model": str(tiny_model_dir("stand_in", shape="smallest"))})
+    longest = 400  # a Kuhn conversation with the rules is under 300 of SmolLM2's tokens
+    estimate = sft_preflight(config, smollm2, longest, sft.LOGIT_CHUNK_FLOATS)  # raises when over the limit
+    assert 4.5 * 10**9 <= estimate.total <= config.memory_limit_gb * 2**30
+    # the default budget of a micro-batch (8192 tokens) would not fit: the preset's lower budget is what fits
+    wide = make_sft_config("kuhn_poker_v0", {"model": config.model, "max_tokens_per_micro_batch": 8192})
+    assert sft_estimate(wide, smollm2, longest, sft.LOGIT_CHUNK_FLOATS).total > config.memory_limit_gb * 2**30
