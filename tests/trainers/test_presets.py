@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytest.importorskip("torch")
@@ -95,9 +97,14 @@ def test_a_model_directory_trains_on_kuhns_pretrained_preset(tmp_path, tiny_mode
     model = tiny_model_dir("model", shape="smallest")
     config = make_config("kuhn_poker_v0", {"model": str(model), "steps": 1, "episodes_per_step": 4,
                                            "rollout_batch_size": 4, "micro_batch_size": 4, "run_dir": str(tmp_path / "run"),
-                                           "progress": False, "tensorboard": False, "threads": 1})
+                                           "progress": False, "tensorboard": False, "threads": 1,
+                                           # the byte tokenizer's prompt is about 640 tokens, past the preset's 384
+                                           "max_prompt_tokens": 1024, "max_forward_tokens": 2048})
     assert config.lora_r and config.constrain_to_legal and config.max_new_tokens == 8
     result = train(config)
     assert 0 <= result["exploitability"] <= 1
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    played = [r for r in rows if "charts/failed_episodes" in r]
+    assert played and all(r["charts/failed_episodes"] == 0 for r in played)  # every episode played, none failed
     saved = next((tmp_path / "run" / "checkpoints").glob("step_*/policies/main"))
     assert (saved / "adapter_config.json").is_file()  # the adapters alone, over the directory they name
