@@ -551,6 +551,9 @@ def _has_checkpoint(run_dir: Path) -> bool:
 def init_checkpoint(path: str | Path, names: Sequence[str]) -> dict[str, Path]:
     """Return policy name -> its directory in a checkpoint, or in a run directory's latest one (``train``'s ``init``).
 
+    A checkpoint of one policy whose name no learner has starts every learner from it: one warm start (``llm-zoo sft``
+    fits one policy) for a learner per seat.
+
     Raises:
         FileNotFoundError: ``path`` is neither a checkpoint (``policies/`` inside) nor a run with one.
         CheckpointError: A file of the checkpoint is damaged (:func:`verify_checkpoint`), before anything loads it.
@@ -564,6 +567,9 @@ def init_checkpoint(path: str | Path, names: Sequence[str]) -> dict[str, Path]:
                                 f"`llm-zoo train`, or one of its checkpoints/step_N")
     verify_checkpoint(ckpt)
     have = sorted(p.name for p in (ckpt / "policies").iterdir() if p.is_dir())
+    if len(have) == 1 and not set(names) & set(have):
+        # one fitted policy and learners of other names (one per seat, say): each starts from that warm start
+        return {n: ckpt / "policies" / have[0] for n in names}
     missing = [n for n in names if n not in have]
     if missing:
         raise ValueError(f"config.init: {ckpt} has no policy named {missing} (it has {have}); the learners are "

@@ -152,7 +152,8 @@ class TrainConfig:
     decoder blocks (llm_zoo.models.LORA_DEFAULT_TARGETS)."""
     init: str = ""
     """Start the learners from trained weights: a checkpoint directory or a run directory (its latest
-    checkpoint) of `llm-zoo sft` or `train`, holding policies/NAME for every learner; or sft: run the SFT
+    checkpoint) of `llm-zoo sft` or `train`, holding policies/NAME for every learner (a checkpoint of one
+    policy of another name starts every learner, e.g. one per seat, from it); or sft: run the SFT
     stage first (fields in config.sft, written under RUN_DIR/sft) and start from it. Empty or none = fresh
     weights. --resume takes precedence (the run's checkpoint is loaded, init is not read)."""
     sft: dict[str, Any] = field(default_factory=dict)

@@ -337,6 +337,20 @@ def test_train_starts_from_the_init_checkpoint(kuhn_run, tmp_path):
     assert all(torch.equal(started[k], fitted[k]) for k in fitted)
 
 
+def test_one_warm_start_starts_a_learner_per_seat(kuhn_run, tmp_path):
+    _, summary = kuhn_run
+    seats = {"player_0": "seat_0", "player_1": "seat_1"}
+    assert set(init_checkpoint(summary["run_dir"], ["seat_0", "seat_1"]).values()) == {
+        Path(summary["checkpoint"]) / "policies" / "main"}
+    config = grpo.make_config("kuhn_poker_v0", {**TRAIN, "init": summary["checkpoint"], "lr": 0.0, "policies": seats,
+                                                "run_dir": str(tmp_path / "rl")})
+    grpo.train(config)
+    fitted = _weights(Path(summary["checkpoint"]) / "policies" / "main")
+    for seat in seats.values():
+        started = _weights(tmp_path / "rl" / "checkpoints" / "step_000001" / "policies" / seat)
+        assert started.keys() == fitted.keys() and all(torch.equal(started[k], fitted[k]) for k in fitted)
+
+
 def test_init_errors_say_what_the_directory_holds(kuhn_run, tmp_path):
     _, summary = kuhn_run
     with pytest.raises(ValueError, match=r"no policy named \['seat_0'\].*it has \['main'\]"):
