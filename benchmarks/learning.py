@@ -309,7 +309,8 @@ def warm_start_job(env: str, seed: int, overrides: Mapping[str, Any], out: str, 
     return {"seed": seed, "stage": "warm start", "peak_rss_mb": _peak_rss_mb(), "policy_dir": str(policy_dir),
             "init": summary["checkpoint"],
             "seconds": seconds,
-            "episodes": 0, "tokens": int(summary.get("tokens", 0)), "evals": evals, "curve": [],
+            # a warm start generates nothing (tokens: the RL rows' generated ones); what it fitted is its own column
+            "episodes": 0, "tokens": 0, "fitted_tokens": int(summary["train_tokens"]), "evals": evals, "curve": [],
             "val_loss": summary.get("val_loss")}
 
 
