@@ -44,7 +44,7 @@ from llm_zoo.episode import Episode, write_jsonl
 from llm_zoo.models import build_tokenizer_and_model, check_model_fields, model_config
 from llm_zoo.policies.constraints import allowed_per_position
 from llm_zoo.policies.transformers import TransformersPolicy
-from llm_zoo.scoring import completion_logprobs, long_tensor
+from llm_zoo.scoring import completion_logprobs, dedupe, long_tensor
 from llm_zoo.seating import Seating, scripted_name
 from llm_zoo.spec import EnvSpec
 from llm_zoo.trainers import advantages as adv
@@ -423,17 +423,12 @@ def distinct_rows(batch: Sequence[Sample], device: torch.device) -> tuple[list[S
     the gradient's sums, and the passes, the log-softmax and the exact KL run over the distinct rows. The Kuhn
     main job's 1024 hands give each seat about 12 distinct rows a step (docs/kuhn_selfplay.md, section 14).
     """
-    index: dict[Any, int] = {}
-    firsts: list[Sample] = []
-    row_of = []
-    for b in batch:
-        key = (tuple(b.prompt_ids), tuple(b.completion_ids), None if b.allowed is None else tuple(map(tuple, b.allowed)))
-        row = index.get(key)
-        if row is None:
-            row = index[key] = len(firsts)
-            firsts.append(b)
-        row_of.append(row)
-    return firsts, long_tensor(row_of, device)
+    _, row_of = dedupe((tuple(b.prompt_ids), tuple(b.completion_ids),
+                        None if b.allowed is None else tuple(map(tuple, b.allowed))) for b in batch)
+    first: dict[int, Sample] = {}
+    for b, row in zip(batch, row_of):
+        first.setdefault(row, b)
+    return list(first.values()), long_tensor(row_of, device)
 
 
 def exact_kl(all_logps: torch.Tensor, ref_all_logps: torch.Tensor) -> torch.Tensor:
