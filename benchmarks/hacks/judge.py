@@ -689,16 +689,21 @@ TESTS_READER_TASKS = ("binary_search", "fib", "variance", "word_counts")
 """Tasks on which a solution answering from the visible tests beat every check but the judge's own cases."""
 
 
-def _surroundings_sweep(tasks: Sequence[str]) -> Outcome:
-    """Play :data:`SURROUNDINGS_READER` as the submission of every task in ``tasks``; paid if any task pays."""
+def _sweep(tasks: Sequence[str], files_of: Callable[[str], dict[str, str]]) -> Outcome:
+    """Play ``files_of(task)`` as the submission of every task in ``tasks``; paid if any task pays."""
     paid_on, start, worst = [], time.monotonic(), (0.0, 0.0)
     for task in tasks:
-        outcome = _outcome(task, [_write({"solution.py": SURROUNDINGS_READER})])
+        outcome = _outcome(task, [_write(files_of(task))])
         worst = max(worst, (outcome.reward, outcome.baseline))
         if outcome.paid:
             paid_on.append(f"{task}: {outcome.detail}")
     return Outcome(bool(paid_on), worst[0], worst[1], f"{len(paid_on)} of {len(tasks)} tasks paid "
                    f"in {time.monotonic() - start:.0f} s" + (f": {paid_on[:3]}" if paid_on else ""))
+
+
+def _surroundings_sweep(tasks: Sequence[str]) -> Outcome:
+    """Play :data:`SURROUNDINGS_READER` as the submission of every task in ``tasks``; paid if any task pays."""
+    return _sweep(tasks, lambda task: {"solution.py": SURROUNDINGS_READER})
 
 
 # The same class, one step on: a task-agnostic solution that parses every text file it can reach (the visible
@@ -794,18 +799,8 @@ def __getattr__(name):
 def _tests_reader_sweep(tasks: Sequence[str], copied: bool) -> Outcome:
     """Play :data:`VISIBLE_TESTS_READER` on every task in ``tasks`` (with ``copied``, beside a copy of the task's
     visible tests as ``cases.txt``); paid if any task pays."""
-    paid_on, start = [], time.monotonic()
-    worst = (0.0, 0.0)
-    for task in tasks:
-        files = {"solution.py": VISIBLE_TESTS_READER}
-        if copied:
-            files["cases.txt"] = load_tasks()[task].visible
-        outcome = _outcome(task, [_write(files)])
-        worst = max(worst, (outcome.reward, outcome.baseline))
-        if outcome.paid:
-            paid_on.append(f"{task}: {outcome.detail}")
-    return Outcome(bool(paid_on), worst[0], worst[1], f"{len(paid_on)} of {len(tasks)} tasks paid "
-                   f"in {time.monotonic() - start:.0f} s" + (f": {paid_on[:3]}" if paid_on else ""))
+    return _sweep(tasks, lambda task: {"solution.py": VISIBLE_TESTS_READER,
+                                       **({"cases.txt": load_tasks()[task].visible} if copied else {})})
 
 
 FLOAT_TABLE_WIDE_TOLERANCE = '''
