@@ -38,6 +38,20 @@ size. :func:`plan_tree` picks the tries, and picks them only when their cost, co
 and attention pairs, is below both the whole pass and the shared-prefix plan. It needs an
 attention that reads a custom 4D mask as given (transformers' sdpa and eager, no sliding window).
 
+Turns of one conversation
+-------------------------
+A multi-turn episode gives one row per turn, and each turn's prompt is the conversation so far: the
+previous turn's prompt and reply, then what the others said. Where a row's whole sequence (prompt
+then completion, as tokens) begins a longer row, a causal model computes that row's log-probs inside
+the longer row's pass, the same to float rounding: :func:`plan_nesting` finds, for each row, the
+longest row that extends it (its host), and :func:`completion_logprobs` runs each host once as a row
+whose completion starts at the earliest prompt end it hosts, then reads every hosted row's log-probs
+off its span. An episode of eight turns then costs one pass over its last turn's row instead of
+eight passes over growing prompts; it needs no KV cache, so it holds under gradient checkpointing.
+A reply the next prompt spells in other tokens (a sampled tokenisation that re-encoding would not
+give) nests nowhere and is scored as its own row. Rows with a decoding mask (``allowed``) and
+one-token replies keep the plans above.
+
 A token budget
 --------------
 Memory of a forward pass grows with its rows times its padded length (activations, KV cache) and,
@@ -65,10 +79,11 @@ from transformers import PreTrainedModel
 from llm_zoo.policies.compat import cache_argument, forward_params, keep_logits_kwargs
 
 __all__ = [
-    "PASS_COST_TOKENS", "PrefixPlan", "PrefixTree", "TreeRows", "allowed_mask", "checkpoints_activations",
-    "common_length", "completion_logprobs", "dedupe", "forward_in_chunks", "forward_prompts", "forward_tree",
-    "left_pad", "long_tensor", "one_token_tree_logits", "plan_prefixes", "plan_tree", "position_ids_of",
-    "prefix_tree", "right_pad", "row_chunks", "tree_pair_cost", "tree_rows",
+    "NestPlan", "PASS_COST_TOKENS", "PrefixPlan", "PrefixTree", "TreeRows", "allowed_mask",
+    "checkpoints_activations", "common_length", "completion_logprobs", "dedupe", "forward_in_chunks",
+    "forward_prompts", "forward_tree", "left_pad", "long_tensor", "nests", "one_token_tree_logits", "plan_nesting",
+    "plan_prefixes", "plan_tree", "position_ids_of", "prefix_tree", "right_pad", "row_chunks", "tree_pair_cost",
+    "tree_rows",
 ]
 
 
@@ -139,10 +154,16 @@ def completion_logprobs(
         vocab = model.get_output_embeddings().weight.shape[0]
         return (empty, empty.long(), *([empty] if with_entropy else []),
                 *([torch.zeros(len(prompts_ids), 0, vocab, device=device)] if with_all_logps else []))
+    allowed = list(allowed) if allowed is not None else [None] * len(prompts_ids)
+    if share_prefix and nests(completions_ids, allowed):
+        nesting = plan_nesting(prompts_ids, completions_ids)
+        if nesting is not None:
+            return _nested_logprobs(model, nesting, completions_ids, width=width, pad_token_id=pad_token_id,
+                                    temperature=temperature, with_entropy=with_entropy,
+                                    with_all_logps=with_all_logps, token_budget=token_budget)
     merge_rows = share_prefix  # repeated rows are scored once: no cache needed, so checkpointing keeps it
     if share_prefix and model.training and torch.is_grad_enabled() and checkpoints_activations(model):
         share_prefix = False
-    allowed = list(allowed) if allowed is not None else [None] * len(prompts_ids)
     if token_budget is not None:
         if token_budget < 1:
             raise ValueError(f"completion_logprobs: token_budget must be >= 1 (or None), got {token_budget!r}.")
@@ -160,6 +181,78 @@ def completion_logprobs(
                                 temperature=temperature, with_entropy=with_entropy, share_prefix=share_prefix,
                                 merge_rows=merge_rows, with_all_logps=with_all_logps, width=width, device=device,
                                 token_budget=token_budget)
+
+
+@dataclass
+class NestPlan:
+    """Rows read off longer rows' passes (:func:`plan_nesting`): the rows that run, and where each row's reply lies."""
+
+    prompts: list[tuple[int, ...]]
+    """Each host's prompt: its sequence up to the earliest prompt end among the rows it hosts."""
+    completions: list[tuple[int, ...]]
+    """Each host's completion: the rest of its sequence (every hosted reply, and what lies between them)."""
+    host: list[int]
+    """Each row's host (an index into ``prompts``)."""
+    offset: list[int]
+    """Where each row's completion starts in its host's completion."""
+
+
+def nests(completions_ids: Sequence[Sequence[int]], allowed: Sequence[Any]) -> bool:
+    """Whether rows may be read off longer rows' passes (:func:`plan_nesting`): replies of more than one token, none
+    under a decoding mask (those keep the token-tree and shared-prefix plans)."""
+    return max((len(c) for c in completions_ids), default=0) > 1 and all(a is None for a in allowed)
+
+
+def plan_nesting(prompts_ids: Sequence[Sequence[int]], completions_ids: Sequence[Sequence[int]]) -> NestPlan | None:
+    """Find rows whose sequence (prompt + completion) begins another row's, to be scored inside it; else None.
+
+    Sorted, a sequence that begins others sits just before them, so each row's host is its
+    successor's host when it begins its successor, else itself. The plan is kept when it runs fewer
+    padded tokens (hosts x (longest prompt + longest completion)) than the rows do.
+    """
+    n = len(prompts_ids)
+    if n < 2:
+        return None
+    seqs = [tuple(p) + tuple(c) for p, c in zip(prompts_ids, completions_ids)]
+    order = sorted(range(n), key=seqs.__getitem__)
+    top = list(range(n))  # each row's host, as a row index
+    for a, b in zip(reversed(order[:-1]), reversed(order[1:])):
+        if seqs[b][: len(seqs[a])] == seqs[a]:
+            top[a] = top[b]
+    hosts, host_of = dedupe(top)
+    if len(hosts) == n:
+        return None
+    start = [len(seqs[h]) for h in hosts]
+    for i, h in enumerate(host_of):
+        start[h] = min(start[h], len(prompts_ids[i]))
+    width = max(len(c) for c in completions_ids)
+    before = n * (max(len(p) for p in prompts_ids) + width)
+    after = len(hosts) * (max(start) + max(len(seqs[h]) - s for h, s in zip(hosts, start)))
+    if after >= before:
+        return None
+    return NestPlan([seqs[h][:s] for h, s in zip(hosts, start)], [seqs[h][s:] for h, s in zip(hosts, start)],
+                    host_of, [len(prompts_ids[i]) - start[h] for i, h in enumerate(host_of)])
+
+
+def _nested_logprobs(model: PreTrainedModel, plan: NestPlan, completions_ids: Sequence[Sequence[int]], *,
+                     width: int, **kwargs: Any) -> tuple[torch.Tensor, ...]:
+    """Score ``plan``'s hosts (:func:`completion_logprobs`), then read each row's reply off its host's span."""
+    outputs = completion_logprobs(model, plan.prompts, plan.completions, share_prefix=True, **kwargs)
+    device = outputs[0].device
+    lengths = [len(c) for c in completions_ids]
+    columns = torch.arange(width, device=device)
+    mask = (columns[None, :] < torch.tensor(lengths, device=device)[:, None]).long()
+    index = (torch.tensor(plan.offset, device=device)[:, None] + columns[None, :]) * mask  # padding reads column 0
+    rows = torch.tensor(plan.host, device=device)[:, None]
+    per_token_logps = outputs[0][rows, index] * mask
+    result = [per_token_logps, mask]
+    rest = outputs[2:]
+    if kwargs.get("with_entropy"):
+        result.append(rest[0][rows, index] * mask)
+        rest = rest[1:]
+    if kwargs.get("with_all_logps"):
+        result.append(rest[0][rows, index])
+    return tuple(result)
 
 
 def _chunked_logprobs(model: PreTrainedModel, prompts_ids: Sequence[Sequence[int]],
