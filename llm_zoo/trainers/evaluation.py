@@ -106,7 +106,7 @@ def load_run_policies(checkpoint: str | Path, *, seed: int = 0,
             path, name=path.name, temperature=config.get("temperature", 1.0), top_p=config.get("top_p", 1.0),
             max_new_tokens=config.get("max_new_tokens", 64), seed=seed + i,
             constrain=config.get("constrain_to_legal", False), max_prompt_tokens=config.get("max_prompt_tokens"),
-            max_forward_tokens=config.get("max_forward_tokens"))
+            max_forward_tokens=config.get("max_rollout_tokens") or config.get("max_forward_tokens"))
     return config, policies
 
 

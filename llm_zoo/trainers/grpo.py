@@ -207,6 +207,9 @@ class TrainConfig:
     max_forward_tokens: int = 16384
     """Most tokens (rows x padded length) of one forward pass: rollouts, scoring and the update's
     micro-batches are split under it, so a pass's memory is bounded whatever the batch."""
+    max_rollout_tokens: int = 0
+    """Most tokens of one forward pass while sampling (the rollouts' and the evaluations'), which keeps no
+    activations for a backward and so may run more rows a pass than the update; 0: max_forward_tokens."""
     memory_limit_gb: float = 3.5
     """Budget of the run's estimated peak memory (trainers/memory.py), checked before the first step;
     a setting over it is refused, naming the fields to lower. 0 skips the check."""
@@ -294,6 +297,9 @@ class TrainConfig:
                      "env_workers"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"config.{name} must be >= 1; got {getattr(self, name)!r}")
+        if int(self.max_rollout_tokens) < 0:
+            raise ValueError(f"config.max_rollout_tokens must be >= 0 (0: max_forward_tokens); got "
+                             f"{self.max_rollout_tokens!r}")
         if self.episodes_per_step % self.group_size:
             raise ValueError(f"config.episodes_per_step ({self.episodes_per_step}) must be a multiple of "
                              f"config.group_size ({self.group_size})")
@@ -323,13 +329,17 @@ class TrainConfig:
 def make_config(env: str = "kuhn_poker_v0", overrides: Mapping[str, Any] | None = None) -> TrainConfig:
     """Build a config: dataclass defaults, then the env's preset (:mod:`~llm_zoo.trainers.presets`), then ``overrides``.
 
+    The model is the one ``overrides`` names, else the env's default (:func:`~llm_zoo.trainers.presets.default_model`:
+    the tiny model, or for user_sim_v0 a pretrained one), and the preset is the one for its kind.
+
     A plug-in's fields are set as ``SECTION.FIELD`` keys or as a mapping under ``SECTION``, and merge field by
     field (:func:`llm_zoo.configdoc.check_overrides`). An env that is not registered fails in ``TrainConfig``'s
     check, which lists the registered ones.
     """
     from llm_zoo.configdoc import check_overrides, nest
 
-    values = check_overrides(TrainConfig, presets.preset(env, model=str((overrides or {}).get("model", "tiny"))),
+    model = str((overrides or {}).get("model", presets.default_model(env)))
+    values = check_overrides(TrainConfig, {**presets.preset(env, model=model), "model": model},
                              source=f"the preset of {env}")  # the preset for the model's kind
     values.update(check_overrides(TrainConfig, {**(overrides or {}), "env": env}, source="the overrides"))
     return TrainConfig(**nest(TrainConfig, values))
@@ -559,7 +569,7 @@ def make_learner(name: str, config: TrainConfig, device: torch.device, index: in
     policy = TransformersPolicy(model, tokenizer, name=name, temperature=config.temperature, top_p=config.top_p,
                                 max_new_tokens=config.max_new_tokens, device=device,
                                 constrain=config.constrain_to_legal, max_prompt_tokens=config.max_prompt_tokens,
-                                max_forward_tokens=config.max_forward_tokens)
+                                max_forward_tokens=config.max_rollout_tokens or config.max_forward_tokens)
     groups = param_groups(policy.model, config)
     optimizer = (torch.optim.SGD(groups, lr=config.lr) if config.optimizer == "sgd"
                  else torch.optim.AdamW(groups, lr=config.lr, weight_decay=0.0))

@@ -13,6 +13,8 @@ What bounds a run's memory (:mod:`llm_zoo.scoring`, :class:`~llm_zoo.policies.tr
   the scoring passes (the reference's, the evaluators') split their rows the same way; and the update's
   micro-batches (``micro_batch_size`` sequences at most) are split further under it
   (:func:`micro_batches`), the gradients accumulating over them as over any micro-batches.
+- ``max_rollout_tokens``: sampling's own budget, where it is set (a pass without gradients holds no
+  activations for a backward, so it may run more rows than the update's).
 - ``memory_limit_gb``: the budget :func:`preflight` checks :func:`estimate` against.
 
 The estimate adds what lives through the run (the process itself, every model's weights, the trained
@@ -42,7 +44,7 @@ from typing import Any
 
 import torch
 
-from llm_zoo.scoring import dedupe, row_chunks
+from llm_zoo.scoring import dedupe, nests, plan_nesting, row_chunks
 
 __all__ = ["Estimate", "estimate", "micro_batches", "pass_bytes", "preflight", "sft_estimate", "sft_preflight",
            "trainable_params"]
@@ -193,8 +195,9 @@ def estimate(config: Any, model_config: Any, *, learners: int = 1) -> Estimate:
     resident = _resident(config, shape, learners, copies)
 
     # ROLLOUT: the largest prefill chunk (rows within the budget, a longer row in column chunks), no grad
-    rows = max(1, min(int(config.rollout_batch_size), budget // longest))
-    query = max(1, min(longest, budget // rows))
+    sampling = int(config.max_rollout_tokens) or budget
+    rows = max(1, min(int(config.rollout_batch_size), sampling // longest))
+    query = max(1, min(longest, sampling // rows))
     rollout = pass_bytes(shape, rows, query, longest, grad=False, cache=True, width=width)
     # UPDATE: the largest micro-batch within micro_batch_size and the budget, forward and backward; a row
     # longer than the budget runs in column chunks whose saved activations still add up to the whole row
@@ -219,20 +222,23 @@ def preflight(config: Any, model_config: Any, *, learners: int = 1) -> Estimate:
         longest = config.max_prompt_tokens + config.max_new_tokens
         dominant = "update" if found.parts["update"] >= found.parts["rollout"] else "rollout"
         batch_field = "micro_batch_size" if dominant == "update" else "rollout_batch_size"
-        rows = min(int(getattr(config, batch_field)), config.max_forward_tokens // longest)
+        budget_field = "max_rollout_tokens" if dominant == "rollout" and config.max_rollout_tokens else \
+            "max_forward_tokens"
+        budget = int(getattr(config, budget_field))
+        rows = min(int(getattr(config, batch_field)), budget // longest)
         if rows <= 1:  # one sequence a pass already: only a shorter sequence helps
             fields = ["max_prompt_tokens", "max_new_tokens"]
-        elif getattr(config, batch_field) < config.max_forward_tokens // longest:  # the batch field binds
+        elif getattr(config, batch_field) < budget // longest:  # the batch field binds
             fields = [batch_field, "max_prompt_tokens", "max_new_tokens"]
         else:
-            fields = ["max_forward_tokens", "max_prompt_tokens", "max_new_tokens"]
+            fields = [budget_field, "max_prompt_tokens", "max_new_tokens"]
         if found.parts["resident"] > limit * GIB:
             fields = (["model_hidden_size", "model_layers", "pool_size"] if config.model == "tiny" else
                       ["lora_r", "dtype", "pool_size"])
         raise ValueError(
             f"this run would need about {found.gib:.2f} GiB ({found.describe()}), over memory_limit_gb="
             f"{limit:g}: its largest pass is the {dominant}, sequences of up to max_prompt_tokens + max_new_tokens = "
-            f"{longest} tokens, {max(1, rows)} of them a pass (max_forward_tokens={config.max_forward_tokens}). "
+            f"{longest} tokens, {max(1, rows)} of them a pass ({budget_field}={budget}). "
             f"{_advice(config, found, fields)}, or raise memory_limit_gb if the machine has the memory."
         )
     return found
@@ -284,12 +290,14 @@ def _advice(config: Any, found: Estimate, fields: list[str]) -> str:
 
 
 def micro_batches(batch: Sequence[Any], micro_batch_size: int, token_budget: int | None) -> list[list[Any]]:
-    """Split a step's samples (with ``prompt_ids`` and ``completion_ids``) into the update's micro-batches.
+    """Split a step's samples (with ``prompt_ids``, ``completion_ids`` and ``allowed``) into the update's micro-batches.
 
-    First ``micro_batch_size`` samples at a time, in order, as before; then each of those, when its
-    distinct (prompt, completion) rows times their padded length exceed ``token_budget``, into chunks
-    within it (:func:`~llm_zoo.scoring.row_chunks`; rows of one distinct pair stay together). A
-    micro-batch within the budget is kept whole, so runs whose passes fit are unchanged.
+    First ``micro_batch_size`` samples at a time, in order, as before; then each of those, when the
+    rows its pass runs times their padded length exceed ``token_budget``, into chunks within it
+    (:func:`~llm_zoo.scoring.row_chunks`). The rows a pass runs are the distinct (prompt, completion)
+    pairs, or, where the turns of a conversation nest (:func:`~llm_zoo.scoring.plan_nesting`), each
+    conversation's longest row: a chunk keeps a host with every row it hosts. A micro-batch within the
+    budget is kept whole, so runs whose passes fit are unchanged.
     """
     out: list[list[Any]] = []
     for start in range(0, len(batch), micro_batch_size):
@@ -300,14 +308,20 @@ def micro_batches(batch: Sequence[Any], micro_batch_size: int, token_budget: int
         keys = [(tuple(b.prompt_ids), tuple(b.completion_ids)) for b in mb]
         distinct, row_of = dedupe(keys)
         width = max(len(c) for _, c in distinct)
-        prompt = max(len(p) for p, _ in distinct)
-        if len(distinct) * (prompt + width) <= token_budget:
+        lengths = [len(p) + width for p, _ in distinct]
+        pass_of = list(range(len(distinct)))
+        if nests([c for _, c in distinct], [b.allowed for b in mb]):
+            plan = plan_nesting([p for p, _ in distinct], [c for _, c in distinct])
+            if plan is not None:
+                host_width = max(len(c) for c in plan.completions)
+                lengths, pass_of = [len(p) + host_width for p in plan.prompts], plan.host
+        if len(lengths) * max(lengths) <= token_budget:
             out.append(mb)
             continue
-        chunks = row_chunks([len(p) + width for p, _ in distinct], token_budget)
+        chunks = row_chunks(lengths, token_budget)
         chunk_of = {d: c for c, members in enumerate(chunks) for d in members}
         parts: list[list[Any]] = [[] for _ in chunks]
         for sample, d in zip(mb, row_of):
-            parts[chunk_of[d]].append(sample)
+            parts[chunk_of[pass_of[d]]].append(sample)
         out.extend(parts)
     return out

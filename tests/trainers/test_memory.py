@@ -98,7 +98,7 @@ def test_a_run_that_cannot_fit_is_refused_before_its_first_step_naming_the_field
 def test_a_warm_started_run_that_cannot_fit_is_refused_before_the_sft_stage_runs(tmp_path):
     # user_sim's preset warm-starts (init: sft, minutes of fitting); a setting that cannot fit must be
     # refused first, not after the warm start has spent its time
-    config = make_config("user_sim_v0", {"steps": 1, "memory_limit_gb": 0.05, "run_dir": str(tmp_path / "run"),
+    config = make_config("user_sim_v0", {"model": "tiny", "steps": 1, "memory_limit_gb": 0.05, "run_dir": str(tmp_path / "run"),
                                          "progress": False, "tensorboard": False})
     assert config.init == "sft"
     with pytest.raises(ValueError, match="over memory_limit_gb=0.05"):
@@ -109,7 +109,7 @@ def test_a_warm_started_run_that_cannot_fit_is_refused_before_the_sft_stage_runs
 def test_the_defaults_fit_and_a_lower_limit_refuses_them(tiny_model):
     model_config = tiny_model().config
     for env in ("kuhn_poker_v0", "agentic_judge_v0", "proposer_solver_v0", "user_sim_v0"):
-        config = make_config(env)
+        config = make_config(env, {"model": "tiny"})  # the pretrained presets' estimates: tests/trainers/test_presets.py
         found = preflight(config, model_config)
         assert 0 < found.total <= config.memory_limit_gb * 2**30
     config = make_config("agentic_judge_v0", {"memory_limit_gb": found.gib / 2})
@@ -122,24 +122,24 @@ def test_the_refusal_names_the_field_that_binds(tiny_model):
     model_config = tiny_model().config
     # one sequence a pass already: a smaller token budget would not help, a shorter prompt would
     with pytest.raises(ValueError, match=r"Lower max_prompt_tokens, max_new_tokens \(e.g. --set max_prompt_tokens="):
-        preflight(make_config("user_sim_v0", {"max_prompt_tokens": 12000}), model_config)
+        preflight(make_config("user_sim_v0", {"model": "tiny", "max_prompt_tokens": 12000}), model_config)
     # many rows a pass: the token budget is what to lower
     with pytest.raises(ValueError, match=r"Lower max_forward_tokens, .*\(e.g. --set max_forward_tokens="):
-        preflight(make_config("user_sim_v0", {"max_forward_tokens": 200000, "micro_batch_size": 64,
+        preflight(make_config("user_sim_v0", {"model": "tiny", "max_forward_tokens": 200000, "micro_batch_size": 64,
                                                "rollout_batch_size": 64}), model_config)
     # the micro-batch binds before the budget does
     with pytest.raises(ValueError, match=r"Lower micro_batch_size"):
-        preflight(make_config("user_sim_v0", {"max_forward_tokens": 200000, "micro_batch_size": 20,
+        preflight(make_config("user_sim_v0", {"model": "tiny", "max_forward_tokens": 200000, "micro_batch_size": 20,
                                                "rollout_batch_size": 20}), model_config)
 
 
 def test_the_estimate_grows_with_what_it_bounds(tiny_model):
     model_config = tiny_model().config
-    base = estimate(make_config("user_sim_v0"), model_config)
-    assert estimate(make_config("user_sim_v0", {"max_prompt_tokens": 8192}), model_config).total > base.total
-    assert estimate(make_config("user_sim_v0", {"max_forward_tokens": 65536}), model_config).total > base.total
+    base = estimate(make_config("user_sim_v0", {"model": "tiny"}), model_config)
+    assert estimate(make_config("user_sim_v0", {"model": "tiny", "max_prompt_tokens": 8192}), model_config).total > base.total
+    assert estimate(make_config("user_sim_v0", {"model": "tiny", "max_forward_tokens": 65536}), model_config).total > base.total
     # but not with the batch: the passes are split under max_forward_tokens
-    big = estimate(make_config("user_sim_v0", {"rollout_batch_size": 512, "micro_batch_size": 512}), model_config)
+    big = estimate(make_config("user_sim_v0", {"model": "tiny", "rollout_batch_size": 512, "micro_batch_size": 512}), model_config)
     assert big.total == base.total
 
 
@@ -157,6 +157,23 @@ def test_micro_batches_split_under_the_budget_and_keep_what_fits_whole():
     # repeated rows cost once: eight copies of one row fit a budget of one row
     same = [sample(100, 10) for _ in range(8)]
     assert micro_batches(same, 8, 110) == [same]
+
+
+def test_micro_batches_keep_a_conversations_turns_with_its_longest_row():
+    # two episodes of three turns: each turn's prompt is the last prompt, its reply and 20 tokens of the other side
+    batch = []
+    for episode in (1, 2):
+        prompt = [episode] * 50
+        for turn in range(3):
+            reply = [100 + turn] * 10
+            batch.append(Sample(list(prompt), reply, [0.0] * 10, 1.0))
+            prompt = prompt + reply + [7] * 20
+    # each episode runs as its last row (110 tokens of prompt, 10 of reply): one per pass under a budget of 200
+    split = micro_batches(batch, 8, 200)
+    assert split == [batch[:3], batch[3:]]
+    assert micro_batches(batch, 8, 240) == [batch]  # both episodes in one pass of 2 x 120 tokens
+    masked = [Sample(s.prompt_ids, s.completion_ids, s.logprobs, 1.0, allowed=[[1, 2]] * 10) for s in batch]
+    assert len(micro_batches(masked, 8, 200)) > 2  # a decoding mask keeps each turn its own row
 
 
 SMOLLM2_135M = {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
@@ -208,3 +225,27 @@ def test_the_estimate_follows_lora_checkpointing_and_dtype(tmp_path):
     with pytest.raises(ValueError, match=r"Set gradient_checkpointing=true \(--set gradient_checkpointing=true\), or "
                                          r"lower max_forward_tokens"):
         preflight(config, model_config)
+
+
+def test_sampling_has_a_budget_of_its_own(tiny_model):
+    import torch
+
+    from llm_zoo.trainers.grpo import make_learner
+
+    model_config = tiny_model().config
+    base = make_config("user_sim_v0", {"model": "tiny", "max_forward_tokens": 2048, "max_prompt_tokens": 1900,
+                                       "max_new_tokens": 48})
+    wide = make_config("user_sim_v0", {"model": "tiny", "max_forward_tokens": 2048, "max_prompt_tokens": 1900,
+                                       "max_new_tokens": 48, "max_rollout_tokens": 8 * 2048})
+    narrow, broad = estimate(base, model_config), estimate(wide, model_config)
+    assert broad.parts["rollout"] > narrow.parts["rollout"]  # eight prompts a prefill instead of one
+    assert broad.parts["update"] == narrow.parts["update"]  # the update keeps max_forward_tokens
+    learner = make_learner("main", wide, torch.device("cpu"), 0)
+    assert learner.policy.max_forward_tokens == 8 * 2048
+    assert make_learner("main", base, torch.device("cpu"), 0).policy.max_forward_tokens == 2048
+    with pytest.raises(ValueError, match="max_rollout_tokens must be >= 0"):
+        make_config("user_sim_v0", {"model": "tiny", "max_rollout_tokens": -1})
+    huge = make_config("user_sim_v0", {"model": "tiny", "max_rollout_tokens": 2**22, "rollout_batch_size": 4096,
+                                       "episodes_per_step": 4096, "memory_limit_gb": 1.0})
+    with pytest.raises(ValueError, match=r"the rollout.*max_rollout_tokens=4194304.*Lower max_rollout_tokens"):
+        preflight(huge, model_config)
