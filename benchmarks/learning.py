@@ -789,7 +789,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     tables: dict[str, dict[str, dict[str, Any]]] = {}
     for env in envs:
         rows_of = ENVS[env]
-        overrides = dict(rows_of.quick) if args.quick else {}
+        overrides = {"model": "tiny", **(dict(rows_of.quick) if args.quick else {})}  # the tiny model's rows
         options = dict(rows_of.quick_eval_options if args.quick else rows_of.eval_options)
         results = [floor_figures(env, rows_of.floor, make_config(env, overrides), options)]
         results += [floor_figures(env, player, make_config(env, overrides), options, stage)

@@ -26,7 +26,8 @@ from llm_zoo.envs.agentic_judge.env import LEARNING_TASKS
 from llm_zoo.envs.user_sim.env import LEARNING_SCENARIOS, WARM_START_SCENARIOS
 from llm_zoo.spec import env_reference
 
-__all__ = ["PRESETS", "PRETRAINED_PRESETS", "TINY_ONLY", "add", "check_model_settings", "preset", "value_and_default"]
+__all__ = ["DEFAULT_MODELS", "PRESETS", "PRETRAINED_PRESETS", "TINY_ONLY", "add", "check_model_settings", "default_model",
+           "preset", "value_and_default"]
 
 KUHN_POKER_V0: dict[str, Any] = {
     # The main job: self-play of the tiny model, one model per seat, on a 2-core CPU in minutes. Each value was
@@ -274,20 +275,38 @@ PROPOSER_SOLVER_V0_PRETRAINED: dict[str, Any] = {
 """``llm-zoo train proposer_solver_v0 --set model=NAME``: RL of a pretrained proposer against the scripted solvers."""
 
 USER_SIM_V0_PRETRAINED: dict[str, Any] = {
+    # The main job of user_sim (its default model is this one: presets.DEFAULT_MODELS): SmolLM2-135M-Instruct
+    # warm-started by SFT on the held-in templates' traces, then RL for the assistant against the frozen scripted
+    # user, within 30 minutes and 4 GiB on 2 CPU cores.
     **_PRETRAINED_COMMON,
     "policies": {"user": "scripted:scripted"},
-    # the tools as JSON schemas (the env's default prompt), not the compact listing the tiny model was given
-    "env_kwargs": {"scenarios": list(LEARNING_SCENARIOS), "max_turns": 12, "max_tool_calls": 8},
-    "max_new_tokens": 128,  # the scripted assistant's longest reply is 60 tokens of SmolLM2's: room for its own
-    "max_forward_tokens": 4224,  # the first prompt is 2026 tokens of SmolLM2's; 12 turns grow it up to 4096
-    "memory_limit_gb": 8.0,  # one sequence of 4224 tokens holds about 4.3 GiB in a LoRA backward: 7.1 GiB in all
+    # the tools by name and argument names (818 characters; as JSON schemas, the first prompt alone is 2026 tokens
+    # of SmolLM2's): the first prompt is 306 tokens and a whole scripted conversation about 1000 (at most 1178)
+    "env_kwargs": {"prompt": "compact", "scenarios": list(LEARNING_SCENARIOS), "max_turns": 12, "max_tool_calls": 8},
+    "max_new_tokens": 96,  # the scripted assistant's longest reply is 60 tokens of SmolLM2's: room for its own
+    "max_prompt_tokens": 1536,  # a conversation longer than the scripted one's 1178 tokens ends as failed
+    # the update runs each episode as its last turn's row, its earlier turns read off it (scoring.plan_nesting):
+    # one conversation of up to 1632 tokens a pass
+    "max_forward_tokens": 1632,
+    # sampling keeps no activations: the rollout's 8 conversations prefill and decode side by side (under the
+    # update's budget they would run one at a time, each decode step for one row)
+    "max_rollout_tokens": 13056,
+    "micro_batch_size": 128,  # every turn of a step's episodes; the token budget splits the passes
+    "memory_limit_gb": 4.0,
+    # sampling (and the loss) at 0.7, as the tiny solver's: at 1.0 the warm start's replies break a tool call's JSON
+    # or an id it copies (`{"order_id": orderId}`) in about one episode of two
+    "temperature": 0.7,
+    "init": "sft",  # warm start on the held-in templates, then RL from its adapters
+    # 32 traces x 2 epochs: 7 min 57 s at a peak of 2.9 GB; the loss 1.09 -> 0.04; it writes the tool calls' form
+    "sft": {"options": [{"scenario": s} for s in WARM_START_SCENARIOS], "episodes": 32, "epochs": 2,
+            "batch_size": 4, "lr": 1e-3, "val_fraction": 0.0, "max_tokens_per_micro_batch": 1300},
     "steps": 4,
     "episodes_per_step": 8,
-    "group_size": 4,
+    "group_size": 4,  # four episodes per env seed (the same template and world): GRPO compares them
     "rollout_batch_size": 8,
-    "micro_batch_size": 4,
 }
-"""``llm-zoo train user_sim_v0 --set model=NAME``: RL of a pretrained assistant against the frozen scripted user."""
+"""The main job of user_sim (``llm-zoo train user_sim_v0``): warm start, then RL of a pretrained assistant against the
+frozen scripted user."""
 
 PRETRAINED_PRESETS: dict[str, dict[str, Any]] = {
     "kuhn_poker_v0": KUHN_POKER_V0_PRETRAINED,
@@ -297,6 +316,20 @@ PRETRAINED_PRESETS: dict[str, dict[str, Any]] = {
     "user_sim_v0": USER_SIM_V0_PRETRAINED,
 }
 """Env name -> the config fields its training runs of a pretrained model start from."""
+
+
+DEFAULT_MODELS: dict[str, str] = {
+    # a model built from nothing cannot read an email out of a customer's sentence (docs/warm_start.md): no episode
+    # of the tiny model's beats the do-nothing floor, so the env's main job is the pretrained model's
+    "user_sim_v0": "smollm2-135m",
+}
+"""Env name -> the model its runs use when none is named (``tiny`` for an env not listed); ``model=tiny`` still
+picks the tiny model and its preset."""
+
+
+def default_model(env: str) -> str:
+    """Return the model ``env``'s runs use when the config names none (:data:`DEFAULT_MODELS`, else ``tiny``)."""
+    return DEFAULT_MODELS.get(env, "tiny")
 
 
 def _changed(value: Any, default: Any) -> bool:

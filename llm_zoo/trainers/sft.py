@@ -225,6 +225,8 @@ SFT_PRETRAINED_PRESETS: dict[str, dict[str, Any]] = {
     "kuhn_poker_v0": {"lr": 1e-3, "episodes": 256, "epochs": 3,
                       "max_tokens_per_micro_batch": 1024,  # 1.31 GiB resident + 3.39 GiB a pass, estimated
                       "memory_limit_gb": 6.0},  # 4.70 GiB estimated against the 4.5 GB measured
+    # the warm start of user_sim's main job, also as `llm-zoo sft user_sim_v0 --role assistant`: 2.9 GB at most
+    "user_sim_v0": dict(presets.USER_SIM_V0_PRETRAINED["sft"]),
 }
 """Env name -> SFT fields for a pretrained model (:func:`llm_zoo.catalogue.is_pretrained`), over :data:`SFT_PRESETS`;
 the model fields (LoRA, gradient checkpointing) come from the env's pretrained training preset."""
@@ -235,8 +237,8 @@ def make_sft_config(env: str = "kuhn_poker_v0", overrides: Mapping[str, Any] | N
     pretrained model :data:`SFT_PRETRAINED_PRESETS`, then ``overrides``."""
     from llm_zoo.configdoc import check_overrides
 
-    model = str((overrides or {}).get("model", "tiny"))
-    train_preset = presets.preset(env, model=model)  # for the model's kind
+    model = str((overrides or {}).get("model", presets.default_model(env)))
+    train_preset = {**presets.preset(env, model=model), "model": model}  # for the model's kind
     values: dict[str, Any] = {k: train_preset[k] for k in SHARED_WITH_TRAIN if k in train_preset}
     values.update(_copy(SFT_PRESETS.get(env, {})))
     if is_pretrained(model):

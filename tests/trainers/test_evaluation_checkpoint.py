@@ -23,7 +23,7 @@ RUNS = {
     "proposer_solver_v0": {"episodes_per_step": 2, "group_size": 2, "rollout_batch_size": 2, "init": "",
                            "env_kwargs": {"max_retries": 0, "num_solvers": 2}},
     # user_sim: its preset's compact prompt and templates, two turns an episode, no warm start
-    "user_sim_v0": {"episodes_per_step": 2, "group_size": 1, "rollout_batch_size": 2, "init": "",
+    "user_sim_v0": {"model": "tiny", "episodes_per_step": 2, "group_size": 1, "rollout_batch_size": 2, "init": "",
                     "max_new_tokens": 4, "env_kwargs": {**preset("user_sim_v0")["env_kwargs"], "max_turns": 2}},
 }
 KEYS = {"env", "checkpoint", "weights", "metric", "value", "interval", "interval_method", "episodes", "seeds"}

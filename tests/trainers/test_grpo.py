@@ -261,7 +261,7 @@ def test_scripted_players_hold_frozen_seats(tmp_path):
     # user_sim_v0 seats its scripted user by default: only the assistant is a model, and it learns
     tiny = {k: v for k, v in TINY.items() if k != "policies"}  # user_sim_v0's own policies apply
     # fresh weights and groups of one: the preset's warm start and groups of four are tested in tests/envs/user_sim
-    config = make_config("user_sim_v0", {**tiny, "steps": 1, "episodes_per_step": 2, "rollout_batch_size": 2,
+    config = make_config("user_sim_v0", {**tiny, "model": "tiny", "steps": 1, "episodes_per_step": 2, "rollout_batch_size": 2,
                                          "max_new_tokens": 8, "run_dir": str(tmp_path), "eval_every": 0,
                                          "env_kwargs": {"max_turns": 6}, "group_size": 1, "init": ""})
     assert config.policies == {"user": "scripted:scripted"}
@@ -270,7 +270,7 @@ def test_scripted_players_hold_frozen_seats(tmp_path):
     sample = json.loads((tmp_path / "samples" / "step_000001.jsonl").read_text().splitlines()[0])
     assert sample["policies"] == {"user": "scripted", "assistant": "main"}
     with pytest.raises(ValueError, match="no such scripted player"):
-        train(make_config("user_sim_v0", {**TINY, "policies": {"user": "scripted:nobody"},
+        train(make_config("user_sim_v0", {**TINY, "model": "tiny", "policies": {"user": "scripted:nobody"},
                                           "run_dir": str(tmp_path / "another")}))
 
 

@@ -54,10 +54,10 @@ def test_kuhns_tiny_preset_copied_onto_a_pretrained_model_is_refused():
 def test_the_tiny_models_tokenizer_is_a_model_setting_each_env_sets_in_its_preset():
     from llm_zoo.trainers.sft import make_sft_config
 
-    assert {env: make_config(env).model_tokenizer for env in presets.PRESETS} == {
+    assert {env: make_config(env, {"model": "tiny"}).model_tokenizer for env in presets.PRESETS} == {
         "kuhn_poker_v0": "auto", "leduc_poker_v0": "auto", "agentic_judge_v0": "bpe", "proposer_solver_v0": "bpe",
         "user_sim_v0": "bpe_words"}
-    assert make_sft_config("user_sim_v0").model_tokenizer == "bpe_words"  # the warm start builds the same model
+    assert make_sft_config("user_sim_v0", {"model": "tiny"}).model_tokenizer == "bpe_words"  # the warm start builds the same model
     with pytest.raises(ValueError, match=r"config\.model_tokenizer must be one of \('auto', 'words', 'bpe', 'bpe_words'\); "
                                          r"got 'sentencepiece'"):
         make_config("kuhn_poker_v0", {"model_tokenizer": "sentencepiece"})
@@ -70,6 +70,21 @@ def test_an_env_from_outside_adds_a_preset_per_kind(monkeypatch):
     presets.add("outside_v0", {"steps": 7}, pretrained=True)
     assert presets.preset("outside_v0") == {"steps": 3}
     assert presets.preset("outside_v0", model="/some/dir") == {"steps": 7}
+
+
+def test_user_sims_main_job_is_the_pretrained_models_and_tiny_still_names_the_tiny_one():
+    from llm_zoo.trainers.sft import make_sft_config
+
+    config = make_config("user_sim_v0")
+    assert config.model == presets.default_model("user_sim_v0") == PRETRAINED
+    assert config.env_kwargs == presets.PRETRAINED_PRESETS["user_sim_v0"]["env_kwargs"]
+    assert config.init == "sft" and config.memory_limit_gb <= 4.0
+    warm = make_sft_config("user_sim_v0", {"role": "assistant"})
+    assert warm.model == PRETRAINED and warm.lora_r == config.lora_r and warm.episodes == config.sft["episodes"]
+    tiny = make_config("user_sim_v0", {"model": "tiny"})
+    assert tiny.model == "tiny" and tiny.model_tokenizer == presets.PRESETS["user_sim_v0"]["model_tokenizer"]
+    assert {env: make_config(env).model for env in presets.PRESETS if env != "user_sim_v0"} == {
+        env: "tiny" for env in presets.PRESETS if env != "user_sim_v0"}
 
 
 @pytest.mark.parametrize("env", sorted(presets.PRETRAINED_PRESETS))

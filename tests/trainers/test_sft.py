@@ -231,8 +231,8 @@ def test_llm_zoo_eval_reads_the_checkpoint(kuhn_run):
 
 @pytest.mark.parametrize("env", sorted(TEACHERS))
 def test_the_tiny_model_is_the_one_train_builds(env):
-    config = make_sft_config(env)
-    tconfig = grpo.make_config(env)
+    config = make_sft_config(env, {"model": "tiny"})
+    tconfig = grpo.make_config(env, {"model": "tiny"})
     tok_a, model_a = build_tokenizer_and_model(config, seed=3)
     tok_b, model_b = build_tokenizer_and_model(tconfig, seed=3)
     assert tok_a.get_vocab() == tok_b.get_vocab() and tok_a.chat_template == tok_b.chat_template
@@ -255,7 +255,7 @@ def test_options_restrict_the_traces_to_some_scenarios():
     from llm_zoo import user_sim_v0
 
     scenarios = list(user_sim_v0.SCENARIOS)[:2]
-    config = make_sft_config("user_sim_v0", {"role": "assistant", "episodes": 4,
+    config = make_sft_config("user_sim_v0", {"model": "tiny", "role": "assistant", "episodes": 4,
                                              "options": [{"scenario": s} for s in scenarios]})
     episodes = play_traces(config)
     assert [e.options for e in episodes] == [{"scenario": s} for s in scenarios] * 2
@@ -292,7 +292,7 @@ def test_config_errors_name_the_field():
     with pytest.raises(ValueError, match="different policies"):  # the main job: one model per seat
         sft.sft(make_sft_config("kuhn_poker_v0", {"role": "player", **QUICK}))
     with pytest.raises(ValueError, match="seats the scripted player 'scripted:scripted'"):  # user_sim's frozen user
-        sft.sft(make_sft_config("user_sim_v0", {"role": "user", **QUICK}))
+        sft.sft(make_sft_config("user_sim_v0", {"model": "tiny", "role": "user", **QUICK}))
     with pytest.raises(ValueError, match="config.sft sets"):
         grpo.make_config("kuhn_poker_v0", {"sft": {"role": "player_0"}})
 
@@ -463,7 +463,7 @@ def test_max_length_keeps_the_start_and_refuses_a_row_left_without_the_roles_tok
 def test_the_digit_accuracy_counts_the_digit_targets_and_the_models_hits_on_them():
     # user_sim's replies copy ids and amounts from their context: the validation reports the model's
     # accuracy on those digits apart (charts/val_digit_accuracy), checked here against a direct count
-    config = make_sft_config("user_sim_v0", {"role": "assistant", "model_hidden_size": 32, "model_init_std": 0.5})
+    config = make_sft_config("user_sim_v0", {"model": "tiny", "role": "assistant", "model_hidden_size": 32, "model_init_std": 0.5})
     rows = _rows(_episodes("user_sim_v0", 2, **config.env_kwargs), "assistant")
     tokenizer, model = build_tokenizer_and_model(config, seed=0)
     digits = sft.digit_tokens(tokenizer)
