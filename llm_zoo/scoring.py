@@ -225,6 +225,9 @@ def plan_nesting(prompts_ids: Sequence[Sequence[int]], completions_ids: Sequence
     start = [len(seqs[h]) for h in hosts]
     for i, h in enumerate(host_of):
         start[h] = min(start[h], len(prompts_ids[i]))
+    start = [min(s, len(seqs[h]) - 1) for h, s in zip(hosts, start)]  # a host scores one column at least
+    if min(start) < 1:
+        return None  # an empty prompt: no logit predicts its first token
     width = max(len(c) for c in completions_ids)
     before = n * (max(len(p) for p in prompts_ids) + width)
     after = len(hosts) * (max(start) + max(len(seqs[h]) - s for h, s in zip(hosts, start)))
@@ -235,24 +238,68 @@ def plan_nesting(prompts_ids: Sequence[Sequence[int]], completions_ids: Sequence
 
 
 def _nested_logprobs(model: PreTrainedModel, plan: NestPlan, completions_ids: Sequence[Sequence[int]], *,
-                     width: int, **kwargs: Any) -> tuple[torch.Tensor, ...]:
-    """Score ``plan``'s hosts (:func:`completion_logprobs`), then read each row's reply off its host's span."""
-    outputs = completion_logprobs(model, plan.prompts, plan.completions, share_prefix=True, **kwargs)
-    device = outputs[0].device
-    lengths = [len(c) for c in completions_ids]
-    columns = torch.arange(width, device=device)
-    mask = (columns[None, :] < torch.tensor(lengths, device=device)[:, None]).long()
-    index = (torch.tensor(plan.offset, device=device)[:, None] + columns[None, :]) * mask  # padding reads column 0
-    rows = torch.tensor(plan.host, device=device)[:, None]
-    per_token_logps = outputs[0][rows, index] * mask
-    result = [per_token_logps, mask]
-    rest = outputs[2:]
-    if kwargs.get("with_entropy"):
-        result.append(rest[0][rows, index] * mask)
-        rest = rest[1:]
-    if kwargs.get("with_all_logps"):
-        result.append(rest[0][rows, index])
+                     width: int, pad_token_id: int, temperature: float, with_entropy: bool, with_all_logps: bool,
+                     token_budget: int | None) -> tuple[torch.Tensor, ...]:
+    """Run ``plan``'s hosts (in chunks under ``token_budget``) and score each row's reply off its host's span.
+
+    Only the columns some hosted reply occupies are scored (a conversation's other words, the user's and the
+    tools', get no log-softmax): a host's scored positions are about its replies' tokens, not its whole length.
+    """
+    device = next(model.parameters()).device
+    hosted: list[list[int]] = [[] for _ in plan.prompts]
+    for i, h in enumerate(plan.host):
+        hosted[h].append(i)
+    columns = [sorted({plan.offset[i] + j for i in rows for j in range(len(completions_ids[i]))}) for rows in hosted]
+    slot = [{c: k for k, c in enumerate(cols)} for cols in columns]  # host column -> its place among the scored
+    scored = max(1, max(len(cols) for cols in columns))
+    # the passes keep a KV cache for a shared prefix, except where checkpointing drops it (completion_logprobs)
+    share = not (model.training and torch.is_grad_enabled() and checkpoints_activations(model))
+    chunks = (row_chunks([len(p) + max(map(len, plan.completions)) for p in plan.prompts], token_budget)
+              if token_budget is not None else [list(range(len(plan.prompts)))])
+    parts: list[tuple[torch.Tensor, ...]] = []
+    order: list[int] = []
+    for chunk in chunks:
+        host_width = max(len(plan.completions[h]) for h in chunk)
+        ids, mask = right_pad([plan.completions[h] for h in chunk], pad_token_id, device, width=host_width)
+        out, _ = forward_prompts(model, [plan.prompts[h] for h in chunk], pad_token_id, device,
+                                 completions=(ids, mask), share_prefix=share, use_cache=False, token_budget=token_budget)
+        at = long_tensor([c for h in chunk for c in columns[h] + [0] * (scored - len(columns[h]))], device)
+        at = at.view(len(chunk), scored)
+        window = out.logits[:, -(host_width + 1):-1, :]  # the logit at position i predicts token i + 1
+        logits = window.gather(1, at[:, :, None].expand(-1, -1, window.shape[-1])).float() / temperature
+        del out, window
+        parts.append(_score_logits(logits, ids.gather(1, at), None, with_entropy))
+        order.extend(chunk)
+    place = {h: k for k, h in enumerate(order)}
+    lengths = torch.tensor([len(c) for c in completions_ids], device=device)
+    mask = (torch.arange(width, device=device)[None, :] < lengths[:, None]).long()
+    rows = long_tensor([place[h] for h in plan.host], device)[:, None]
+    index = long_tensor([[slot[h][plan.offset[i] + j] if j < len(completions_ids[i]) else 0 for j in range(width)]
+                         for i, h in enumerate(plan.host)], device)
+    per_token_logps, entropy, all_logps = (None if t[0] is None else torch.cat(t) for t in zip(*parts))
+    result = [per_token_logps[rows, index] * mask, mask]
+    if with_entropy:
+        result.append(entropy[rows, index] * mask)
+    if with_all_logps:
+        result.append(all_logps[rows, index])
     return tuple(result)
+
+
+def _score_logits(logits: torch.Tensor, tokens: torch.Tensor, allowed: torch.Tensor | None, with_entropy: bool
+                  ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """Return the log-probs of ``tokens`` under ``logits`` ([rows, width, vocab], tempered), renormalised over
+    ``allowed`` where given, their entropies (None without ``with_entropy``) and the full log-prob rows."""
+    if allowed is not None:
+        logits = logits.masked_fill(~allowed, float("-inf"))
+    all_logps = torch.log_softmax(logits, dim=-1)
+    per_token_logps = all_logps.gather(2, tokens[:, :, None]).squeeze(2)
+    per_token_entropy = None
+    if with_entropy:  # p log p with p = 0 on disallowed tokens counts 0, not nan
+        finite = torch.isfinite(all_logps)
+        safe = torch.where(finite, all_logps, 0.0)  # -inf in the arithmetic would make NaN gradients
+        plogp = torch.where(finite, safe.exp() * safe, 0.0)
+        per_token_entropy = -plogp.sum(dim=-1)
+    return per_token_logps, per_token_entropy, all_logps
 
 
 def _chunked_logprobs(model: PreTrainedModel, prompts_ids: Sequence[Sequence[int]],
@@ -345,16 +392,11 @@ def _completion_logprobs(
         )
         # The logit at position i predicts token i + 1: the last width + 1 positions minus the final one.
         logits = out.logits[:, -(width + 1) : -1, :].float() / temperature  # [distinct, width, vocab]
-    if any(a is not None for a in allowed):
-        logits = logits.masked_fill(~allowed_mask(allowed, width, logits.shape[-1], device), float("-inf"))
-    all_logps = torch.log_softmax(logits, dim=-1)
-    per_token_logps = all_logps.gather(2, completion_ids[:, :, None]).squeeze(2) * completion_mask
-    per_token_entropy = None
-    if with_entropy:  # p log p with p = 0 on disallowed tokens counts 0, not nan
-        finite = torch.isfinite(all_logps)
-        safe = torch.where(finite, all_logps, 0.0)  # -inf in the arithmetic would make NaN gradients
-        plogp = torch.where(finite, safe.exp() * safe, 0.0)
-        per_token_entropy = -plogp.sum(dim=-1) * completion_mask
+    masked = allowed_mask(allowed, width, logits.shape[-1], device) if any(a is not None for a in allowed) else None
+    per_token_logps, per_token_entropy, all_logps = _score_logits(logits, completion_ids, masked, with_entropy)
+    per_token_logps = per_token_logps * completion_mask
+    if per_token_entropy is not None:
+        per_token_entropy = per_token_entropy * completion_mask
     if row_of is not None and len(row_of) > len(prompts):
         rows = torch.tensor(row_of, device=device)  # back to one row per input pair
         per_token_logps, completion_mask = per_token_logps[rows], completion_mask[rows]
