@@ -43,7 +43,7 @@ judge passed that the hidden tests fail. The JSON line gains ``judge_trained_hid
 ``tests_trained_hidden_pass`` and ``oracle_trained_hidden_pass`` (the three rows' means) and ``judge_blind_spots``.
 
 A pretrained model's rows (``--model NAME``: a catalogue name such as ``smollm2-135m``, a model directory or a hub
-name; the envs of :data:`MODEL_ENVS`, kuhn_poker_v0 for now) replace the tiny model's: ``zero-shot`` (the model as
+name; the envs of :data:`MODEL_ENVS`: kuhn_poker_v0 and user_sim_v0) replace the tiny model's: ``zero-shot`` (the model as
 loaded), ``warm start`` (``llm-zoo sft ENV --set model=NAME``: the env's SFT preset for a pretrained model,
 ``llm_zoo.trainers.sft.SFT_PRETRAINED_PRESETS``; Kuhn's fits the ``nash`` player's traces) and ``self-play`` (``llm-zoo
 train ENV --set model=NAME --set init=DIR``: the env's pretrained training preset from that warm start, one model in
@@ -63,6 +63,16 @@ episodes for 1 epoch, 1 step of 4 episodes) took 6.9 min without the anchored ro
 
     python -m benchmarks.learning --envs kuhn_poker_v0 --model smollm2-135m    # 3 seeds: about 2.3 hours
     python -m benchmarks.learning --envs kuhn_poker_v0 --model smollm2-135m --quick
+
+user_sim_v0's rows for a pretrained model are its main job's stages: ``zero-shot``, ``warm start`` (the SFT stage of
+user_sim's preset: 32 traces of the held-in templates, 2 epochs) and ``rl`` (the preset's RL from that warm start,
+the scripted user frozen), each evaluated on 2 evaluation seeds of every template of the subset (24 episodes)
+against the scripted user and against the paraphrasing one (``scripted_paraphrase``, whose words no trace holds):
+the success rate with its pooled Wilson interval, the held-in and held-out templates apart, tool calls and turns.
+The floor (the do-nothing assistant, 0.417) is the tiny model's rows' (above). With SmolLM2-135M-Instruct on 2 CPU
+cores the warm start takes about 8 min and the RL about 15; each evaluation plays 24 episodes per user.
+
+    python -m benchmarks.learning --envs user_sim_v0 --model smollm2-135m      # 3 seeds
 
 Runs go two at a time (``--jobs``), each in a process of its own, one torch thread each (the presets'
 ``threads``); a run that fails (or is killed) is reported on stderr and in the JSON line's ``failed_jobs``, and
@@ -393,6 +403,16 @@ class ModelRows:
     """Overrides of the training config in the quick setting."""
     quick_sft: Mapping[str, Any] = field(default_factory=dict)
     """Overrides of the SFT config in the quick setting (over the env's SFT preset for a pretrained model)."""
+    eval_options: Mapping[str, Any] = field(default_factory=dict)
+    """Options of the env's headline evaluation in the full setting (e.g. ``seeds``)."""
+    quick_eval_options: Mapping[str, Any] = field(default_factory=dict)
+    """Options of the evaluation in the quick setting."""
+    other_users: Sequence[str] = ()
+    """Further user simulators each policy is also evaluated against (``user=NAME``); their figures are keyed
+    ``NAME/KEY``."""
+    rate: str = ""
+    """A figure that is a rate of successes over the evaluation's ``episodes``: each row gets its pooled Wilson
+    interval (``KEY_ci95``); empty for exact figures, which have none."""
 
 
 MODEL_ENVS: dict[str, ModelRows] = {
@@ -411,19 +431,46 @@ MODEL_ENVS: dict[str, ModelRows] = {
         quick={"steps": 1, "episodes_per_step": 4, "rollout_batch_size": 4, "micro_batch_size": 4, "eval_every": 0},
         quick_sft={"episodes": 8, "epochs": 1, "batch_size": 8, "val_fraction": 0.25},
     ),
+    "user_sim_v0": ModelRows(
+        # success on the evaluation seeds (every template of the subset, each seed a new world), the held-in and
+        # held-out templates apart, and the same against the paraphrasing simulator, which no trace came from
+        figures=("success_rate", "held_in_success", "held_out_success", "tool_calls", "turns"),
+        rl={"rl": {}},  # the main job's RL (user_sim's preset) from the seed's warm start
+        eval_options={"seeds": 2}, quick_eval_options={"seeds": 1},
+        other_users=("scripted_paraphrase",), rate="success_rate",
+        quick={"steps": 1, "episodes_per_step": 2, "group_size": 2, "rollout_batch_size": 2, "max_new_tokens": 32,
+               "env_kwargs": {"prompt": "compact", "max_turns": 4, "max_tool_calls": 2,
+                              "scenarios": ["cancel_mistake", "cancel_shipped_refused", "payment_gift_card_short"]}},
+        quick_sft={"options": [{"scenario": "cancel_mistake"}, {"scenario": "cancel_shipped_refused"}],
+                   "episodes": 2, "epochs": 1, "batch_size": 2},
+    ),
 }
 """Env name -> how its rows for a pretrained model are made (``--model``)."""
 
 
-def _model_figures(env: str, config: Any, by_name: Mapping[str, Any]) -> dict[str, Any]:
-    """Seat ``by_name``'s policies as ``config.policies`` says and run the env's headline evaluation (timed)."""
+def _model_figures(env: str, config: Any, by_name: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
+    """Seat ``by_name``'s policies as ``config.policies`` says and run the env's headline evaluation with ``options``,
+    against the env's own simulator and each of the rows' ``other_users`` (timed)."""
     from llm_zoo.trainers.evaluation import headline, seat_run_policies
 
+    rows_of = MODEL_ENVS[env]
     t0 = time.perf_counter()
     seats = seat_run_policies(env, {"policies": config.policies, "env_kwargs": config.env_kwargs}, by_name,
                               seed=config.seed)
-    figures = headline(env, seats, env_kwargs=config.env_kwargs)
-    return {**{k: figures[k] for k in MODEL_ENVS[env].figures}, "eval_seconds": time.perf_counter() - t0}
+    out: dict[str, Any] = {}
+    for user in ("", *rows_of.other_users):
+        figures = headline(env, seats, env_kwargs=config.env_kwargs, **options, **({"user": user} if user else {}))
+        prefix = f"{user}/" if user else ""
+        out.update({f"{prefix}{k}": figures[k] for k in rows_of.figures})
+        if rows_of.rate:
+            out[f"{prefix}episodes"] = int(figures["episodes"])
+    return {**out, "eval_seconds": time.perf_counter() - t0}
+
+
+def _model_keys(env: str) -> list[str]:
+    """The figures of each row of ``env``'s pretrained rows: against the env's simulator, then each other user."""
+    rows_of = MODEL_ENVS[env]
+    return [f"{prefix}{k}" for prefix in ("", *(f"{u}/" for u in rows_of.other_users)) for k in rows_of.figures]
 
 
 def _model_policies(config: Any, sources: Mapping[str, str]) -> dict[str, Any]:
@@ -441,16 +488,17 @@ def _model_config(env: str, model: str, seed: int, overrides: Mapping[str, Any],
     return _config(env, seed, {**overrides, "model": model}, out, name)
 
 
-def zero_shot_job(env: str, model: str, overrides: Mapping[str, Any], out: str) -> dict[str, Any]:
+def zero_shot_job(env: str, model: str, overrides: Mapping[str, Any], out: str, options: Mapping[str, Any]
+                  ) -> dict[str, Any]:
     """Evaluate the model as loaded, in every learning seat; return its figures (no training: no seed)."""
     config = _model_config(env, model, 0, overrides, Path(out), "zero-shot")
-    figures = _model_figures(env, config, _model_policies(config, {"main": model}))
+    figures = _model_figures(env, config, _model_policies(config, {"main": model}), options)
     return {"seed": 0, "stage": "zero-shot", "seconds": 0.0, "episodes": 0, "tokens": 0, "figures": figures,
             "peak_rss_mb": _peak_rss_mb(), "curve": []}
 
 
 def model_warm_start_job(env: str, model: str, seed: int, sft_overrides: Mapping[str, Any],
-                         overrides: Mapping[str, Any], out: str) -> dict[str, Any]:
+                         overrides: Mapping[str, Any], out: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """Fit the model on the env's scripted traces (the SFT preset for a pretrained model); evaluate; return figures."""
     from llm_zoo.trainers import sft
 
@@ -460,14 +508,14 @@ def model_warm_start_job(env: str, model: str, seed: int, sft_overrides: Mapping
                                                  "run_dir": config.run_dir, "progress": False, "tensorboard": False}))
     seconds = time.perf_counter() - t0
     policy = Path(summary["checkpoint"]) / "policies" / summary["policy"]
-    figures = _model_figures(env, config, _model_policies(config, {summary["policy"]: str(policy)}))
+    figures = _model_figures(env, config, _model_policies(config, {summary["policy"]: str(policy)}), options)
     return {"seed": seed, "stage": "warm start", "seconds": seconds, "episodes": 0, "tokens": 0,
             "fitted_tokens": int(summary["train_tokens"]), "val_loss": summary.get("val_loss"),
             "init": summary["checkpoint"], "figures": figures, "peak_rss_mb": _peak_rss_mb(), "curve": []}
 
 
-def model_rl_job(env: str, model: str, seed: int, stage: str, init: str, overrides: Mapping[str, Any], out: str
-                 ) -> dict[str, Any]:
+def model_rl_job(env: str, model: str, seed: int, stage: str, init: str, overrides: Mapping[str, Any], out: str,
+                 options: Mapping[str, Any]) -> dict[str, Any]:
     """Run RL from the warm start ``init`` (the pretrained preset, with the stage's changes); evaluate its policies."""
     from llm_zoo.trainers.checkpoint import latest_checkpoint
     from llm_zoo.trainers.grpo import train
@@ -487,7 +535,7 @@ def model_rl_job(env: str, model: str, seed: int, stage: str, init: str, overrid
     curve = [(r["charts/episodes"], r[f"eval/{headline_key}"]) for r in rows if f"eval/{headline_key}" in r]
     policies = latest_checkpoint(run_dir) / "policies"
     figures = _model_figures(env, config, _model_policies(
-        config, {p.name: str(p) for p in sorted(policies.iterdir()) if p.is_dir()}))
+        config, {p.name: str(p) for p in sorted(policies.iterdir()) if p.is_dir()}), options)
     return {"seed": seed, "stage": stage, "seconds": seconds, "figures": figures, "peak_rss_mb": _peak_rss_mb(),
             "episodes": int(rows[-1]["charts/episodes"]) if rows else 0,
             "tokens": int(sum(r.get("perf/completion_tokens", 0) for r in rows)), "curve": curve}
@@ -506,16 +554,23 @@ def merge_adapters(checkpoint: str, path: Path) -> str:
 
 
 def summarize_model(env: str, results: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Stage -> each figure's mean, spread and per-seed values, and the cost, over the seeds."""
+    """Stage -> each figure's mean, spread and per-seed values (and a rate's pooled interval), and the cost, over the
+    seeds."""
+    from llm_zoo.user_sim_v0 import wilson_interval
+
     table: dict[str, dict[str, Any]] = {}
     for stage in ("zero-shot", "warm start", *MODEL_ENVS[env].rl):
         runs = sorted((r for r in results if r["stage"] == stage), key=lambda r: r["seed"])
         if not runs:
             continue
         row: dict[str, Any] = {"seeds": len(runs)}
-        for key in MODEL_ENVS[env].figures:
+        for key in _model_keys(env):
             values = [r["figures"][key] for r in runs]
             row.update({key: statistics.fmean(values), f"{key}_spread": _spread(values), f"{key}_per_seed": values})
+        for prefix in ("", *(f"{u}/" for u in MODEL_ENVS[env].other_users)) if MODEL_ENVS[env].rate else ():
+            key, n = f"{prefix}{MODEL_ENVS[env].rate}", sum(r["figures"][f"{prefix}episodes"] for r in runs)
+            hits = round(sum(r["figures"][key] * r["figures"][f"{prefix}episodes"] for r in runs))
+            row[f"{key}_ci95"] = list(wilson_interval(hits, n))
         row.update({"peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
                     **{k: statistics.fmean(r[k] for r in runs) for k in ("episodes", "tokens", "seconds")},
                     "eval_seconds": statistics.fmean(r["figures"]["eval_seconds"] for r in runs)})
@@ -524,13 +579,16 @@ def summarize_model(env: str, results: Sequence[Mapping[str, Any]]) -> dict[str,
 
 
 def print_model_table(env: str, model: str, table: Mapping[str, Mapping[str, Any]]) -> None:
-    figures = MODEL_ENVS[env].figures
-    print(f"\n{env} with {model}: exact figures (no episodes sampled; mean ± spread over training seeds)")
+    figures = _model_keys(env)
+    kind = ("success on held-out evaluation seeds" if MODEL_ENVS[env].rate else
+            "exact figures (no episodes sampled)")
+    print(f"\n{env} with {model}: {kind}; mean ± spread over training seeds")
     head = f"{'stage':<11} {'seeds':>5}" + "".join(f" {k:>29}" for k in figures)
     print(head + f" {'episodes':>8} {'tokens':>9} {'seconds':>8} {'eval s':>7} {'peak MB':>8}")
     for stage, row in table.items():
         line = f"{stage:<11} {row['seeds']:>5}" + "".join(
-            f" {row[k]:>20.4f} ± {row[k + '_spread']:.4f}" for k in figures)
+            f" {row[k]:>20.4f} ± {row[k + '_spread']:.4f}" for k in figures) + "".join(
+            f" [{row[k][0]:.3f}, {row[k][1]:.3f}]" for k in row if k.endswith("_ci95"))
         print(line + f" {row['episodes']:>8.0f} {row['tokens']:>9.0f} {row['seconds']:>8.1f} {row['eval_seconds']:>7.1f}"
               f" {row['peak_rss_mb']:>8.0f}")
 
@@ -542,10 +600,12 @@ def run_model(env: str, model: str, seeds: Sequence[int], *, quick: bool, jobs: 
     rows_of = MODEL_ENVS[env]
     overrides = dict(rows_of.quick if quick else rows_of.full)
     sft_overrides = dict(rows_of.quick_sft) if quick else {}
+    options = dict(rows_of.quick_eval_options if quick else rows_of.eval_options)
     queue = Isolated(multiprocessing.get_context("fork"), jobs)
-    queue.submit(("zero-shot", 0), zero_shot_job, env, model, overrides, str(out))
+    queue.submit(("zero-shot", 0), zero_shot_job, env, model, overrides, str(out), options)
     for s in seeds:
-        queue.submit(("warm start", s), model_warm_start_job, env, model, s, sft_overrides, overrides, str(out))
+        queue.submit(("warm start", s), model_warm_start_job, env, model, s, sft_overrides, overrides, str(out),
+                     options)
     results, failed = [], []
     for (stage, seed), result, error in queue.finished():
         if error is not None:
@@ -555,7 +615,7 @@ def run_model(env: str, model: str, seeds: Sequence[int], *, quick: bool, jobs: 
         if stage == "warm start":
             for rl_stage in rows_of.rl:
                 queue.submit((rl_stage, seed), model_rl_job, env, model, seed, rl_stage, result["init"], overrides,
-                             str(out))
+                             str(out), options)
     return results, failed
 
 

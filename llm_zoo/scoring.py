@@ -46,7 +46,8 @@ then completion, as tokens) begins a longer row, a causal model computes that ro
 the longer row's pass, the same to float rounding: :func:`plan_nesting` finds, for each row, the
 longest row that extends it (its host), and :func:`completion_logprobs` runs each host once as a row
 whose completion starts at the earliest prompt end it hosts, then reads every hosted row's log-probs
-off its span. An episode of eight turns then costs one pass over its last turn's row instead of
+off its span (the log-softmax runs on the replies' columns only, not on the others' words between
+them). An episode of eight turns then costs one pass over its last turn's row instead of
 eight passes over growing prompts; it needs no KV cache, so it holds under gradient checkpointing.
 A reply the next prompt spells in other tokens (a sampled tokenisation that re-encoding would not
 give) nests nowhere and is scored as its own row. Rows with a decoding mask (``allowed``) and

@@ -179,7 +179,35 @@ def test_quick_kuhn_rows_of_a_model_directory(capsys, tmp_path, tiny_model_dir):
     assert [text.split()[0] for text in out[line + 1:line + 5]] == ["zero-shot", "warm", "self-play", "anchored"]
 
 
+def test_quick_user_sim_rows_of_a_model_directory(capsys, tmp_path, tiny_model_dir):
+    """``--model`` on user_sim: zero-shot, warm start and RL, each scored on evaluation seeds against the scripted
+    user and the paraphrasing one, held-in and held-out templates apart, with a pooled interval."""
+    import llm_zoo
+
+    model = str(tiny_model_dir("stand_in", shape="smallest", tokenizer="words",
+                               corpus=llm_zoo.env_spec("user_sim_v0").corpus()))
+    figures = learning.main(["--quick", "--envs", "user_sim_v0", "--model", model, "--out", str(tmp_path)])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(out[-1]) == figures
+    rows = figures["rows"]["user_sim_v0"]
+    assert list(rows) == ["zero-shot", "warm start", "rl"] and figures["failed_jobs"] == []
+    assert figures["user_sim_v0"] == rows["rl"]["success_rate"]
+    saved = json.loads((tmp_path / "learning.json").read_text())["user_sim_v0"]
+    for stage, row in rows.items():
+        for user in ("", "scripted_paraphrase/"):
+            low, high = row[f"{user}success_rate_ci95"]
+            assert 0.0 <= low <= row[f"{user}success_rate"] <= high <= 1.0, (stage, user)
+            assert 0.0 <= row[f"{user}held_in_success"] <= 1.0 and 0.0 <= row[f"{user}held_out_success"] <= 1.0
+        assert row["eval_seconds"] > 0 and row["peak_rss_mb"] > 0, stage
+    for result in saved:  # the quick setting's three templates, one evaluation seed each, against each user
+        assert result["figures"]["episodes"] == result["figures"]["scripted_paraphrase/episodes"] == 3
+    train_config = json.loads((tmp_path / "user_sim_v0-s0-rl" / "config.json").read_text())
+    assert train_config["init"].startswith(str(tmp_path / "user_sim_v0-s0-sft")) and train_config["model"] == model
+    assert train_config["policies"] == {"user": "scripted:scripted"}  # the user stays frozen
+    assert rows["rl"]["episodes"] == 2 and rows["rl"]["seconds"] > 0
+
+
 def test_model_rows_refuse_an_env_without_them(capsys):
     with pytest.raises(SystemExit):
-        learning.main(["--quick", "--envs", "user_sim_v0", "--model", "smollm2-135m"])
-    assert "--envs takes names of ['kuhn_poker_v0'] with --model" in capsys.readouterr().err
+        learning.main(["--quick", "--envs", "agentic_judge_v0", "--model", "smollm2-135m"])
+    assert "--envs takes names of ['kuhn_poker_v0', 'user_sim_v0'] with --model" in capsys.readouterr().err

@@ -164,3 +164,26 @@ def test_smollm2_plays_by_its_catalogue_name_and_the_transcript_shows_its_replie
     assert player["policy"] == "smollm2-135m"
     forfeited = "player_0 forfeits" in transcript
     assert player["forfeit_rate"] == float(forfeited) and (player["mean_payoff"] == -1.0 or not forfeited)
+
+
+@needs_smollm2
+def test_user_sims_main_job_fits_the_scripted_conversations_in_smollm2s_tokens(smollm2, monkeypatch):
+    """The default `llm-zoo train user_sim_v0` is SmolLM2's: every scripted conversation of its templates fits its
+    prompt limit with room for a model's own wording, and every scripted reply fits max_new_tokens."""
+    from transformers import AutoTokenizer
+
+    from llm_zoo.envs.user_sim import scripted as sc
+    from llm_zoo.trainers.grpo import make_config
+
+    monkeypatch.setenv(catalogue.CACHE_ENV, str(smollm2[0]))
+    config = make_config("user_sim_v0")
+    assert config.model == "smollm2-135m"
+    tokenizer = AutoTokenizer.from_pretrained(model_source(config.model))
+    kwargs = {k: v for k, v in config.env_kwargs.items() if k != "scenarios"}
+    lengths, replies = [], []
+    for messages in sc.scripted_transcripts(config.env_kwargs["scenarios"], seeds=(0, 1), **kwargs)[::2]:
+        lengths.append(len(tokenizer.apply_chat_template(list(messages), tokenize=True)))
+        replies += [len(tokenizer(m["content"])["input_ids"]) for m in messages if m["role"] == "assistant"]
+    assert max(lengths) + config.max_new_tokens < config.max_prompt_tokens  # a whole conversation, and a reply more
+    assert config.max_prompt_tokens + config.max_new_tokens <= config.max_forward_tokens  # one a pass in the update
+    assert max(replies) < config.max_new_tokens

@@ -168,7 +168,7 @@ def test_the_default_training_fits_the_scripted_replies_and_warm_starts_on_held_
     held_in = [o["scenario"] for o in preset["sft"]["options"]]
     assert preset["init"] == "sft" and held_in == list(user_sim_v0.WARM_START_SCENARIOS)
     assert set(held_in) < set(scenarios)  # RL sees templates the warm start never did
-    tokenizer = env_tokenizer(user_sim_v0.SPEC, preset["model_tokenizer"])  # what `llm-zoo train user_sim_v0` builds
+    tokenizer = env_tokenizer(user_sim_v0.SPEC, preset["model_tokenizer"])  # what `llm-zoo train user_sim_v0 --set model=tiny` builds
     longest = 0
     for messages in sc.scripted_transcripts(scenarios, seeds=(0, 1), prompt="compact")[::2]:
         replies = [m["content"] for m in messages if m["role"] == "assistant"]
