@@ -43,11 +43,11 @@ def run_default(env: str, run_dir: Path, sets: Sequence[str] = ()) -> dict[str, 
     """Run ``llm-zoo train ENV`` (with ``sets``) in a child process; return its cost and closing evaluation."""
     command = [sys.executable, "-m", "llm_zoo", "train", env, "--run-dir", str(run_dir), *sets]
     started = time.monotonic()
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env={**os.environ, "TQDM_DISABLE": "1"})
-    output = child.stdout.read() if child.stdout else ""
-    _, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env={**os.environ, "TQDM_DISABLE": "1"}) as child:
+        output = child.stdout.read() if child.stdout else ""
+        _, status, usage = os.wait4(child.pid, 0)  # this child's own rusage, which Popen.wait does not give
+        child.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.monotonic() - started
     if child.returncode != 0:
         raise RuntimeError(f"`{' '.join(command)}` exited with {child.returncode}:\n{output[-3000:]}")

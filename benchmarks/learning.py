@@ -70,7 +70,8 @@ the scripted user frozen), each evaluated on 2 evaluation seeds of every templat
 against the scripted user and against the paraphrasing one (``scripted_paraphrase``, whose words no trace holds):
 the success rate with its pooled Wilson interval, the held-in and held-out templates apart, tool calls and turns.
 The floor (the do-nothing assistant, 0.417) is the tiny model's rows' (above). With SmolLM2-135M-Instruct on 2 CPU
-cores the warm start takes about 8 min and the RL about 15; each evaluation plays 24 episodes per user.
+cores the warm start takes about 8.5 min and the RL about 17 (the main job: 25.1 min in all, ``benchmarks/defaults.py``);
+each evaluation plays 24 episodes per user.
 
     python -m benchmarks.learning --envs user_sim_v0 --model smollm2-135m      # 3 seeds
 
@@ -458,19 +459,24 @@ def _model_figures(env: str, config: Any, by_name: Mapping[str, Any], options: M
     seats = seat_run_policies(env, {"policies": config.policies, "env_kwargs": config.env_kwargs}, by_name,
                               seed=config.seed)
     out: dict[str, Any] = {}
-    for user in ("", *rows_of.other_users):
-        figures = headline(env, seats, env_kwargs=config.env_kwargs, **options, **({"user": user} if user else {}))
-        prefix = f"{user}/" if user else ""
+    for prefix in _user_prefixes(env):
+        user = {"user": prefix.removesuffix("/")} if prefix else {}
+        figures = headline(env, seats, env_kwargs=config.env_kwargs, **options, **user)
         out.update({f"{prefix}{k}": figures[k] for k in rows_of.figures})
         if rows_of.rate:
             out[f"{prefix}episodes"] = int(figures["episodes"])
     return {**out, "eval_seconds": time.perf_counter() - t0}
 
 
+def _user_prefixes(env: str) -> list[str]:
+    """The key prefix of each user ``env``'s pretrained rows are evaluated against: "" for the env's own simulator,
+    ``NAME/`` for each other one."""
+    return ["", *(f"{u}/" for u in MODEL_ENVS[env].other_users)]
+
+
 def _model_keys(env: str) -> list[str]:
     """The figures of each row of ``env``'s pretrained rows: against the env's simulator, then each other user."""
-    rows_of = MODEL_ENVS[env]
-    return [f"{prefix}{k}" for prefix in ("", *(f"{u}/" for u in rows_of.other_users)) for k in rows_of.figures]
+    return [f"{prefix}{k}" for prefix in _user_prefixes(env) for k in MODEL_ENVS[env].figures]
 
 
 def _model_policies(config: Any, sources: Mapping[str, str]) -> dict[str, Any]:
@@ -567,7 +573,7 @@ def summarize_model(env: str, results: Sequence[Mapping[str, Any]]) -> dict[str,
         for key in _model_keys(env):
             values = [r["figures"][key] for r in runs]
             row.update({key: statistics.fmean(values), f"{key}_spread": _spread(values), f"{key}_per_seed": values})
-        for prefix in ("", *(f"{u}/" for u in MODEL_ENVS[env].other_users)) if MODEL_ENVS[env].rate else ():
+        for prefix in _user_prefixes(env) if MODEL_ENVS[env].rate else ():
             key, n = f"{prefix}{MODEL_ENVS[env].rate}", sum(r["figures"][f"{prefix}episodes"] for r in runs)
             hits = round(sum(r["figures"][key] * r["figures"][f"{prefix}episodes"] for r in runs))
             row[f"{key}_ci95"] = list(wilson_interval(hits, n))

@@ -114,7 +114,9 @@ def completion_logprobs(
     It falls back to one pass when the model uses gradient checkpointing, which drops the cache; repeated
     rows are still scored once there.
     When every completion is one token, the distinct prompts run instead as one token tree (each
-    shared prefix once; :func:`forward_tree`), where that is the cheaper plan.
+    shared prefix once; :func:`forward_tree`), where that is the cheaper plan. Where rows nest (a
+    conversation's turns, none under ``allowed``), each is read off its longest row's pass instead
+    (:func:`plan_nesting`), with or without gradient checkpointing.
 
     Args:
         model: The causal LM (on its device).

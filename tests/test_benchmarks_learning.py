@@ -135,15 +135,20 @@ def test_quick_judge_rows_and_the_json_keys(capsys, tmp_path):
     assert (tmp_path / "learning.png").stat().st_size > 0
 
 
+def stand_in(tiny_model_dir, env: str) -> str:
+    """A tiny saved model standing in for a pretrained one: a word tokenizer over ``env``'s text, so its prompts fit
+    the env's pretrained preset."""
+    import llm_zoo
+
+    return str(tiny_model_dir("stand_in", shape="smallest", tokenizer="words", corpus=llm_zoo.env_spec(env).corpus()))
+
+
 def test_quick_kuhn_rows_of_a_model_directory(capsys, tmp_path, tiny_model_dir):
     """``--model`` with a tiny saved model standing in for a pretrained one: zero-shot, warm start and self-play,
     each read by Kuhn's exact evaluator, with the cost columns."""
-    import llm_zoo
-
     # a word tokenizer over Kuhn's text: the prompt with the rules fits the preset's max_prompt_tokens (a byte
     # tokenizer's is 639 tokens, over it: every episode would fail and RL would train on nothing)
-    model = str(tiny_model_dir("stand_in", shape="smallest", tokenizer="words",
-                               corpus=llm_zoo.env_spec("kuhn_poker_v0").corpus()))
+    model = stand_in(tiny_model_dir, "kuhn_poker_v0")
     figures = learning.main(["--quick", "--envs", "kuhn_poker_v0", "--model", model, "--out", str(tmp_path)])
     out = capsys.readouterr().out.strip().splitlines()
     assert json.loads(out[-1]) == figures
@@ -182,10 +187,7 @@ def test_quick_kuhn_rows_of_a_model_directory(capsys, tmp_path, tiny_model_dir):
 def test_quick_user_sim_rows_of_a_model_directory(capsys, tmp_path, tiny_model_dir):
     """``--model`` on user_sim: zero-shot, warm start and RL, each scored on evaluation seeds against the scripted
     user and the paraphrasing one, held-in and held-out templates apart, with a pooled interval."""
-    import llm_zoo
-
-    model = str(tiny_model_dir("stand_in", shape="smallest", tokenizer="words",
-                               corpus=llm_zoo.env_spec("user_sim_v0").corpus()))
+    model = stand_in(tiny_model_dir, "user_sim_v0")
     figures = learning.main(["--quick", "--envs", "user_sim_v0", "--model", model, "--out", str(tmp_path)])
     out = capsys.readouterr().out.strip().splitlines()
     assert json.loads(out[-1]) == figures
