@@ -64,28 +64,31 @@ KUHN_POKER_V0: dict[str, Any] = {
 """The main job (``llm-zoo train kuhn_poker_v0``); each choice measured in docs/kuhn_selfplay.md."""
 
 LEDUC_POKER_V0: dict[str, Any] = {
-    # Kuhn's main job carried over to Leduc hold'em (288 info sets against Kuhn's 12), to show how the trainer's cost
-    # grows with the game; benchmarks/leduc.py measures it beside CFR+ and MaskablePPO (docs/kuhn_selfplay.md).
+    # Kuhn's main job carried over to Leduc hold'em (288 info sets against Kuhn's 12), with what Leduc's own runs
+    # measured (docs/kuhn_selfplay.md, section 15); benchmarks/leduc.py measures it beside CFR+ and MaskablePPO.
     **KUHN_POKER_V0,
-    "steps": 90,  # a step of 256 episodes took 4-9 s on the shared 2-core machine: within 15 minutes
+    "steps": 220,  # about 10 minutes on one core of a 2-core AMD EPYC
+    "episodes_per_step": 2048,  # 256 a step: 1.50 after 90 steps; 1024 x 200: 0.41; 4096 x 130: 0.49; 2048 x 220: 0.36
+    "rollout_batch_size": 2048,  # every hand of the step side by side: Leduc's distinct prompts saturate, so a
+    "micro_batch_size": 4096,  # ...step of 2048 hands costs about 1.3x one of 256 (each distinct prompt runs once)
     "eval_every": 20,
     "checkpoint_every": 0,
-    "average.ema": 0.98,  # about 50 steps: Kuhn's 500 would leave the reported policy at the uniform start
-    "magnet.ema": 0.98,  # about 50 steps, as the average
-    "lr": 1e-3,  # the larger step for the short schedule is not compared on Leduc
-    "magnet.ema_final": 0.0,  # Kuhn's magnet schedule is not measured on Leduc: a constant EMA
-    "average.power": 0.0,  # nor its step-weighted average
-    "warmup_steps": 0,  # nor its warm-up
-    "unmask.steps": 0,  # nor its fit without the mask (nor that fit's cost on 288 info sets)
-    "episodes_per_step": 256,  # nor Kuhn's later batch sizes: Leduc keeps what it measured
-    "rollout_batch_size": 64,
-    "micro_batch_size": 512,
-    "magnet.average_from": 0.0,
-    "optimizer": "adamw",  # nor Kuhn's plain gradient steps and weaker magnet: AdamW and beta 1, as measured
+    "turn_baseline.mode": "prompt",  # one baseline per information set: the card's share of a return's spread
+    #   (a hand's chips are about 10x Kuhn's) leaves the gradient; 1024 a step: learner 0.41 at step 175 against 0.53
+    "optimizer": "adamw",  # Kuhn's SGD at 0.1 with its magnet schedule: 0.68 after 250 steps; SGD at 0.05: 1.28 at 100
+    "lr": 1e-3,  # 2e-3: no better at the same steps (0.57 against 0.55 at step 100)
     "beta": 1.0,
-    "magnet.beta_final": 0.0,
+    "magnet.ema": 0.98,  # about 50 steps; 0.99: 0.61 at step 225 against 0.43
+    "magnet.ema_final": 0.0,  # a constant EMA until the magnet becomes the average
+    "magnet.average_from": 0.5,  # the last half: the magnet is the average, and its weight rises to 3, so the learner
+    "magnet.beta_final": 3.0,  # ...stays near the reported policy (without: the learner drifts from 0.40 back to 0.97)
+    "average.ema": 0.98,  # switches the average on; average.power sets its weights
+    "average.power": 2.0,  # the iterates weighted by step ** 2, as Kuhn's: the EMA of 50 steps lagged the learner
+    "warmup_steps": 0,  # Kuhn's warm-up is not measured on Leduc
+    "unmask.steps": 0,  # nor its fit without the mask (nor that fit's cost on 288 info sets)
 }
-"""``llm-zoo train leduc_poker_v0``: Kuhn's main job on Leduc, sized to finish within 15 minutes on 2 shared cores."""
+"""``llm-zoo train leduc_poker_v0``: Kuhn's main job on Leduc, every hand of a 2048-hand step side by side, one
+baseline per information set, the magnet the average over the second half; within 15 minutes on 2 cores."""
 
 AGENTIC_JUDGE_V0: dict[str, Any] = {
     # The main job: the tiny solver, warm-started by SFT on stored solutions, then RL on the frozen rule judge's score;

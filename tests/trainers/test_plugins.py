@@ -83,7 +83,7 @@ def test_enabled_returns_the_plugins_a_config_switches_on_in_table_order():
     names = [p.section for p in plugins.enabled(make_config("kuhn_poker_v0"))]
     assert names == ["average", "magnet", "unmask"]
     leduc = [p.section for p in plugins.enabled(make_config("leduc_poker_v0"))]
-    assert leduc == ["average", "magnet"]  # a constant EMA magnet, an EMA average, no fit without the mask
+    assert leduc == ["turn_baseline", "average", "magnet"]  # a baseline per info set, no fit without the mask
     assert TrainConfig(copy_heads={"enabled": True}).model_copy_heads is True  # the model builder's name for it
 
 
