@@ -9,15 +9,17 @@ step's seconds are the trainer's own ``perf/step_s`` (rollout, rewards, advantag
 no evaluation, checkpoint or transcript: ``eval_every``, ``checkpoint_every`` and ``sample_every``
 are 0, and ``unmask.steps`` 0 since its fit runs once after the last step); the first
 ``--warmup`` steps of each run are left out, and a side's figure is the median over its rounds'
-steps. Episodes/s is the preset's ``episodes_per_step`` over that median.
+steps. Episodes/s is the side's own preset's ``episodes_per_step`` over that median: where a preset's
+batch changed (Leduc's: 256 hands a step at the baseline, 2048 now), each side runs its own, and the
+table shows both.
 
     python -m benchmarks.selfplay_speed                   # 3 rounds: 40 Kuhn steps, 10 Leduc steps a run
     python -m benchmarks.selfplay_speed --quick           # 1 round of 4 steps of each: about a minute
     python -m benchmarks.selfplay_speed --games kuhn_poker_v0 --rounds 5
 
-The last line printed is a JSON object: per game its ``episodes_per_s`` before and after, the
-``ratio`` (after / before), the median ``step_s``, ``rollout_s`` and ``update_s`` of each side, and
-the ``baseline`` commit. The goal stated for the trainer: a ratio of at least 3 on both games.
+The last line printed is a JSON object: per game its ``episodes_per_s`` and ``episodes_per_step``
+before and after, the ``ratio`` (after / before), the median ``step_s``, ``rollout_s`` and
+``update_s`` of each side, and the ``baseline`` commit. The goal stated for the trainer: a ratio of at least 3 on both games.
 """
 
 from __future__ import annotations
@@ -136,15 +138,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     for game in args.games:
         before, after = summary(runs[game, "before"], args.warmup), summary(runs[game, "after"], args.warmup)
         ratio = after["episodes_per_s"] / before["episodes_per_s"]
+        hands = [runs[game, side][0]["episodes_per_step"] for side in ("before", "after")]  # each side's preset
         figures[game] = {"episodes_per_s": [round(before["episodes_per_s"], 1), round(after["episodes_per_s"], 1)],
+                         "episodes_per_step": hands,
                          "ratio": round(ratio, 2),
                          **{key: [round(before[key], 4), round(after[key], 4)]
                             for key in ("step_s", "rollout_s", "update_s")}}
-        rows.append([game, runs[game, "after"][0]["episodes_per_step"],
+        rows.append([game, " / ".join(map(str, hands)) if hands[0] != hands[1] else hands[0],
                      *(f"{side['step_s'] * 1000:.0f} ({side['rollout_s'] * 1000:.0f} + {side['update_s'] * 1000:.0f})"
                        for side in (before, after)),
                      f"{before['episodes_per_s']:.0f}", f"{after['episodes_per_s']:.0f}", f"{ratio:.2f}x"])
-    text = harness.table(["game", "episodes/step", f"before ({args.baseline}): ms a step (rollout + update)",
+    text = harness.table(["game", "episodes/step (before / after)", f"before ({args.baseline}): ms a step (rollout + update)",
                           "after: ms a step (rollout + update)", "before: episodes/s", "after: episodes/s",
                           "ratio"], rows)
     print(text)

@@ -23,6 +23,7 @@ def test_quick_run_races_both_sides_and_ends_with_the_json_line(capsys, tmp_path
         assert len(kuhn[key]) == 2 and all(v > 0 for v in kuhn[key])
     # both sides train the preset's 1024 hands a step: episodes/s is that over the median step
     assert before == pytest.approx(1024 / kuhn["step_s"][0], rel=2e-2)
+    assert kuhn["episodes_per_step"] == [1024, 1024]
     assert figures["baseline"] == selfplay_speed.BASELINE
     assert "kuhn_poker_v0" in (tmp_path / "selfplay_speed.md").read_text()
 

@@ -69,8 +69,8 @@ LEDUC_POKER_V0: dict[str, Any] = {
     **KUHN_POKER_V0,
     "steps": 220,  # about 10 minutes on one core of a 2-core AMD EPYC
     "episodes_per_step": 2048,  # 256 a step: 1.50 after 90 steps; 1024 x 200: 0.41; 4096 x 130: 0.49; 2048 x 220: 0.36
-    "rollout_batch_size": 2048,  # every hand of the step side by side: Leduc's distinct prompts saturate, so a
-    "micro_batch_size": 4096,  # ...step of 2048 hands costs about 1.3x one of 256 (each distinct prompt runs once)
+    "rollout_batch_size": 2048,  # every hand of the step side by side: each distinct prompt runs once, and Leduc's
+    "micro_batch_size": 4096,  # ...saturate (a step of 1024 hands took 1.7x one of 256 on the idle machine)
     "eval_every": 20,
     "checkpoint_every": 0,
     "turn_baseline.mode": "prompt",  # one baseline per information set: the card's share of a return's spread
