@@ -5,7 +5,7 @@
 | `cfr`       | CFR and CFR+ through OpenSpiel on Kuhn poker; average strategy as a table | `open_spiel`         |
 | `ppo`       | sb3-contrib MaskablePPO and SB3 PPO in self-play on Kuhn's discrete view  | `sb3-contrib`, `torch` |
 | `scripted`  | every env's scripted players (Kuhn: nash, random, card), as tables where tabular | core         |
-| `leduc`     | CFR+ (OpenSpiel) and MaskablePPO self-play on Leduc hold'em, scored exactly | `open_spiel`, `sb3-contrib` |
+| `leduc`     | CFR+, NFSP (OpenSpiel) and MaskablePPO self-play on Leduc hold'em, scored exactly | `open_spiel`, `dm-tree`, `sb3-contrib` |
 
 On Kuhn poker each baseline exposes its strategy in the tabular form of
 `llm_zoo.envs.kuhn_poker.theory`, so one exploitability function scores them all, and

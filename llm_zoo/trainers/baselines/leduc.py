@@ -1,4 +1,4 @@
-"""CFR+ and MaskablePPO self-play on Leduc hold'em, each strategy read into the tabular form of
+"""CFR+, MaskablePPO and NFSP self-play on Leduc hold'em, each strategy read into the tabular form of
 `llm_zoo.envs.leduc_poker.theory` and scored by its exact exploitability.
 
 * `solve_cfr`: OpenSpiel's CFR or CFR+ (`open_spiel.python.algorithms.cfr`) on its own `leduc_poker`;
@@ -8,12 +8,17 @@
   one network for both seats (the features carry the seat), the other seat a frozen snapshot of the
   learner refreshed every round, as `llm_zoo.trainers.baselines.ppo` does on Kuhn poker; besides the
   final network it reports the reach-weighted average of the strategies after each round.
+* `train_nfsp`: OpenSpiel's PyTorch NFSP (`open_spiel.python.pytorch.nfsp`), one agent per seat, on
+  ``leduc_poker`` with ``suit_isomorphism`` (cards seen by rank, as our env and theory see them, so the
+  average network's strategy is a rank-level table, read exactly at the 288 info sets).
 
 Nothing here prints; every result carries its wall-clock (training only, scoring excluded).
 """
 
 from __future__ import annotations
 
+import math
+import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,8 +40,8 @@ from llm_zoo.trainers.baselines.ppo import (
     _Snapshots,
 )
 
-__all__ = ["CurvePoint", "LeducResult", "average_policy", "info_set_inputs", "solve_cfr", "tabular_strategy",
-           "train_maskable_ppo"]
+__all__ = ["NFSP_DEFAULTS", "CurvePoint", "LeducResult", "average_policy", "info_set_inputs", "nfsp_strategy",
+           "solve_cfr", "tabular_strategy", "train_maskable_ppo", "train_nfsp"]
 
 GAME = "leduc_poker"
 _MENU_MOVE = tuple(reply.strip("[]") for reply in MENU)
@@ -47,7 +52,7 @@ class CurvePoint:
     """One point of a training curve: work done so far, its training seconds, and the exact exploitability."""
 
     work: int
-    """Iterations (CFR) or episodes (PPO: hands played)."""
+    """Iterations (CFR) or episodes (PPO, NFSP: hands played)."""
     seconds: float
     exploitability: float
 
@@ -65,6 +70,8 @@ class LeducResult:
     average_policy: dict[str, dict[str, float]] | None = None
     average_exploitability: float | None = None
     average_curve: list[CurvePoint] = field(default_factory=list)
+    agents: list[Any] = field(default_factory=list)
+    """The trained OpenSpiel agents (NFSP: one per seat); empty for the others."""
 
 
 def solve_cfr(solver: str = "cfr+", checkpoints: Sequence[int] = (1, 10, 100)) -> LeducResult:
@@ -210,5 +217,136 @@ def train_maskable_ppo(timesteps: int = 100_000, *, seed: int = 0, n_envs: int =
             average_curve.append(CurvePoint(episodes, seconds, theory.exploitability(average)))
         return LeducResult("maskable_ppo", tables[-1], curve[-1].exploitability, curve[-1].work, seconds, curve,
                            average, average_curve[-1].exploitability, average_curve)
+    finally:
+        torch.set_num_threads(threads)
+
+
+# ---------------------------------------------------------------------------------------------------
+# NFSP (OpenSpiel's PyTorch agents) in self-play
+# ---------------------------------------------------------------------------------------------------
+
+NFSP_DEFAULTS: dict[str, Any] = {
+    "hidden_layers_sizes": [128], "replay_buffer_capacity": 200_000, "reservoir_buffer_capacity": 2_000_000,
+    "min_buffer_size_to_learn": 1000, "anticipatory_param": 0.1, "batch_size": 128, "learn_every": 64,
+    "rl_learning_rate": 0.01, "sl_learning_rate": 0.01, "optimizer_str": "sgd", "loss_str": "mse",
+    "update_target_network_every": 19_200, "discount_factor": 1.0, "epsilon_decay_duration": 20_000_000,
+    "epsilon_start": 0.06, "epsilon_end": 0.001,
+}
+"""NFSP's hyper-parameters: OpenSpiel's Leduc example settings (``open_spiel/python/examples/nfsp_leduc_pytorch.py``)."""
+NFSP_GAME = {"suit_isomorphism": True}
+"""OpenSpiel's ``leduc_poker`` parameters for NFSP: suits are strategically irrelevant, and the agents see ranks."""
+
+_NFSP_INPUTS: tuple[np.ndarray, np.ndarray] | None = None
+
+
+def _nfsp_inputs() -> tuple[np.ndarray, np.ndarray]:
+    """Return OpenSpiel's (information-state tensors [288, 24], legal masks [288, 3]) in `theory.INFO_SETS` order."""
+    global _NFSP_INPUTS
+    if _NFSP_INPUTS is None:
+        import pyspiel
+
+        game = pyspiel.load_game(GAME, NFSP_GAME)
+        tensors, masks = [], []
+        for info_set in theory.INFO_SETS:
+            (own_0, own_1, public), player = _deal_for(info_set)
+            state = game.new_initial_state()
+            state.apply_action(RANKS.index(own_0))
+            state.apply_action(RANKS.index(own_1))
+            for move in (m for r in info_set.split(":")[1].split("/") for m in r.split(",") if m):
+                state.apply_action(theory._OPENSPIEL_ACTION[move])
+                if state.is_chance_node():  # the first round is over: the public card
+                    state.apply_action(RANKS.index(public))
+            legal = sorted(theory._OPENSPIEL_ACTION[m] for m in theory.legal_moves(info_set))
+            assert state.current_player() == player and state.legal_actions() == legal, (info_set, str(state))
+            tensors.append(np.asarray(state.information_state_tensor(player), dtype=np.float32))
+            masks.append(np.isin(np.arange(game.num_distinct_actions()), legal))
+        _NFSP_INPUTS = np.stack(tensors), np.stack(masks)
+    return _NFSP_INPUTS
+
+
+def nfsp_strategy(agents: Sequence[Any]) -> dict[str, dict[str, float]]:
+    """Return the average policy (the supervised network) of NFSP `agents` (one per seat) at the 288 info sets.
+
+    Each row is what ``agent.step(..., is_evaluation=True)`` reports in ``MODE.AVERAGE_POLICY``; numpy's
+    global random state, which that call draws an action from, is restored after, so reading the strategy
+    does not change the training that follows.
+    """
+    from open_spiel.python import rl_environment
+    from open_spiel.python.pytorch.nfsp import MODE
+
+    tensors, masks = _nfsp_inputs()
+    rng_state = np.random.get_state()
+    table = {}
+    try:
+        for info_set, tensor, mask in zip(theory.INFO_SETS, tensors, masks):
+            player = theory.player_of(info_set)
+            legal = np.flatnonzero(mask).tolist()
+            observations = {"info_state": [tensor] * len(agents), "legal_actions": [legal] * len(agents),
+                            "current_player": player}
+            with agents[player].temp_mode_as(MODE.AVERAGE_POLICY):
+                probs = agents[player].step(rl_environment.TimeStep(observations, None, None, None),
+                                            is_evaluation=True).probs
+            row = {m: float(probs[theory._OPENSPIEL_ACTION[m]]) for m in theory.legal_moves(info_set)}
+            mass = math.fsum(row.values())
+            table[info_set] = {m: p / mass for m, p in row.items()}
+    finally:
+        np.random.set_state(rng_state)
+    return theory.validate_policy(table)
+
+
+def train_nfsp(episodes: int = 100_000, *, seed: int = 0, evaluations: int = 20,
+               model_kwargs: Mapping[str, Any] | None = None) -> LeducResult:
+    """Train two OpenSpiel NFSP agents in self-play on Leduc for `episodes` hands; score their average policy.
+
+    The average policy is read and scored exactly at `evaluations` evenly spaced episode counts (the
+    last at `episodes`); training seconds exclude that. `model_kwargs` override `NFSP_DEFAULTS`.
+
+    Raises:
+        ValueError: `episodes` or `evaluations` is not an int >= 1, `seed` not an int >= 0, or an unknown
+            key in `model_kwargs`.
+        ImportError: OpenSpiel or torch is missing (the `baselines` extra).
+    """
+    for name, value, least in (("episodes", episodes, 1), ("evaluations", evaluations, 1), ("seed", seed, 0)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise ValueError(f"train_nfsp: {name} must be an integer >= {least}; got {value!r}")
+    unknown = sorted(set(model_kwargs or {}) - set(NFSP_DEFAULTS))
+    if unknown:
+        raise ValueError(f"train_nfsp: unknown model_kwargs {unknown}; expected keys of NFSP_DEFAULTS: "
+                         f"{sorted(NFSP_DEFAULTS)}")
+    try:
+        import pyspiel
+        import torch
+        from open_spiel.python import rl_environment
+        from open_spiel.python.pytorch import nfsp
+    except ImportError as exc:
+        raise ImportError("NFSP needs OpenSpiel and torch: pip install 'llm_zoo[baselines]'") from exc
+    kwargs = {**NFSP_DEFAULTS, **(model_kwargs or {})}
+    checkpoints = sorted({max(1, round(episodes * k / evaluations)) for k in range(1, evaluations + 1)})
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a small MLP loses to thread synchronisation (see ppo._self_play)
+    try:
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+        env = rl_environment.Environment(pyspiel.load_game(GAME, NFSP_GAME))
+        env.seed(seed)
+        size, actions = env.observation_spec()["info_state"][0], env.action_spec()["num_actions"]
+        # NFSP seeds its networks with seed, seed + 1 and the global RNGs with seed + 2: keep the seats apart
+        agents = [nfsp.NFSP(player, size, actions, seed=3 * (2 * seed + player), **kwargs) for player in (0, 1)]
+        done, seconds, curve, table = 0, 0.0, [], {}
+        for checkpoint in checkpoints:
+            start = time.perf_counter()
+            for _ in range(checkpoint - done):
+                time_step = env.reset()
+                while not time_step.last():
+                    player = time_step.observations["current_player"]
+                    time_step = env.step([agents[player].step(time_step).action])
+                for agent in agents:  # each agent sees the end of the hand
+                    agent.step(time_step)
+            seconds += time.perf_counter() - start
+            done = checkpoint
+            table = nfsp_strategy(agents)
+            curve.append(CurvePoint(done, seconds, theory.exploitability(table)))
+        return LeducResult("nfsp", table, curve[-1].exploitability, done, seconds, curve, agents=agents)
     finally:
         torch.set_num_threads(threads)
