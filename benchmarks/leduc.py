@@ -1,4 +1,4 @@
-"""Leduc hold'em: the LLM trainer beside CFR+ and MaskablePPO, and how its cost grows from Kuhn poker.
+"""Leduc hold'em: the LLM trainer beside CFR+, MaskablePPO and NFSP, and how its cost grows from Kuhn poker.
 
 Every system is scored by one exact exploitability (:func:`llm_zoo.envs.leduc_poker.theory.exploitability`,
 checked against OpenSpiel's within 1e-9), on the same machine in one run:
@@ -9,6 +9,10 @@ checked against OpenSpiel's within 1e-9), on the same machine in one run:
 * sb3-contrib MaskablePPO in self-play on the discrete view
   (:func:`llm_zoo.trainers.baselines.leduc.train_maskable_ppo`), given as many learner decisions as
   the LLM run plays episodes: the final network, and the reach-weighted average of its rounds;
+* OpenSpiel's PyTorch NFSP, one agent per seat in self-play (:func:`llm_zoo.trainers.baselines.leduc.train_nfsp`,
+  OpenSpiel's Leduc example settings), given as many hands as the LLM run plays episodes (or
+  ``--nfsp-episodes``): its average policy (the supervised network, NFSP's reported strategy), scored
+  at 20 evenly spaced hand counts;
 * the LLM trainer, ``llm-zoo train leduc_poker_v0``'s own config (the LEDUC_POKER_V0 preset): the
   reported policy (the EMA average of the weights) and the last iterate, both read exactly from the
   models' log-probs at all 288 info sets every ``eval_every`` steps.
@@ -22,7 +26,7 @@ the last iterate; and the same for CFR+ in iterations. When Leduc's run does not
 that Kuhn's does, the ratio is a lower bound (Leduc's whole budget over Kuhn's cost).
 
 Columns: final exploitability, episodes (CFR: iterations, ``it``), training seconds (the trainer's
-``perf/step_s``, PPO's ``learn`` calls, CFR's iterations; evaluation excluded), and the episodes and
+``perf/step_s``, PPO's ``learn`` calls, NFSP's hands, CFR's iterations; evaluation excluded), and the episodes and
 seconds to the first evaluation at or below each fraction. It prints the table, writes it to
 ``OUT/leduc.md``, plots exploitability against episodes (and CFR+ against iterations) into
 ``OUT/leduc.png``, and ends with a JSON line: ``rows`` (per system: ``exploitability``, ``work``,
@@ -31,7 +35,10 @@ for Kuhn's ``llm``, ``llm_last`` and ``cfr+``), ``ratio`` (per system, ``llm``, 
 ``cfr+``, per fraction: Leduc's ``work`` and ``seconds`` over Kuhn's, and ``lower_bound``),
 ``load_average`` and ``seconds``.
 
-    python -m benchmarks.leduc                          # the preset's budget: about 16 min on 2 shared cores
+    python -m benchmarks.leduc                          # the preset's budget: about 16 min on 2 shared cores,
+                                                        # plus NFSP: 1.4-1.6 s per 1,000 hands, about 12-15 min
+                                                        # for the preset's ~450,000 (220 steps x 2048)
+    python -m benchmarks.leduc --nfsp-episodes 100000   # NFSP on fewer hands than the LLM run played
     python -m benchmarks.leduc --trainer-run RUN_DIR    # reuse a finished `llm-zoo train leduc_poker_v0` run
     python -m benchmarks.leduc --steps 300              # a longer LLM run than the preset's (and PPO to match)
     python -m benchmarks.leduc --quick                  # tiny budgets: under a minute
@@ -111,6 +118,15 @@ def ppo_curves(timesteps: int, seed: int) -> list[Curve]:
                   [(p.work, p.seconds, p.exploitability) for p in result.curve]),
             Curve("maskable_ppo_average", "MaskablePPO self-play, average of rounds", "episodes",
                   [(p.work, p.seconds, p.exploitability) for p in result.average_curve])]
+
+
+def nfsp_curve(episodes: int, seed: int, evaluations: int = 20) -> Curve:
+    """OpenSpiel's NFSP in self-play on Leduc: its average policy's curve."""
+    from llm_zoo.trainers.baselines import leduc
+
+    result = leduc.train_nfsp(episodes, seed=seed, evaluations=evaluations)
+    return Curve("nfsp", "NFSP self-play (OpenSpiel), average policy", "episodes",
+                 [(p.work, p.seconds, p.exploitability) for p in result.curve])
 
 
 def trainer_curves(run_dir: Path, label: str) -> list[Curve]:
@@ -276,6 +292,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--seed", type=int, default=0, help="seed of the trained systems (default 0)")
     parser.add_argument("--steps", type=harness.count, default=None,
                         help="LLM training steps on Leduc (default: the preset's)")
+    parser.add_argument("--nfsp-episodes", type=harness.count, default=None,
+                        help="hands of NFSP self-play (default: as many as the LLM trainer's run played)")
     args = parser.parse_args(argv)
     from llm_zoo.envs.kuhn_poker import theory as kuhn_theory
     from llm_zoo.envs.leduc_poker import theory
@@ -306,6 +324,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     curves.append(cfr_curve("leduc", grid))
     say(f"MaskablePPO: {episodes} learner decisions")
     curves += ppo_curves(episodes, args.seed)
+    nfsp_episodes, nfsp_points = args.nfsp_episodes or episodes, 2 if args.quick else 20
+    say(f"NFSP: {nfsp_episodes} hands")
+    curves.append(nfsp_curve(nfsp_episodes, args.seed, nfsp_points))
     kuhn_steps = args.kuhn_steps or config.steps
     from llm_zoo.trainers.presets import preset
 
@@ -329,7 +350,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"- Budget{' (--quick: a smoke run, not a result)' if args.quick else ''}: the LLM trainer runs "
         f"{config.steps} steps x {config.episodes_per_step} episodes, evaluated every {config.eval_every} steps "
         f"({'reused run ' + str(run_dir) if args.trainer_run else 'trained here'}); MaskablePPO gets as many learner "
-        f"decisions ({episodes:,}); CFR+ is deterministic; seed {args.seed}; load average at start "
+        f"decisions ({episodes:,}: its unit is one decision, not one hand); NFSP gets {nfsp_episodes:,} hands "
+        f"({'set by --nfsp-episodes' if args.nfsp_episodes else 'as many as the LLM run played'}), its average "
+        f"policy scored at {nfsp_points} hand counts; CFR+ is deterministic; seed {args.seed}; load average at start "
         f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} (1, 5, 15 min).",
         f"- Exploitability is exact (uniform random: {uniform:.4f}). Training seconds exclude evaluation.",
         f"- Kuhn's side, measured in this run: the trainer on kuhn_poker_v0 with Leduc's config ({kuhn_steps} steps; "
@@ -346,7 +369,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"table: {out / 'leduc.md'}\nplot: {out / 'leduc.png'}")
     line = {"rows": {c.key: r for c, r in zip(curves, rows[1:])}, "uniform": uniform, "kuhn": kuhn, "ratio": ratio,
             "budget": {"steps": config.steps, "episodes_per_step": config.episodes_per_step, "kuhn_steps": kuhn_steps,
-                       "ppo_timesteps": episodes, "cfr_iterations": grid[-1]},
+                       "ppo_timesteps": episodes, "nfsp_episodes": nfsp_episodes,
+                       "cfr_iterations": grid[-1]},
             "quick": args.quick, "load_average": [round(x, 2) for x in load],
             "seconds": round(time.perf_counter() - started, 2)}
     return harness.emit(line)

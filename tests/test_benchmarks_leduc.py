@@ -12,7 +12,7 @@ def test_quick_run_prints_the_table_and_ends_with_the_json_line(capsys, tmp_path
     out = capsys.readouterr().out.strip().splitlines()
     assert json.loads(out[-1]) == figures
     rows = figures["rows"]
-    assert set(rows) == {"llm", "llm_last", "cfr+_leduc", "maskable_ppo", "maskable_ppo_average"}
+    assert set(rows) == {"llm", "llm_last", "cfr+_leduc", "maskable_ppo", "maskable_ppo_average", "nfsp"}
     uniform = figures["uniform"]
     assert abs(uniform - 2.373611111111111) < 1e-12
     for key, row in rows.items():
@@ -20,6 +20,7 @@ def test_quick_run_prints_the_table_and_ends_with_the_json_line(capsys, tmp_path
         assert row["seconds"] > 0 and row["work"] > 0, key
     assert rows["llm"]["work"] == 2 * 8  # the quick budget: 2 steps x 8 episodes
     assert rows["cfr+_leduc"]["work"] == 2 and rows["cfr+_leduc"]["exploitability"] < uniform
+    assert rows["nfsp"]["work"] == rows["llm"]["work"] == figures["budget"]["nfsp_episodes"]  # NFSP: as many hands
     assert figures["kuhn"]["llm"]["work"] == 16 and figures["budget"]["kuhn_steps"] == 2
     assert set(figures["ratio"]) == {"llm", "llm_last", "cfr+"}
     table = (tmp_path / "leduc.md").read_text()
