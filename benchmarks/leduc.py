@@ -14,8 +14,8 @@ checked against OpenSpiel's within 1e-9), on the same machine in one run:
   ``--nfsp-episodes``): its average policy (the supervised network, NFSP's reported strategy), scored
   at 20 evenly spaced hand counts;
 * the LLM trainer, ``llm-zoo train leduc_poker_v0``'s own config (the LEDUC_POKER_V0 preset): the
-  reported policy (the EMA average of the weights) and the last iterate, both read exactly from the
-  models' log-probs at all 288 info sets every ``eval_every`` steps.
+  reported policy (the average of the weights, as the preset sets it) and the last iterate, both
+  read exactly from the models' log-probs at all 288 info sets every ``eval_every`` steps.
 
 The cost ratio to Kuhn poker: the episodes and training seconds the LLM trainer needs to reach a
 fraction of uniform's exploitability (50% and 25%: 1.19 and 0.59 on Leduc, 0.229 and 0.115 on Kuhn),
@@ -144,7 +144,7 @@ def trainer_curves(run_dir: Path, label: str) -> list[Curve]:
     if not reported:
         raise ValueError(f"the run in {str(run_dir)!r} logged no eval/exploitability; expected a finished "
                          "`llm-zoo train` run of a poker env with eval_every set")
-    curves = [Curve("llm", f"{label}, reported (EMA average)", "episodes", reported)]
+    curves = [Curve("llm", f"{label}, reported (average of the weights)", "episodes", reported)]
     if last:
         curves.append(Curve("llm_last", f"{label}, last iterate", "episodes", last))
     return curves
