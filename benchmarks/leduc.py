@@ -35,10 +35,9 @@ for Kuhn's ``llm``, ``llm_last`` and ``cfr+``), ``ratio`` (per system, ``llm``, 
 ``cfr+``, per fraction: Leduc's ``work`` and ``seconds`` over Kuhn's, and ``lower_bound``),
 ``load_average`` and ``seconds``.
 
-    python -m benchmarks.leduc                          # the preset's budget: about 16 min on 2 shared cores,
-                                                        # plus NFSP: 1.4-1.6 s per 1,000 hands over its first
-                                                        # 20,000, about 1.9 once its replay buffer is full: about
-                                                        # 13-15 min for the preset's ~450,000 (220 steps x 2048)
+    python -m benchmarks.leduc                          # the preset's budget: about 40 min on 2 cores (the
+                                                        # trainer about 10, MaskablePPO 4, NFSP 12-13 on the
+                                                        # preset's 450,560 hands, CFR+ and Kuhn's side 2)
     python -m benchmarks.leduc --nfsp-episodes 100000   # NFSP on fewer hands than the LLM run played
     python -m benchmarks.leduc --trainer-run RUN_DIR    # reuse a finished `llm-zoo train leduc_poker_v0` run
     python -m benchmarks.leduc --steps 300              # a longer LLM run than the preset's (and PPO to match)
