@@ -259,7 +259,10 @@ def _nfsp_inputs() -> tuple[np.ndarray, np.ndarray]:
                 if state.is_chance_node():  # the first round is over: the public card
                     state.apply_action(RANKS.index(public))
             legal = sorted(_SPIEL_ACTION[m] for m in theory.legal_moves(info_set))
-            assert state.current_player() == player and state.legal_actions() == legal, (info_set, str(state))
+            if state.current_player() != player or state.legal_actions() != legal:
+                raise RuntimeError(f"OpenSpiel's leduc_poker replayed info set {info_set!r} to a state where player "
+                                   f"{state.current_player()} acts with actions {state.legal_actions()}; expected "
+                                   f"player {player} with {legal} (state: {state})")
             tensors.append(np.asarray(state.information_state_tensor(player), dtype=np.float32))
             masks.append(np.isin(np.arange(game.num_distinct_actions()), legal))
         _NFSP_INPUTS = np.stack(tensors), np.stack(masks)
