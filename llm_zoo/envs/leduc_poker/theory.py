@@ -299,7 +299,8 @@ def exploitability(policy: PolicyLike) -> float:
 # OpenSpiel conversion (pyspiel is imported lazily: it belongs to the `baselines` extra)
 # ---------------------------------------------------------------------------------------------------
 
-_OPENSPIEL_ACTION = {"fold": 0, "check": 1, "call": 1, "bet": 2, "raise": 2}
+OPENSPIEL_ACTION = {"fold": 0, "check": 1, "call": 1, "bet": 2, "raise": 2}
+"""OpenSpiel's ``leduc_poker`` action of each move (its actions: 0 fold, 1 call or check, 2 raise or bet)."""
 _STATE = re.compile(r"\[Private: (\d)\].*?(?:\[Public: (\d)\])?\[Round1: ([\d ]*)\]\[Round2: ([\d ]*)\]")
 
 
@@ -319,7 +320,7 @@ def from_openspiel_key(key: str) -> str:
     for actions in rounds[: 2 if public is not None else 1]:
         for action in actions.split():
             node = NODES[state]
-            move = next(m for m in node.legal if _OPENSPIEL_ACTION[m.value] == int(action))
+            move = next(m for m in node.legal if OPENSPIEL_ACTION[m.value] == int(action))
             state = NEXT[state, move]
     del history
     return info_set(int(private) // SUITS, None if public is None else int(public) // SUITS, state)
@@ -338,7 +339,7 @@ def to_openspiel(policy: PolicyLike, game: pyspiel.Game | None = None) -> Tabula
     for key, index in tabular.state_lookup.items():
         tabular.action_probability_array[index, :] = 0.0
         for move, prob in checked[from_openspiel_key(key)].items():
-            tabular.action_probability_array[index, _OPENSPIEL_ACTION[move]] = prob
+            tabular.action_probability_array[index, OPENSPIEL_ACTION[move]] = prob
     return tabular
 
 
@@ -355,7 +356,7 @@ def from_openspiel(tabular_policy: TabularPolicy, tol: float = 1e-9) -> dict[str
     for key, index in tabular_policy.state_lookup.items():
         ours = from_openspiel_key(key)
         probs = tabular_policy.action_probability_array[index]
-        rows.setdefault(ours, []).append([float(probs[_OPENSPIEL_ACTION[m]]) for m in legal_moves(ours)])
+        rows.setdefault(ours, []).append([float(probs[OPENSPIEL_ACTION[m]]) for m in legal_moves(ours)])
     out = {}
     for ours in INFO_SETS:
         if ours not in rows:
@@ -370,6 +371,6 @@ def from_openspiel(tabular_policy: TabularPolicy, tol: float = 1e-9) -> dict[str
     return validate_policy(out)
 
 
-__all__ = ["DEALS", "INFO_SETS", "RANKS", "UNIFORM_EXPLOITABILITY", "best_response", "best_response_value",
-           "exploitability", "from_openspiel", "from_openspiel_key", "game_value", "legal_moves", "nash_conv",
-           "player_of", "to_openspiel", "uniform_policy", "validate_policy"]
+__all__ = ["DEALS", "INFO_SETS", "OPENSPIEL_ACTION", "RANKS", "UNIFORM_EXPLOITABILITY", "best_response",
+           "best_response_value", "exploitability", "from_openspiel", "from_openspiel_key", "game_value", "legal_moves",
+           "nash_conv", "player_of", "to_openspiel", "uniform_policy", "validate_policy"]

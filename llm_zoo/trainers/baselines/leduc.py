@@ -236,8 +236,6 @@ NFSP_DEFAULTS: dict[str, Any] = {
 NFSP_GAME = {"suit_isomorphism": True}
 """OpenSpiel's ``leduc_poker`` parameters for NFSP: suits are strategically irrelevant, and the agents see ranks."""
 
-_SPIEL_ACTION = {"fold": 0, "check": 1, "call": 1, "bet": 2, "raise": 2}
-"""OpenSpiel's ``leduc_poker`` action of each of our moves (its actions: 0 fold, 1 call or check, 2 raise or bet)."""
 _NFSP_INPUTS: tuple[np.ndarray, np.ndarray] | None = None
 
 
@@ -255,10 +253,10 @@ def _nfsp_inputs() -> tuple[np.ndarray, np.ndarray]:
             state.apply_action(RANKS.index(own_0))
             state.apply_action(RANKS.index(own_1))
             for move in (m for r in info_set.split(":")[1].split("/") for m in r.split(",") if m):
-                state.apply_action(_SPIEL_ACTION[move])
+                state.apply_action(theory.OPENSPIEL_ACTION[move])
                 if state.is_chance_node():  # the first round is over: the public card
                     state.apply_action(RANKS.index(public))
-            legal = sorted(_SPIEL_ACTION[m] for m in theory.legal_moves(info_set))
+            legal = sorted(theory.OPENSPIEL_ACTION[m] for m in theory.legal_moves(info_set))
             if state.current_player() != player or state.legal_actions() != legal:
                 raise RuntimeError(f"OpenSpiel's leduc_poker replayed info set {info_set!r} to a state where player "
                                    f"{state.current_player()} acts with actions {state.legal_actions()}; expected "
@@ -291,7 +289,7 @@ def nfsp_strategy(agents: Sequence[Any]) -> dict[str, dict[str, float]]:
             with agents[player].temp_mode_as(MODE.AVERAGE_POLICY):
                 probs = agents[player].step(rl_environment.TimeStep(observations, None, None, None),
                                             is_evaluation=True).probs
-            row = {m: float(probs[_SPIEL_ACTION[m]]) for m in theory.legal_moves(info_set)}
+            row = {m: float(probs[theory.OPENSPIEL_ACTION[m]]) for m in theory.legal_moves(info_set)}
             mass = math.fsum(row.values())
             table[info_set] = {m: p / mass for m, p in row.items()}
     finally:
