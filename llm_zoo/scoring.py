@@ -69,7 +69,7 @@ runs the whole batch as one pass, as before.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -81,7 +81,7 @@ from llm_zoo.policies.compat import cache_argument, forward_params, keep_logits_
 
 __all__ = [
     "NestPlan", "PASS_COST_TOKENS", "PrefixPlan", "PrefixTree", "TreeRows", "allowed_mask",
-    "checkpoints_activations", "common_length", "completion_logprobs", "dedupe", "forward_in_chunks",
+    "checkpoints_activations", "common_length", "completion_logprobs", "dedupe", "dedupe_rows", "forward_in_chunks",
     "forward_prompts", "forward_tree", "left_pad", "long_tensor", "nests", "one_token_tree_logits", "plan_nesting",
     "plan_prefixes", "plan_tree", "position_ids_of", "prefix_tree", "right_pad", "row_chunks", "tree_pair_cost",
     "tree_rows",
@@ -856,6 +856,26 @@ def dedupe(keys: Iterable[_K]) -> tuple[list[_K], list[int]]:
     """Return the distinct keys in first-seen order, and the index of each key among them."""
     index: dict[_K, int] = {}
     positions = [index.setdefault(k, len(index)) for k in keys]
+    return list(index), positions
+
+
+def dedupe_rows(rows: Iterable[tuple[Any, ...]], key: Callable[[tuple[Any, ...]], Hashable]
+                ) -> tuple[list[Hashable], list[int]]:
+    """``dedupe(map(key, rows))``, where rows whose parts are the very same objects as an earlier row's are keyed once.
+
+    ``rows`` are tuples of objects (token id lists, say) and ``key`` reads a row's value as a hashable key. A row
+    whose parts are the objects of a row seen before is found by their identities, without reading its values
+    again: the trainer's samples of one state share their lists (``grpo._samples``), so a step's thousand rows
+    cost a dozen keys. Rows of equal values in other objects still meet at their key.
+    """
+    seen: dict[tuple[int, ...], tuple[tuple[Any, ...], int]] = {}  # keeps each row's parts alive: no id is reused
+    index: dict[Hashable, int] = {}
+    positions = []
+    for parts in rows:
+        found = seen.get(ids := tuple(map(id, parts)))
+        if found is None:
+            found = seen[ids] = (parts, index.setdefault(key(parts), len(index)))
+        positions.append(found[1])
     return list(index), positions
 
 
