@@ -746,11 +746,13 @@ def _train(config: TrainConfig, resume: bool, device: torch.device, run_dir: Pat
         n_groups = config.episodes_per_step // config.group_size
         seeds = [s for s in (rng.randrange(2**31) for _ in range(n_groups)) for _ in range(config.group_size)]
         assignments, trained_agents = [], []
-        for _ in seeds:
-            mapping = {a: acting[policy_of[a]] for a in agents}
-            trainable = {a for a in agents if (roles[a] in learn or a in learn) and policy_of[a] in active}
-            if config.pool_every:
-                trainable = meet_snapshots(mapping, trainable, rng, config.p_latest, pool_of, snapshot)
+        every_seat = {a: acting[policy_of[a]] for a in agents}
+        trained = {a for a in agents if (roles[a] in learn or a in learn) and policy_of[a] in active}
+        for _ in seeds:  # without a pool every episode shares one mapping and one set (read-only)
+            mapping, trainable = every_seat, trained
+            if config.pool_every:  # a snapshot may take a seat: the episode's own mapping
+                mapping = dict(every_seat)
+                trainable = meet_snapshots(mapping, set(trained), rng, config.p_latest, pool_of, snapshot)
             assignments.append(mapping)
             trained_agents.append(trainable)
         mine = distributed.episode_slice(len(seeds), config.group_size)  # every episode in one process
