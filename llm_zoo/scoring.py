@@ -859,24 +859,23 @@ def dedupe(keys: Iterable[_K]) -> tuple[list[_K], list[int]]:
     return list(index), positions
 
 
-def dedupe_rows(rows: Iterable[tuple[Any, ...]], key: Callable[[tuple[Any, ...]], Hashable]
+def dedupe_rows(columns: Sequence[Iterable[Any]], key: Callable[[tuple[Any, ...]], Hashable]
                 ) -> tuple[list[Hashable], list[int]]:
-    """``dedupe(map(key, rows))``, where rows whose parts are the very same objects as an earlier row's are keyed once.
+    """``dedupe(map(key, rows))`` of the rows ``zip(*columns)``, where rows made of the very same objects are keyed once.
 
-    ``rows`` are tuples of objects (token id lists, say) and ``key`` reads a row's value as a hashable key. A row
-    whose parts are the objects of a row seen before is found by their identities, without reading its values
-    again: the trainer's samples of one state share their lists (``grpo._samples``), so a step's thousand rows
-    cost a dozen keys. Rows of equal values in other objects still meet at their key.
+    ``columns`` hold the rows' parts (token id lists, say), one column a part, and ``key`` reads a row's values as a
+    hashable key. Rows whose parts are the objects of an earlier row are found by their identities, without reading
+    their values again: the trainer's samples of one state share their lists (``grpo._samples``), so a step's
+    thousand rows cost a dozen keys. Rows of equal values in other objects still meet at their key.
     """
-    seen: dict[tuple[int, ...], tuple[tuple[Any, ...], int]] = {}  # keeps each row's parts alive: no id is reused
+    columns = [list(c) for c in columns]  # held through the call: no part's id is taken by another object
+    ids = list(zip(*[map(id, c) for c in columns]))
+    first = dict(zip(reversed(ids), range(len(ids) - 1, -1, -1)))  # each distinct identity -> its first row
     index: dict[Hashable, int] = {}
-    positions = []
-    for parts in rows:
-        found = seen.get(ids := tuple(map(id, parts)))
-        if found is None:
-            found = seen[ids] = (parts, index.setdefault(key(parts), len(index)))
-        positions.append(found[1])
-    return list(index), positions
+    row_of_ids = {}
+    for i in sorted(first.values()):  # in the rows' order, so the keys come first-seen as dedupe gives them
+        row_of_ids[ids[i]] = index.setdefault(key(tuple(c[i] for c in columns)), len(index))
+    return list(index), list(map(row_of_ids.__getitem__, ids))
 
 
 def left_pad(

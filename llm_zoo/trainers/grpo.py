@@ -433,7 +433,8 @@ def distinct_rows(batch: Sequence[Sample], device: torch.device) -> tuple[list[S
     the gradient's sums, and the passes, the log-softmax and the exact KL run over the distinct rows. The Kuhn
     main job's 1024 hands give each seat about 12 distinct rows a step (docs/kuhn_selfplay.md, section 14).
     """
-    _, row_of = dedupe_rows([(b.prompt_ids, b.completion_ids, b.allowed) for b in batch], _row_key)
+    _, row_of = dedupe_rows([[b.prompt_ids for b in batch], [b.completion_ids for b in batch],
+                             [b.allowed for b in batch]], _row_key)
     first: dict[int, Sample] = {}
     for b, row in zip(batch, row_of):
         first.setdefault(row, b)

@@ -309,7 +309,7 @@ def micro_batches(batch: Sequence[Any], micro_batch_size: int, token_budget: int
         if token_budget is None:
             out.append(mb)
             continue
-        distinct, row_of = dedupe_rows([(b.prompt_ids, b.completion_ids) for b in mb], _pair_key)
+        distinct, row_of = dedupe_rows([[b.prompt_ids for b in mb], [b.completion_ids for b in mb]], _pair_key)
         width = max(len(c) for _, c in distinct)
         lengths = [len(p) + width for p, _ in distinct]
         pass_of = list(range(len(distinct)))

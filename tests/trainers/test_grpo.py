@@ -149,7 +149,7 @@ def test_dedupe_rows_keeps_the_rows_it_has_seen_alive_so_no_id_is_reused():
     from llm_zoo.scoring import dedupe_rows
 
     # fresh lists, each dropped by the generator once read: their ids would be free for the next ones
-    distinct, positions = dedupe_rows((([v],) for v in (1, 2, 3, 1, 2)), lambda r: tuple(r[0]))
+    distinct, positions = dedupe_rows([([v] for v in (1, 2, 3, 1, 2))], lambda r: tuple(r[0]))
     assert distinct == [(1,), (2,), (3,)] and positions == [0, 1, 2, 0, 1]
 
 
