@@ -839,14 +839,21 @@ def _outcomes(episodes: Sequence[Episode], trained_agents: Sequence[set[str]], r
     """Return one :class:`Outcome` per (episode, trained agent), in episode order, failed episodes' last and scored
     by :func:`score_failures`."""
     finished, failed = [], []
+    in_order: dict[int, list[str]] = {}  # a set shared by many episodes (the step's trained agents) sorted once
+    who_of = {a: a if config.baseline_key == "agent" else role for a, role in roles.items()}  # every agent's
+    key_of = {a: f"{config.env}/{who}" for a, who in who_of.items()}
     for i, (episode, trainable) in enumerate(zip(episodes, trained_agents)):
-        for agent in sorted(trainable):
-            who = agent if config.baseline_key == "agent" else roles[agent]
+        agents = in_order.get(id(trainable))  # trained_agents holds every set: an id is its set's own
+        if agents is None:
+            agents = in_order[id(trainable)] = sorted(trainable)
+        for agent in agents:
+            who, key = who_of[agent], key_of[agent]
             if config.baseline_key == "prompt":
                 who = f"{who}/{_opening(episode, agent)}"
+                key = f"{config.env}/{who}"
             group = episode.infos.get(agent, {}).get("group", episode.seed)
             (failed if episode.failed else finished).append(
-                Outcome(i, agent, episode.returns.get(agent, 0.0), f"{config.env}/{who}", f"{group}/{who}"))
+                Outcome(i, agent, episode.returns.get(agent, 0.0), key, f"{group}/{who}"))
     return finished + score_failures(finished, failed)
 
 
