@@ -78,7 +78,15 @@ class ChatTemplatePolicy(Policy):
             return [], []
         prompts = self.encode_prompts(observations)
         PromptTooLong.check(self.name, prompts, self.max_prompt_tokens)
-        paths = [self.legal_paths(obs) for obs in observations] if self.constrain else [None] * len(prompts)
+        if not self.constrain:
+            return prompts, [None] * len(prompts)
+        paths_of: dict[int, tuple[tuple[tuple[int, ...], ...] | None]] = {}  # a batch shows a few states many times
+        paths = []
+        for obs in observations:  # (observations holds each one: an id is its own)
+            found = paths_of.get(id(obs))
+            if found is None:
+                found = paths_of[id(obs)] = (self.legal_paths(obs),)
+            paths.append(found[0])
         return prompts, paths
 
     def encode_prompts(self, observations: Sequence[Observation]) -> list[list[int]]:

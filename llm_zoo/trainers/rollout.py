@@ -717,7 +717,10 @@ def _turn(node: _Node, answer: Reply | str, reward: float, seat_name: str) -> Tu
         turn = Turn.__new__(Turn)  # Turn.unchecked without its canonical copy: the state's is canonical already
         turn.agent, turn.role, turn.step, turn.reply = node.agent, node.role, node.step, str.__str__(answer)
         turn.observation = node.canonical
-        turn.prompt_ids, turn.completion_ids, turn.logprobs = (None if r is None else r.copy() for r in records)
+        prompt, completion, logprobs = records
+        turn.prompt_ids = None if prompt is None else prompt.copy()
+        turn.completion_ids = None if completion is None else completion.copy()
+        turn.logprobs = None if logprobs is None else logprobs.copy()
         turn.policy = str(policy)
     turn.reward = reward
     return turn
