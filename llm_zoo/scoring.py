@@ -69,7 +69,7 @@ runs the whole batch as one pass, as before.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -81,7 +81,7 @@ from llm_zoo.policies.compat import cache_argument, forward_params, keep_logits_
 
 __all__ = [
     "NestPlan", "PASS_COST_TOKENS", "PrefixPlan", "PrefixTree", "TreeRows", "allowed_mask",
-    "checkpoints_activations", "common_length", "completion_logprobs", "dedupe", "forward_in_chunks",
+    "checkpoints_activations", "common_length", "completion_logprobs", "dedupe", "dedupe_rows", "forward_in_chunks",
     "forward_prompts", "forward_tree", "left_pad", "long_tensor", "nests", "one_token_tree_logits", "plan_nesting",
     "plan_prefixes", "plan_tree", "position_ids_of", "prefix_tree", "right_pad", "row_chunks", "tree_pair_cost",
     "tree_rows",
@@ -857,6 +857,25 @@ def dedupe(keys: Iterable[_K]) -> tuple[list[_K], list[int]]:
     index: dict[_K, int] = {}
     positions = [index.setdefault(k, len(index)) for k in keys]
     return list(index), positions
+
+
+def dedupe_rows(columns: Sequence[Iterable[Any]], key: Callable[[tuple[Any, ...]], Hashable]
+                ) -> tuple[list[Hashable], list[int]]:
+    """``dedupe(map(key, rows))`` of the rows ``zip(*columns)``, where rows made of the very same objects are keyed once.
+
+    ``columns`` hold the rows' parts (token id lists, say), one column a part, and ``key`` reads a row's values as a
+    hashable key. Rows whose parts are the objects of an earlier row are found by their identities, without reading
+    their values again: the trainer's samples of one state share their lists (``grpo._samples``), so a step's
+    thousand rows cost a dozen keys. Rows of equal values in other objects still meet at their key.
+    """
+    columns = [list(c) for c in columns]  # held through the call: no part's id is taken by another object
+    ids = list(zip(*[map(id, c) for c in columns]))
+    first = dict(zip(reversed(ids), range(len(ids) - 1, -1, -1)))  # each distinct identity -> its first row
+    index: dict[Hashable, int] = {}
+    row_of_ids = {}
+    for i in sorted(first.values()):  # in the rows' order, so the keys come first-seen as dedupe gives them
+        row_of_ids[ids[i]] = index.setdefault(key(tuple(c[i] for c in columns)), len(index))
+    return list(index), list(map(row_of_ids.__getitem__, ids))
 
 
 def left_pad(

@@ -78,7 +78,15 @@ class ChatTemplatePolicy(Policy):
             return [], []
         prompts = self.encode_prompts(observations)
         PromptTooLong.check(self.name, prompts, self.max_prompt_tokens)
-        paths = [self.legal_paths(obs) for obs in observations] if self.constrain else [None] * len(prompts)
+        if not self.constrain:
+            return prompts, [None] * len(prompts)
+        paths_of: dict[int, tuple[tuple[tuple[int, ...], ...] | None]] = {}  # a batch shows a few states many times
+        paths = []
+        for obs in observations:  # (observations holds each one: an id is its own)
+            found = paths_of.get(id(obs))
+            if found is None:
+                found = paths_of[id(obs)] = (self.legal_paths(obs),)
+            paths.append(found[0])
         return prompts, paths
 
     def encode_prompts(self, observations: Sequence[Observation]) -> list[list[int]]:
@@ -96,15 +104,16 @@ class ChatTemplatePolicy(Policy):
         for i, obs in enumerate(observations):
             messages = _messages(obs, i)
             key = row = None
+            # read-only views (what the trainer's rollout memo shows): the same tuple always holds the same
+            # conversation, so it is found by identity, without hashing its text (the entry keeps it alive, and
+            # holds only tuples of views: the same tuple holds the same views)
+            seen = frozen.get(id(messages))
+            if seen is not None and seen[0] is messages:
+                conversations.append(messages)
+                keys.append(None)
+                ids.append(seen[1])
+                continue
             if memo is not None and type(messages) is tuple and all(type(m) is MappingProxyType for m in messages):
-                # read-only views (what the trainer's rollout memo shows): the same tuple always holds the same
-                # conversation, so it is found by identity, without hashing its text (the entry keeps it alive)
-                seen = frozen.get(id(messages))
-                if seen is not None and seen[0] is messages:
-                    conversations.append(messages)
-                    keys.append(None)
-                    ids.append(seen[1])
-                    continue
                 remember.append(i)
             if memo is not None:
                 try:  # the key is the conversation's (role, content, ...) items; the memo hashes it

@@ -278,7 +278,7 @@ class TransformersPolicy(ChatTemplatePolicy):
         distinct, row_of = dedupe(map(tuple, prompts))
         chunks = row_chunks([len(p) + self.max_new_tokens for p in distinct], budget)
         if len(chunks) == 1:
-            return self._sample(prompts, paths)
+            return self._sample(prompts, paths, (distinct, row_of))
         chunk_of = [0] * len(distinct)
         for c, members in enumerate(chunks):
             for m in members:
@@ -295,13 +295,18 @@ class TransformersPolicy(ChatTemplatePolicy):
         return completions, logprobs
 
     def _sample(
-        self, prompts: list[list[int]], paths: Sequence[Sequence[tuple[int, ...]] | None] | None = None
+        self, prompts: list[list[int]], paths: Sequence[Sequence[tuple[int, ...]] | None] | None = None,
+        deduped: tuple[list[tuple[int, ...]], list[int]] | None = None,
     ) -> tuple[list[list[int]], list[list[float]]]:
-        """Sample a completion per prompt (within its legal paths, if given); return ids and log-probs, unpadded."""
+        """Sample a completion per prompt (within its legal paths, if given); return ids and log-probs, unpadded.
+        ``deduped``: ``dedupe`` of the prompts as tuples, where the caller has it already."""
         model, device, batch = self.model, self.device, len(prompts)
         cache_arg = cache_argument(model)
         keep_last = keep_logits_kwargs(model, 1)
-        distinct, row_of = dedupe(map(tuple, prompts)) if self.share_prefix else (prompts, None)
+        if not self.share_prefix:
+            distinct, row_of = prompts, None
+        else:
+            distinct, row_of = dedupe(map(tuple, prompts)) if deduped is None else deduped
         # One-token replies need only each prompt's last logits, not a cache laid out per prompt,
         # so the prompts may run as one token tree (module docstring) when that is cheaper.
         if self.share_prefix and self.max_new_tokens == 1:

@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from llm_zoo.scoring import dedupe, nests, plan_nesting, row_chunks
+from llm_zoo.scoring import dedupe_rows, nests, plan_nesting, row_chunks
 
 __all__ = ["Estimate", "estimate", "micro_batches", "pass_bytes", "preflight", "sft_estimate", "sft_preflight",
            "trainable_params"]
@@ -289,6 +289,10 @@ def _advice(config: Any, found: Estimate, fields: list[str]) -> str:
     return lower
 
 
+def _pair_key(row: tuple[Sequence[int], Sequence[int]]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    return tuple(row[0]), tuple(row[1])
+
+
 def micro_batches(batch: Sequence[Any], micro_batch_size: int, token_budget: int | None) -> list[list[Any]]:
     """Split a step's samples (with ``prompt_ids``, ``completion_ids`` and ``allowed``) into the update's micro-batches.
 
@@ -305,8 +309,7 @@ def micro_batches(batch: Sequence[Any], micro_batch_size: int, token_budget: int
         if token_budget is None:
             out.append(mb)
             continue
-        keys = [(tuple(b.prompt_ids), tuple(b.completion_ids)) for b in mb]
-        distinct, row_of = dedupe(keys)
+        distinct, row_of = dedupe_rows([[b.prompt_ids for b in mb], [b.completion_ids for b in mb]], _pair_key)
         width = max(len(c) for _, c in distinct)
         lengths = [len(p) + width for p, _ in distinct]
         pass_of = list(range(len(distinct)))

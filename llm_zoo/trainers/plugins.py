@@ -241,7 +241,8 @@ class Plugin:
         return None
 
     def see_turn(self, learner: Any, turn: Any) -> dict[str, Any]:
-        """For each trained turn of a step, in episode order: extra fields of the turn's ``Sample``."""
+        """For each distinct trained turn of a step (its learner, the observation it was shown and its reply), in
+        episode order: extra fields of the ``Sample`` of every turn like it."""
         return {}
 
     def advantages(self, batch: list[Any]) -> list[Any]:

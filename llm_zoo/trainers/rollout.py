@@ -452,19 +452,30 @@ class MemoEnvs:
         self.hosted: set[int] = set()
         self.live: dict[int, _Walk] = {}
         self.canonical_kwargs = jsonable(dict(env_kwargs))
+        # each distinct seats mapping of the jobs (the collection seats equal mappings with one object) with the
+        # seats found in it and its records' policies by end: looked up once, not once an episode
+        self.seatings: dict[int, _Seating] = {}
+
+    def _seating(self, job: Job) -> _Seating:
+        found = self.seatings.get(id(job.seats))
+        if found is None or found.seats is not job.seats:  # it holds its mapping: no other one takes its id
+            found = self.seatings[id(job.seats)] = _Seating(job.seats)
+        return found
 
     def start(self, jobs: Sequence[Job]) -> list[tuple[int, Outcome]]:
         out: list[tuple[int, Outcome]] = []
+        opening_of = self.memo.env(self.build).unwrapped.opening
         for job in jobs:
-            walk = self.live[job.slot] = _Walk(job, time.perf_counter())
+            walk = self.live[job.slot] = _Walk(job, time.perf_counter(), self._seating(job))
             try:
-                opening = self.memo.env(self.build).unwrapped.opening(job.seed, job.options)
+                opening = opening_of(job.seed, job.options)
             except Exception:
                 opening = None  # options the env refuses: the replay below fails as reset does
             walk.opening = opening
             node = self.memo.roots.get(opening) if opening is not None else None
             if node is None:
                 node = self._visit(walk)
+                opening_of = self.memo.env(self.build).unwrapped.opening  # a replay that failed drops the env
                 if node is None:
                     out.append((job.slot, self._failed(job.slot)))
                     continue
@@ -512,18 +523,23 @@ class MemoEnvs:
         walk = self.live[slot]
         if node.end is None:
             walk.nodes.append(node)
-            seat = walk.seat(node.agent, node.role)
-            return Waiting(node.agent, node.observation, seat[0])
+            key = walk.seat(node.agent, node.role)[0]
+            waiting = node.waiting.get(key)  # what a state awaits from one policy: the same (frozen) every time
+            if waiting is None:
+                waiting = node.waiting[key] = Waiting(node.agent, node.observation, key)
+            return waiting
         del self.live[slot]
-        end, job = node.end, walk.job
-        turns = []
-        for state, answer, reward in zip(walk.nodes, walk.answers, end.rewards):
-            turns.append(_turn(state, answer, reward, walk.seat(state.agent, state.role)[1]))
+        end, job, seating = node.end, walk.job, walk.seating
+        turns = [_turn(state, answer, reward, walk.seat(state.agent, state.role)[1])
+                 for state, answer, reward in zip(walk.nodes, walk.answers, end.rewards)]
+        policies = seating.policies.get(id(end))  # ends live in the memo: their ids are theirs
+        if policies is None:
+            policies = seating.policies[id(end)] = {a: walk.seat(a, r)[1] for a, r in end.roles.items()}
         # Episode(...) without its canonical copies: the memo's parts are canonical already, and shared (read-only)
         record = Episode.__new__(Episode)
         record.env_id, record.env_kwargs, record.seed = self.env_id, self.canonical_kwargs, job.seed
         record.options = None if job.options is None else jsonable(dict(job.options))
-        record.roles, record.policies = end.roles, {a: walk.seat(a, r)[1] for a, r in end.roles.items()}
+        record.roles, record.policies = end.roles, policies
         record.turns, record.returns, record.infos = turns, end.returns, end.infos
         record.failed, record.error, record.wall_time = False, None, time.perf_counter() - walk.started
         return record
@@ -644,34 +660,47 @@ class _Node:
     """A memoised state: the agent to reply, what it is shown (as the env gave it, and canonical for the records),
     the env steps before its turn, the states each reply text leads to; or the episode's end."""
 
-    __slots__ = ("agent", "canonical", "children", "end", "observation", "role", "step")
+    __slots__ = ("agent", "canonical", "children", "end", "observation", "role", "step", "waiting")
 
     def __init__(self, agent: str, role: str, observation: Observation, canonical: dict[str, Any], step: int,
                  end: _End | None = None) -> None:
         self.agent, self.role, self.observation, self.canonical, self.step = agent, role, observation, canonical, step
         self.children: dict[str, _Node] = {}
         self.end = end
+        self.waiting: dict[int, Waiting] = {}
+        """The state's :class:`Waiting` by policy key."""
+
+
+class _Seating:
+    """One seats mapping of a collection's jobs, the (policy key, name) found in it by (agent, role), and its
+    records' ``policies`` by episode end (shared by those records, read-only as the rest of a record's parts)."""
+
+    __slots__ = ("found", "policies", "seats")
+
+    def __init__(self, seats: Mapping[str, tuple[int, str]]) -> None:
+        self.seats = seats
+        self.found: dict[tuple[str, str], tuple[int, str]] = {}
+        self.policies: dict[int, dict[str, str]] = {}
 
 
 class _Walk:
     """One episode on a :class:`MemoEnvs` slot: its job, the states it passed and the replies it gave."""
 
-    __slots__ = ("answers", "error", "job", "nodes", "opening", "run", "seats", "started")
+    __slots__ = ("answers", "error", "job", "nodes", "opening", "run", "seating", "started")
 
-    def __init__(self, job: Job, started: float) -> None:
-        self.job, self.started = job, started
+    def __init__(self, job: Job, started: float, seating: _Seating) -> None:
+        self.job, self.started, self.seating = job, started, seating
         self.nodes: list[_Node] = []
         self.answers: list[Reply | str] = []
         self.opening: Hashable | None = None
         self.run: _Run | None = None
         self.error: str | None = None
-        self.seats: dict[tuple[str, str], tuple[int, str]] = {}
 
     def seat(self, agent: str, role: str) -> tuple[int, str]:
         """The (policy key, policy name) serving ``agent``: its name's seat, else its role's (as :func:`_resolve`)."""
-        found = self.seats.get((agent, role))
+        found = self.seating.found.get((agent, role))
         if found is None:
-            found = self.seats[agent, role] = _resolve(self.job.seats, agent, role)
+            found = self.seating.found[agent, role] = _resolve(self.job.seats, agent, role)
         return found
 
 
@@ -679,7 +708,8 @@ def _turn(node: _Node, answer: Reply | str, reward: float, seat_name: str) -> Tu
     """A memoised state's turn with this episode's reply: what :meth:`_Run.play` records, the reward its run gave."""
     records = (answer.prompt_ids, answer.completion_ids, answer.logprobs) if type(answer) is Reply else None
     policy = getattr(answer, "policy", None) or seat_name
-    if records is None or not all(type(r) in _LIST_OR_NONE for r in records):
+    if records is None or not (type(records[0]) in _LIST_OR_NONE and type(records[1]) in _LIST_OR_NONE
+                               and type(records[2]) in _LIST_OR_NONE):
         turn = Turn(agent=node.agent, role=node.role, step=node.step, observation=node.canonical, reply=answer,
                     prompt_ids=getattr(answer, "prompt_ids", None), completion_ids=getattr(answer, "completion_ids", None),
                     logprobs=getattr(answer, "logprobs", None), policy=policy)
@@ -687,7 +717,10 @@ def _turn(node: _Node, answer: Reply | str, reward: float, seat_name: str) -> Tu
         turn = Turn.__new__(Turn)  # Turn.unchecked without its canonical copy: the state's is canonical already
         turn.agent, turn.role, turn.step, turn.reply = node.agent, node.role, node.step, str.__str__(answer)
         turn.observation = node.canonical
-        turn.prompt_ids, turn.completion_ids, turn.logprobs = (None if r is None else r.copy() for r in records)
+        prompt, completion, logprobs = records
+        turn.prompt_ids = None if prompt is None else prompt.copy()
+        turn.completion_ids = None if completion is None else completion.copy()
+        turn.logprobs = None if logprobs is None else logprobs.copy()
         turn.policy = str(policy)
     turn.reward = reward
     return turn
@@ -939,7 +972,11 @@ def _resolve(policies: Mapping[str, Any], agent: str, role: str) -> Any:
 def _check_policies(maps: Sequence[PolicyMap], env: AECEnv) -> None:
     """Check that every mapping serves every possible agent with an object that has ``act``."""
     seen: set[tuple] = set()
+    objects: set[int] = set()  # a mapping object given for many episodes (maps holds it: its id is its own)
     for i, mapping in enumerate(maps):
+        if id(mapping) in objects:
+            continue
+        objects.add(id(mapping))
         if (content := _content(mapping)) in seen:
             continue
         seen.add(content)
@@ -962,8 +999,13 @@ def _seats(maps: Sequence[PolicyMap], possible: Sequence[tuple[str, str]]
     agent that joins mid-episode is served by its name or its role, as in the mapping)."""
     by_key: dict[int, Policy] = {}
     made: dict[tuple, dict[str, tuple[int, str]]] = {}
+    of_object: dict[int, tuple[PolicyMap, dict[str, tuple[int, str]]]] = {}  # one mapping object given many times
     out = []
     for mapping in maps:
+        known = of_object.get(id(mapping))
+        if known is not None:
+            out.append(known[1])
+            continue
         seats = made.get(content := _content(mapping))
         if seats is None:
             seats = made[content] = {}
@@ -974,8 +1016,14 @@ def _seats(maps: Sequence[PolicyMap], possible: Sequence[tuple[str, str]]
             for who, policy in mapping.items():
                 by_key.setdefault(id(policy), policy)
                 seats.setdefault(who, (id(policy), _name(policy)))
+        of_object[id(mapping)] = (mapping, seats)  # held: its id stays its own
         out.append(seats)
     return by_key, out
+
+
+def _distinct_objects(maps: Sequence[PolicyMap]) -> list[PolicyMap]:
+    """The mapping objects of ``maps`` (a mapping given for many episodes once), in order of first appearance."""
+    return list({id(m): m for m in maps}.values())
 
 
 def _content(mapping: PolicyMap) -> tuple:
@@ -987,7 +1035,7 @@ def _content(mapping: PolicyMap) -> tuple:
 def _reseed(maps: Sequence[PolicyMap], seed: int) -> None:
     """Reseed every distinct policy, in order of first appearance, from independent child seeds."""
     distinct: dict[int, Policy] = {}
-    for mapping in maps:
+    for mapping in _distinct_objects(maps):
         for policy in mapping.values():
             distinct.setdefault(id(policy), policy)
     children = np.random.SeedSequence(seed).spawn(len(distinct))

@@ -17,8 +17,10 @@ pytest.importorskip("transformers")
 
 from llm_zoo.trainers import grpo  # noqa: E402
 from llm_zoo.trainers.grpo import (  # noqa: E402
+    Sample,
     TrainConfig,
     aggregate,
+    distinct_rows,
     learning_rate_factor,
     make_config,
     per_token_policy_loss,
@@ -130,6 +132,25 @@ def test_config_errors_name_the_field():
     config = make_config("kuhn_poker_v0", {"steps": "7", "learn": "player", "progress": "false"})
     assert (config.steps, config.learn, config.progress) == (7, ["player"], False)
     assert config.max_new_tokens == 1  # the env's preset applies under the user's overrides
+
+
+def test_distinct_rows_compare_values_whether_samples_share_their_lists_or_not():
+    rows = [([1, 2, 3], [4], [[4, 5]]), ([1, 2], [4], None), ([1, 2, 3], [5], [[4, 5]]), ([1, 2, 3], [4], [[4, 6]])]
+    shared = [Sample(p, c, [-0.5], 1.0, a) for p, c, a in rows for _ in range(2)]  # as the trainer's samples share
+    copies = [Sample(list(p), list(c), [-0.5], 1.0, None if a is None else [list(x) for x in a]) for p, c, a in rows
+              for _ in range(2)]
+    for batch in (shared, copies, shared[:3] + copies[3:], copies[:5] + shared[5:]):
+        distinct, row = distinct_rows(batch, torch.device("cpu"))
+        assert row.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+        assert [(b.prompt_ids, b.completion_ids, b.allowed) for b in distinct] == rows
+
+
+def test_dedupe_rows_keeps_the_rows_it_has_seen_alive_so_no_id_is_reused():
+    from llm_zoo.scoring import dedupe_rows
+
+    # fresh lists, each dropped by the generator once read: their ids would be free for the next ones
+    distinct, positions = dedupe_rows([([v] for v in (1, 2, 3, 1, 2))], lambda r: tuple(r[0]))
+    assert distinct == [(1,), (2,), (3,)] and positions == [0, 1, 2, 0, 1]
 
 
 def test_freeze_rotate_schedule_alternates_roles():
