@@ -43,7 +43,7 @@ judge passed that the hidden tests fail. The JSON line gains ``judge_trained_hid
 ``tests_trained_hidden_pass`` and ``oracle_trained_hidden_pass`` (the three rows' means) and ``judge_blind_spots``.
 
 A pretrained model's rows (``--model NAME``: a catalogue name such as ``smollm2-135m``, a model directory or a hub
-name; the envs of :data:`MODEL_ENVS`: kuhn_poker_v0 and user_sim_v0) replace the tiny model's: ``zero-shot`` (the model as
+name; the envs of :data:`MODEL_ENVS`: all four) replace the tiny model's: ``zero-shot`` (the model as
 loaded), ``warm start`` (``llm-zoo sft ENV --set model=NAME``: the env's SFT preset for a pretrained model,
 ``llm_zoo.trainers.sft.SFT_PRETRAINED_PRESETS``; Kuhn's fits the ``nash`` player's traces) and ``self-play`` (``llm-zoo
 train ENV --set model=NAME --set init=DIR``: the env's pretrained training preset from that warm start, one model in
@@ -74,6 +74,21 @@ cores the warm start takes about 8.5 min and the RL about 17 (the main job: 25.1
 each evaluation plays 24 episodes per user.
 
     python -m benchmarks.learning --envs user_sim_v0 --model smollm2-135m      # 3 seeds
+
+agentic_judge_v0's rows for a pretrained model: ``zero-shot``, the ``floor`` (a stored wrong solution every time),
+``warm start`` (the SFT preset for a pretrained model: 24 traces of the six tasks' stored solutions, correct and wrong
+mixed, written as the model's own tool calls, 2 epochs) and two RL runs from it that differ only in the solver's
+reward, ``judge`` (the frozen rule judge's score: the preset's) and ``visible`` (the visible tests' pass rate), each
+scored by the hidden tests on 24 evaluation episodes (each task 4 times): the pass rate with its pooled Wilson
+interval, the brittle and weak tasks apart, and the share the rule judge passed. proposer_solver_v0's: ``zero-shot``,
+the proposers of each fixed difficulty (``fixed d=1`` ... ``fixed d=9``; d=1 is the tiny rows' floor), ``warm start``
+(64 tasks of every difficulty, 2 epochs) and ``hgrpo`` (the preset's RL), each scored by the mean learnability of 32
+tasks on the held-out topics, with the share of invalid tasks and the panel's mean pass rate. Their ``--quick``
+settings (1 seed, 3 tasks or 2 episodes, 1 step of 2 episodes) took 10.4 min each
+with SmolLM2-135M-Instruct on 2 CPU cores shared with other jobs.
+
+    python -m benchmarks.learning --envs agentic_judge_v0 --model smollm2-135m --quick
+    python -m benchmarks.learning --envs proposer_solver_v0 --model smollm2-135m --quick
 
 Runs go two at a time (``--jobs``), each in a process of its own, one torch thread each (the presets'
 ``threads``); a run that fails (or is killed) is reported on stderr and in the JSON line's ``failed_jobs``, and
@@ -411,9 +426,14 @@ class ModelRows:
     other_users: Sequence[str] = ()
     """Further user simulators each policy is also evaluated against (``user=NAME``); their figures are keyed
     ``NAME/KEY``."""
+    reads: str = "exact figures (no episodes sampled)"
+    """What the figures are, for the table's heading."""
     rate: str = ""
     """A figure that is a rate of successes over the evaluation's ``episodes``: each row gets its pooled Wilson
     interval (``KEY_ci95``); empty for exact figures, which have none."""
+    scripted_rows: Mapping[str, str] = field(default_factory=dict)
+    """Further rows: stage name -> the env's scripted player (``SPEC.scripted``) evaluated in the learning seat, read
+    once as the zero-shot row is (e.g. the floor, the proposers of fixed difficulty)."""
 
 
 MODEL_ENVS: dict[str, ModelRows] = {
@@ -438,12 +458,43 @@ MODEL_ENVS: dict[str, ModelRows] = {
         figures=("success_rate", "held_in_success", "held_out_success", "tool_calls", "turns"),
         rl={"rl": {}},  # the main job's RL (user_sim's preset) from the seed's warm start
         eval_options={"seeds": 2}, quick_eval_options={"seeds": 1},
-        other_users=("scripted_paraphrase",), rate="success_rate",
+        other_users=("scripted_paraphrase",), rate="success_rate", reads="success on held-out evaluation seeds",
         quick={"steps": 1, "episodes_per_step": 2, "group_size": 2, "rollout_batch_size": 2, "max_new_tokens": 32,
                "env_kwargs": {"prompt": "compact", "max_turns": 4, "max_tool_calls": 2,
                               "scenarios": ["cancel_mistake", "cancel_shipped_refused", "payment_gift_card_short"]}},
         quick_sft={"options": [{"scenario": "cancel_mistake"}, {"scenario": "cancel_shipped_refused"}],
                    "episodes": 2, "epochs": 1, "batch_size": 2},
+    ),
+    "agentic_judge_v0": ModelRows(
+        # the solver's hidden-test pass rate, each of the preset's six tasks played alike (per_task: 4 times, 24
+        # episodes a policy), the brittle and weak tasks apart, and the share of episodes the rule judge passed
+        figures=("hidden_pass_rate", "brittle_hidden_pass", "weak_hidden_pass", "judge_pass_rate"),
+        # two rewards of the same episodes from the seed's one warm start: the frozen rule judge's score (the
+        # preset's) and the visible tests' pass rate; the floor always submits a stored wrong solution
+        rl={"judge": {"env_kwargs": {"solver_reward": "judge"}}, "visible": {"env_kwargs": {"solver_reward": "visible"}}},
+        scripted_rows={"floor": "wrong"},
+        eval_options={"per_task": 4}, quick_eval_options={"per_task": 1}, rate="hidden_pass_rate",
+        reads="the hidden tests' pass rate on evaluation seeds",
+        quick={"steps": 1, "episodes_per_step": 2, "group_size": 2, "rollout_batch_size": 2, "micro_batch_size": 2,
+               "max_new_tokens": 48,
+               "env_kwargs": {"tasks": list(QUICK_JUDGE_TASKS), "solver_reward": "judge", "max_tool_calls": 2,
+                              "max_retries": 0}},
+        quick_sft={"options": [{"task": t} for t in QUICK_JUDGE_TASKS], "episodes": 3, "epochs": 1, "batch_size": 3},
+    ),
+    "proposer_solver_v0": ModelRows(
+        # the proposer's mean learnability 4p(1-p) on the 10 held-out topics against the frozen panel of solvers,
+        # with the share of its tasks that were invalid and the panel's mean pass rate on the valid ones
+        figures=("learnability", "invalid_task_rate", "mean_pass_rate"),
+        rl={"hgrpo": {}},  # the preset's RL from the seed's warm start
+        # the proposers of each fixed difficulty (d=1, the easiest task every time, is the tiny rows' floor): the
+        # best of them is what a learned proposer has to beat
+        scripted_rows={f"fixed d={d}": f"proposer_d{d}" for d in range(1, 10)},
+        eval_options={"episodes": 32, "solver_episodes": 0, "batch_size": 16},
+        reads="learnability of its tasks on the held-out topics (evaluation episodes)",
+        quick_eval_options={"episodes": 2, "solver_episodes": 0, "batch_size": 2},
+        quick={"steps": 1, "episodes_per_step": 2, "group_size": 2, "rollout_batch_size": 2, "micro_batch_size": 2,
+               "max_new_tokens": 48},
+        quick_sft={"episodes": 4, "epochs": 1, "batch_size": 4, "val_fraction": 0.0},
     ),
 }
 """Env name -> how its rows for a pretrained model are made (``--model``)."""
@@ -531,7 +582,8 @@ def model_rl_job(env: str, model: str, seed: int, stage: str, init: str, overrid
         model, values = merge_adapters(init, Path(out) / f"{env}-s{seed}-{name}-model"), {**overrides}
     else:
         values = {**overrides, "init": init}
-    config = _model_config(env, model, seed, {**values, **MODEL_ENVS[env].rl[stage]}, Path(out), name)
+    config = _model_config(env, model, seed, _stage_overrides(env, model, values, MODEL_ENVS[env].rl[stage]), Path(out),
+                           name)
     t0 = time.perf_counter()
     train(config, overwrite=True)  # the benchmark owns its --out: a rerun trains anew
     seconds = time.perf_counter() - t0
@@ -545,6 +597,28 @@ def model_rl_job(env: str, model: str, seed: int, stage: str, init: str, overrid
     return {"seed": seed, "stage": stage, "seconds": seconds, "figures": figures, "peak_rss_mb": _peak_rss_mb(),
             "episodes": int(rows[-1]["charts/episodes"]) if rows else 0,
             "tokens": int(sum(r.get("perf/completion_tokens", 0) for r in rows)), "curve": curve}
+
+
+def _stage_overrides(env: str, model: str, values: Mapping[str, Any], change: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with an RL stage's ``change`` over them; its ``env_kwargs`` are merged into the pretrained preset's
+    (e.g. agentic_judge's ``solver_reward``), not put in their place."""
+    from llm_zoo.trainers.grpo import make_config
+
+    out = {**values, **{k: v for k, v in change.items() if k != "env_kwargs"}}
+    if "env_kwargs" in change:
+        out["env_kwargs"] = {**make_config(env, {**values, "model": model}).env_kwargs, **change["env_kwargs"]}
+    return out
+
+
+def scripted_job(env: str, model: str, stage: str, player: str, overrides: Mapping[str, Any], out: str,
+                 options: Mapping[str, Any]) -> dict[str, Any]:
+    """Evaluate the env's scripted ``player`` in every learning seat, as the zero-shot row is; return its figures."""
+    import llm_zoo
+
+    config = _model_config(env, model, 0, overrides, Path(out), stage.replace(" ", "_").replace("=", ""))
+    figures = _model_figures(env, config, {"main": llm_zoo.env_spec(env).scripted[player](seed=0)}, options)
+    return {"seed": 0, "stage": stage, "seconds": 0.0, "episodes": 0, "tokens": 0, "figures": figures,
+            "peak_rss_mb": _peak_rss_mb(), "curve": []}
 
 
 def merge_adapters(checkpoint: str, path: Path) -> str:
@@ -565,7 +639,7 @@ def summarize_model(env: str, results: Sequence[Mapping[str, Any]]) -> dict[str,
     from llm_zoo.user_sim_v0 import wilson_interval
 
     table: dict[str, dict[str, Any]] = {}
-    for stage in ("zero-shot", "warm start", *MODEL_ENVS[env].rl):
+    for stage in ("zero-shot", *MODEL_ENVS[env].scripted_rows, "warm start", *MODEL_ENVS[env].rl):
         runs = sorted((r for r in results if r["stage"] == stage), key=lambda r: r["seed"])
         if not runs:
             continue
@@ -586,9 +660,7 @@ def summarize_model(env: str, results: Sequence[Mapping[str, Any]]) -> dict[str,
 
 def print_model_table(env: str, model: str, table: Mapping[str, Mapping[str, Any]]) -> None:
     figures = _model_keys(env)
-    kind = ("success on held-out evaluation seeds" if MODEL_ENVS[env].rate else
-            "exact figures (no episodes sampled)")
-    print(f"\n{env} with {model}: {kind}; mean ± spread over training seeds")
+    print(f"\n{env} with {model}: {MODEL_ENVS[env].reads}; mean ± spread over training seeds")
     head = f"{'stage':<11} {'seeds':>5}" + "".join(f" {k:>29}" for k in figures)
     print(head + f" {'episodes':>8} {'tokens':>9} {'seconds':>8} {'eval s':>7} {'peak MB':>8}")
     for stage, row in table.items():
@@ -609,6 +681,8 @@ def run_model(env: str, model: str, seeds: Sequence[int], *, quick: bool, jobs: 
     options = dict(rows_of.quick_eval_options if quick else rows_of.eval_options)
     queue = Isolated(multiprocessing.get_context("fork"), jobs)
     queue.submit(("zero-shot", 0), zero_shot_job, env, model, overrides, str(out), options)
+    for stage, player in rows_of.scripted_rows.items():
+        queue.submit((stage, 0), scripted_job, env, model, stage, player, overrides, str(out), options)
     for s in seeds:
         queue.submit(("warm start", s), model_warm_start_job, env, model, s, sft_overrides, overrides, str(out),
                      options)

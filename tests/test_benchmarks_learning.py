@@ -209,7 +209,51 @@ def test_quick_user_sim_rows_of_a_model_directory(capsys, tmp_path, tiny_model_d
     assert rows["rl"]["episodes"] == 2 and rows["rl"]["seconds"] > 0
 
 
+def test_quick_judge_rows_of_a_model_directory(capsys, tmp_path, tiny_model_dir):
+    """``--model`` on agentic_judge: the floor beside zero-shot, warm start and the two rewards' RL runs, each scored
+    by the hidden tests with a pooled interval; each RL run changes only its reward in the preset's env kwargs."""
+    model = stand_in(tiny_model_dir, "agentic_judge_v0")
+    figures = learning.main(["--quick", "--envs", "agentic_judge_v0", "--model", model, "--out", str(tmp_path)])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(out[-1]) == figures
+    rows = figures["rows"]["agentic_judge_v0"]
+    assert list(rows) == ["zero-shot", "floor", "warm start", "judge", "visible"] and figures["failed_jobs"] == []
+    assert figures["agentic_judge_v0"] == rows["judge"]["hidden_pass_rate"]
+    assert rows["floor"]["hidden_pass_rate"] == 0.0  # the floor submits a stored wrong solution
+    for stage, row in rows.items():
+        low, high = row["hidden_pass_rate_ci95"]
+        assert 0.0 <= low <= row["hidden_pass_rate"] <= high <= 1.0, stage
+        assert 0.0 <= row["brittle_hidden_pass"] <= 1.0 and 0.0 <= row["judge_pass_rate"] <= 1.0, stage
+    for result in json.loads((tmp_path / "learning.json").read_text())["agentic_judge_v0"]:
+        assert result["figures"]["episodes"] == len(learning.QUICK_JUDGE_TASKS), result["stage"]  # per_task 1
+    for stage in ("judge", "visible"):
+        config = json.loads((tmp_path / f"agentic_judge_v0-s0-{stage}" / "config.json").read_text())
+        # the quick setting's env kwargs kept, the reward the stage's
+        assert config["env_kwargs"] == {**learning.MODEL_ENVS["agentic_judge_v0"].quick["env_kwargs"],
+                                        "solver_reward": stage}, stage
+        assert config["init"].startswith(str(tmp_path / "agentic_judge_v0-s0-sft")) and config["model"] == model
+        assert config["policies"] == {"judge": "scripted:rule_judge"}  # the judge stays frozen
+        assert rows[stage]["episodes"] == 2 and rows[stage]["seconds"] > 0, stage
+
+
+def test_quick_proposer_rows_of_a_model_directory(capsys, tmp_path, tiny_model_dir):
+    """``--model`` on proposer_solver: the proposers of fixed difficulty beside zero-shot, warm start and RL, each
+    scored by learnability on the held-out topics."""
+    model = stand_in(tiny_model_dir, "proposer_solver_v0")
+    figures = learning.main(["--quick", "--envs", "proposer_solver_v0", "--model", model, "--out", str(tmp_path)])
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == figures
+    rows = figures["rows"]["proposer_solver_v0"]
+    fixed = [f"fixed d={d}" for d in range(1, 10)]
+    assert list(rows) == ["zero-shot", *fixed, "warm start", "hgrpo"] and figures["failed_jobs"] == []
+    for stage, row in rows.items():
+        assert 0.0 <= row["learnability"] <= 1.0 and 0.0 <= row["invalid_task_rate"] <= 1.0, stage
+    assert all(rows[stage]["invalid_task_rate"] == 0.0 for stage in fixed)  # the scripted tasks are all valid
+    config = json.loads((tmp_path / "proposer_solver_v0-s0-hgrpo" / "config.json").read_text())
+    assert config["init"].startswith(str(tmp_path / "proposer_solver_v0-s0-sft")) and config["learn"] == ["proposer"]
+    assert rows["hgrpo"]["episodes"] == 2
+
+
 def test_model_rows_refuse_an_env_without_them(capsys):
     with pytest.raises(SystemExit):
-        learning.main(["--quick", "--envs", "agentic_judge_v0", "--model", "smollm2-135m"])
-    assert "--envs takes names of ['kuhn_poker_v0', 'user_sim_v0'] with --model" in capsys.readouterr().err
+        learning.main(["--quick", "--envs", "leduc_poker_v0", "--model", "smollm2-135m"])
+    assert f"--envs takes names of {sorted(learning.MODEL_ENVS)} with --model" in capsys.readouterr().err

@@ -41,6 +41,7 @@ from torch.utils.checkpoint import checkpoint as recompute
 
 import llm_zoo
 from llm_zoo.catalogue import is_pretrained
+from llm_zoo.envs.agentic_judge.env import LEARNING_TASKS
 from llm_zoo.episode import Episode, export_chat_jsonl
 from llm_zoo.models import build_tokenizer_and_model, check_model_fields
 from llm_zoo.seating import Seating, scripted_name
@@ -227,6 +228,14 @@ SFT_PRETRAINED_PRESETS: dict[str, dict[str, Any]] = {
                       "memory_limit_gb": 6.0},  # 4.70 GiB estimated against the 4.5 GB measured
     # the warm start of user_sim's main job, also as `llm-zoo sft user_sim_v0 --role assistant`: 2.9 GB at most
     "user_sim_v0": dict(presets.USER_SIM_V0_PRETRAINED["sft"]),
+    # the solver's tool calls in the model's own format: correct and wrong stored solutions of the six tasks mixed,
+    # as the tiny solver's warm start, each conversation one row (the tools as JSON schemas: about 2,000 tokens)
+    "agentic_judge_v0": {"teachers": {"solver": ["reference", "alternative", "wrong"], "judge": "rule_judge"},
+                         "options": [{"task": t} for t in LEARNING_TASKS], "episodes": 24, "epochs": 2,
+                         "batch_size": 4, "lr": 1e-3, "val_fraction": 0.0, "max_tokens_per_micro_batch": 2048},
+    # tasks of every difficulty, as the tiny proposer's warm start
+    "proposer_solver_v0": {"teachers": {"proposer": "proposer_mixed"}, "episodes": 64, "epochs": 2, "batch_size": 8,
+                           "lr": 1e-3, "val_fraction": 0.1, "max_tokens_per_micro_batch": 1024},
 }
 """Env name -> SFT fields for a pretrained model (:func:`llm_zoo.catalogue.is_pretrained`), over :data:`SFT_PRESETS`;
 the model fields (LoRA, gradient checkpointing) come from the env's pretrained training preset."""
