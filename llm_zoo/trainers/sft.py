@@ -229,7 +229,9 @@ SFT_PRETRAINED_PRESETS: dict[str, dict[str, Any]] = {
     # the warm start of user_sim's main job, also as `llm-zoo sft user_sim_v0 --role assistant`: 2.9 GB at most
     "user_sim_v0": dict(presets.USER_SIM_V0_PRETRAINED["sft"]),
     # the solver's tool calls in the model's own format: correct and wrong stored solutions of the six tasks mixed,
-    # as the tiny solver's warm start, each conversation one row (the tools as JSON schemas: about 2,000 tokens)
+    # as the tiny solver's warm start, one to two conversations a pass (the longest 1284 tokens of SmolLM2's). With
+    # SmolLM2-135M-Instruct on 2 CPU cores (seed 0): 12 steps of about 34 s on quiet cores, the loss 1.17 -> 0.25,
+    # peak 3.1 GB; the hidden tests pass 2 of 24 evaluation episodes (brittle tasks 0.25, weak 0) after it
     "agentic_judge_v0": {"teachers": {"solver": ["reference", "alternative", "wrong"], "judge": "rule_judge"},
                          "options": [{"task": t} for t in LEARNING_TASKS], "episodes": 24, "epochs": 2,
                          "batch_size": 4, "lr": 1e-3, "val_fraction": 0.0, "max_tokens_per_micro_batch": 2048},
