@@ -367,15 +367,22 @@ def rl_job(env: str, seed: int, method: str, init: str, overrides: Mapping[str, 
 
 def _method_overrides(env: str, method: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """The config overrides of ``method``'s RL run: its ``method_overrides`` (env_kwargs merged), else ``algorithm``."""
-    from llm_zoo.trainers.grpo import make_config
 
     change = ENVS[env].method_overrides.get(method)
     if change is None:
         return {**overrides, "algorithm": method}
-    values = {**overrides, **{k: v for k, v in change.items() if k != "env_kwargs"}}
+    return _with_change(env, overrides, change)
+
+
+def _with_change(env: str, values: Mapping[str, Any], change: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` (overrides of the env's training config) with a stage's ``change`` over them; its ``env_kwargs``
+    are merged into those ``values`` give (the preset's for their model), not put in their place."""
+    from llm_zoo.trainers.grpo import make_config
+
+    out = {**values, **{k: v for k, v in change.items() if k != "env_kwargs"}}
     if "env_kwargs" in change:
-        values["env_kwargs"] = {**make_config(env, overrides).env_kwargs, **change["env_kwargs"]}
-    return values
+        out["env_kwargs"] = {**make_config(env, values).env_kwargs, **change["env_kwargs"]}
+    return out
 
 
 def floor_figures(env: str, name: str, config: Any, options: Mapping[str, Any], stage: str = "floor") -> dict[str, Any]:
@@ -582,8 +589,8 @@ def model_rl_job(env: str, model: str, seed: int, stage: str, init: str, overrid
         model, values = merge_adapters(init, Path(out) / f"{env}-s{seed}-{name}-model"), {**overrides}
     else:
         values = {**overrides, "init": init}
-    config = _model_config(env, model, seed, _stage_overrides(env, model, values, MODEL_ENVS[env].rl[stage]), Path(out),
-                           name)
+    config = _model_config(env, model, seed, _with_change(env, {**values, "model": model}, MODEL_ENVS[env].rl[stage]),
+                           Path(out), name)
     t0 = time.perf_counter()
     train(config, overwrite=True)  # the benchmark owns its --out: a rerun trains anew
     seconds = time.perf_counter() - t0
@@ -597,17 +604,6 @@ def model_rl_job(env: str, model: str, seed: int, stage: str, init: str, overrid
     return {"seed": seed, "stage": stage, "seconds": seconds, "figures": figures, "peak_rss_mb": _peak_rss_mb(),
             "episodes": int(rows[-1]["charts/episodes"]) if rows else 0,
             "tokens": int(sum(r.get("perf/completion_tokens", 0) for r in rows)), "curve": curve}
-
-
-def _stage_overrides(env: str, model: str, values: Mapping[str, Any], change: Mapping[str, Any]) -> dict[str, Any]:
-    """``values`` with an RL stage's ``change`` over them; its ``env_kwargs`` are merged into the pretrained preset's
-    (e.g. agentic_judge's ``solver_reward``), not put in their place."""
-    from llm_zoo.trainers.grpo import make_config
-
-    out = {**values, **{k: v for k, v in change.items() if k != "env_kwargs"}}
-    if "env_kwargs" in change:
-        out["env_kwargs"] = {**make_config(env, {**values, "model": model}).env_kwargs, **change["env_kwargs"]}
-    return out
 
 
 def scripted_job(env: str, model: str, stage: str, player: str, overrides: Mapping[str, Any], out: str,
