@@ -43,7 +43,8 @@ judge passed that the hidden tests fail. The JSON line gains ``judge_trained_hid
 ``tests_trained_hidden_pass`` and ``oracle_trained_hidden_pass`` (the three rows' means) and ``judge_blind_spots``.
 
 A pretrained model's rows (``--model NAME``: a catalogue name such as ``smollm2-135m``, a model directory or a hub
-name; the envs of :data:`MODEL_ENVS`: all four) replace the tiny model's: ``zero-shot`` (the model as
+name; the envs of :data:`MODEL_ENVS`: all four; ``benchmarks/pretrained_ENV.py`` runs one env's, as a section of the
+results page of its own, ``llm-zoo bench --only pretrained_kuhn``) replace the tiny model's: ``zero-shot`` (the model as
 loaded), ``warm start`` (``llm-zoo sft ENV --set model=NAME``: the env's SFT preset for a pretrained model,
 ``llm_zoo.trainers.sft.SFT_PRETRAINED_PRESETS``; Kuhn's fits the ``nash`` player's traces) and ``self-play`` (``llm-zoo
 train ENV --set model=NAME --set init=DIR``: the env's pretrained training preset from that warm start, one model in

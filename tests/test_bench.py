@@ -49,7 +49,7 @@ def quick(tmp_path_factory):
 
 def test_every_script_has_a_quick_setting_and_ends_with_a_json_line_holding_its_seconds(quick):
     _, results, seconds = quick
-    scripts = bench.discover()
+    scripts = {name: path for name, path in bench.discover().items() if not bench.opt_in(path)}  # hours each
     assert list(results) == list(scripts) and next(iter(results)) == bench.HEADLINE
     assert seconds < 600, f"bench --quick took {seconds:.0f} s; it must stay under 10 minutes"
     for name, script in scripts.items():
@@ -328,6 +328,32 @@ def test_only_replaces_its_section_keeps_the_others_byte_for_byte_and_inserts_ne
     bench.run(quick=True, page=page, scripts_dir=scripts, log=None)
     anew = page.read_text()
     assert anew.count("Run: `llm-zoo bench --quick` on ") == 3 and "--only aaa" not in anew and "machine:" not in anew
+
+
+def test_an_opt_in_script_runs_only_when_named_and_a_plain_run_keeps_its_section(tmp_path):
+    scripts, page = tmp_path / "benchmarks", tmp_path / "page.md"
+    scripts.mkdir()
+    _script(scripts, "aaa", {"v": 1}, "aaa ran")
+    _script(scripts, "bbb", {"v": 2}, "bbb ran")
+    (scripts / "bbb.py").write_text("# bench-opt-in: hours of a pretrained model\n" + (scripts / "bbb.py").read_text())
+    _script(scripts, "ccc", {"v": 3}, "ccc ran")
+    assert bench.opt_in(scripts / "bbb.py") == "hours of a pretrained model" and bench.opt_in(scripts / "aaa.py") is None
+    # a plain run leaves it out
+    assert [r.name for r in bench.run(quick=True, page=page, scripts_dir=scripts, log=None)] == ["aaa", "ccc"]
+    assert "## bbb" not in page.read_text()
+    # named, it runs, and its section goes where the scripts' order puts it
+    assert [r.name for r in bench.run(quick=True, page=page, scripts_dir=scripts, only=["bbb"], log=None)] == ["bbb"]
+    named = page.read_text()
+    assert named.index("\n## aaa\n") < named.index("\n## bbb\n") < named.index("\n## ccc\n")
+    # a plain run writes the page anew, and the opt-in section comes through byte for byte, its row with it
+    _script(scripts, "aaa", {"v": 10}, "aaa ran again")
+    bench.run(quick=True, page=page, scripts_dir=scripts, log=None)
+    anew = page.read_text()
+    assert "aaa ran again" in anew and anew.count("Run: `llm-zoo bench --quick` on ") == 2
+    assert _section(anew, "bbb", "ccc") == _section(named, "bbb", "ccc") and "bbb ran" in anew
+    rows = [line for line in anew.splitlines() if line.startswith("| [")]
+    assert [row.split("]")[0] for row in rows] == ["| [aaa", "| [bbb", "| [ccc"]
+    assert bench._parse(anew).statuses["bbb"] == "ok"
 
 
 def test_only_rebuilds_the_beside_sentence_from_the_rerun_or_the_kept_figures(tmp_path):

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import learning
+from llm_zoo import bench
 
 
 def _quick(capsys, tmp_path: Path, *envs: str) -> tuple[dict, list[str]]:
@@ -143,6 +144,29 @@ def stand_in(tiny_model_dir, env: str) -> str:
     return str(tiny_model_dir("stand_in", shape="smallest", tokenizer="words", corpus=llm_zoo.env_spec(env).corpus()))
 
 
+PRETRAINED_SCRIPTS = {"pretrained_kuhn": "kuhn_poker_v0", "pretrained_user_sim": "user_sim_v0",
+                      "pretrained_judge": "agentic_judge_v0", "pretrained_proposer": "proposer_solver_v0"}
+
+
+def _pretrained(name: str, model: str, out: Path) -> dict:
+    """Run ``benchmarks/NAME.py --quick`` on ``model`` in this process; check its plot; return its figures."""
+    import importlib
+
+    figures = importlib.import_module(f"benchmarks.{name}").main(["--quick", "--model", model, "--out", str(out)])
+    assert (out / "pretrained.png").read_bytes().startswith(b"\x89PNG")
+    return figures
+
+
+def test_each_env_of_the_pretrained_rows_has_an_opt_in_script_of_its_own():
+    """One script a env, so that each has its own section of the results page; each runs only when named (hours)."""
+    scripts = bench.discover()
+    assert {name for name in scripts if name.startswith("pretrained_")} == set(PRETRAINED_SCRIPTS)
+    assert set(PRETRAINED_SCRIPTS.values()) == set(learning.MODEL_ENVS)
+    for name, env in PRETRAINED_SCRIPTS.items():
+        text = scripts[name].read_text()
+        assert bench.opt_in(scripts[name]) and f'pretrained_rows("{env}", parser, argv)' in text, name
+
+
 def test_quick_kuhn_rows_of_a_model_directory(capsys, tmp_path, tiny_model_dir):
     """``--model`` with a tiny saved model standing in for a pretrained one: zero-shot, warm start and self-play,
     each read by Kuhn's exact evaluator, with the cost columns."""
@@ -188,7 +212,7 @@ def test_quick_user_sim_rows_of_a_model_directory(capsys, tmp_path, tiny_model_d
     """``--model`` on user_sim: zero-shot, warm start and RL, each scored on evaluation seeds against the scripted
     user and the paraphrasing one, held-in and held-out templates apart, with a pooled interval."""
     model = stand_in(tiny_model_dir, "user_sim_v0")
-    figures = learning.main(["--quick", "--envs", "user_sim_v0", "--model", model, "--out", str(tmp_path)])
+    figures = _pretrained("pretrained_user_sim", model, tmp_path)
     out = capsys.readouterr().out.strip().splitlines()
     assert json.loads(out[-1]) == figures
     rows = figures["rows"]["user_sim_v0"]
@@ -213,7 +237,7 @@ def test_quick_judge_rows_of_a_model_directory(capsys, tmp_path, tiny_model_dir)
     """``--model`` on agentic_judge: the floor beside zero-shot, warm start and the two rewards' RL runs, each scored
     by the hidden tests with a pooled interval; each RL run changes only its reward in the preset's env kwargs."""
     model = stand_in(tiny_model_dir, "agentic_judge_v0")
-    figures = learning.main(["--quick", "--envs", "agentic_judge_v0", "--model", model, "--out", str(tmp_path)])
+    figures = _pretrained("pretrained_judge", model, tmp_path)
     out = capsys.readouterr().out.strip().splitlines()
     assert json.loads(out[-1]) == figures
     rows = figures["rows"]["agentic_judge_v0"]
@@ -240,7 +264,7 @@ def test_quick_proposer_rows_of_a_model_directory(capsys, tmp_path, tiny_model_d
     """``--model`` on proposer_solver: the proposers of fixed difficulty beside zero-shot, warm start and RL, each
     scored by learnability on the held-out topics."""
     model = stand_in(tiny_model_dir, "proposer_solver_v0")
-    figures = learning.main(["--quick", "--envs", "proposer_solver_v0", "--model", model, "--out", str(tmp_path)])
+    figures = _pretrained("pretrained_proposer", model, tmp_path)
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == figures
     rows = figures["rows"]["proposer_solver_v0"]
     fixed = [f"fixed d={d}" for d in range(1, 10)]

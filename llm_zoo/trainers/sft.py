@@ -89,7 +89,8 @@ class SFTConfig:
     """Seed of the traces, the split, the shuffles and the tiny model's initialisation."""
 
     model: str = "tiny"
-    """tiny (the model train builds for the env, offline) or a local model directory."""
+    """tiny (the model train builds for the env, offline), a local model directory, a hub name (owner/name) or a
+    catalogue name such as smollm2-135m (`llm-zoo models`); a pretrained model adds SFT_PRETRAINED_PRESETS."""
     model_hidden_size: int = 64
     """Width of the tiny model."""
     model_layers: int = 2
