@@ -7,8 +7,8 @@ agent, so one sequence carries all of the role's turns) -> SPLIT (a held-out sha
 episodes) -> TOKENS (the learner's tokenizer's chat template, rendered prefix by prefix: the role's turns
 are the ``assistant`` messages of its own transcript, and only the tokens each adds carry loss, for any
 template: :func:`assistant_mask`; then the memory preflight, as train's)
--> FIT (token-level mean negative log-likelihood, micro-batches bounded by a token budget, logits
-computed in chunks for the loss positions only) -> LOG and CHECKPOINT, in the layout of
+-> FIT (token-level mean negative log-likelihood, micro-batches bounded by a token budget, the rows'
+shared leading tokens run once per micro-batch, logits computed in chunks for the loss positions only) -> LOG and CHECKPOINT, in the layout of
 :mod:`~llm_zoo.trainers.checkpoint`, so ``llm-zoo eval ENV --checkpoint DIR`` and ``llm-zoo
 train ENV --set init=DIR`` read it.
 
@@ -30,7 +30,7 @@ import math
 import random
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,15 @@ from llm_zoo.catalogue import is_pretrained
 from llm_zoo.envs.agentic_judge.env import LEARNING_TASKS
 from llm_zoo.episode import Episode, export_chat_jsonl
 from llm_zoo.models import build_tokenizer_and_model, check_model_fields
+from llm_zoo.policies.compat import cache_argument
+from llm_zoo.scoring import (
+    PrefixPlan,
+    checkpoints_activations,
+    left_pad,
+    plan_prefixes,
+    position_ids_of,
+    right_pad,
+)
 from llm_zoo.seating import Seating, scripted_name
 from llm_zoo.spec import EnvSpec
 from llm_zoo.trainers import presets
@@ -52,9 +61,9 @@ from llm_zoo.trainers.memory import sft_preflight
 from llm_zoo.trainers.rollout import collect
 from llm_zoo.trainers.schedules import check_schedule, lr_factor
 
-__all__ = ["SFT_PRESETS", "SFT_PRETRAINED_PRESETS", "SFTConfig", "SFTRows", "assistant_mask", "check_stage_fields", "digit_tokens",
-           "make_sft_config", "micro_batches", "play_traces", "policy_name", "sft", "sft_loss", "teachers_of",
-           "tokenize_rows", "token_nll", "warm_start"]
+__all__ = ["SFT_PRESETS", "SFT_PRETRAINED_PRESETS", "SFTConfig", "SFTRows", "assistant_mask", "check_stage_fields",
+           "digit_tokens", "make_sft_config", "micro_batches", "pass_tokens", "play_traces", "policy_name",
+           "prefix_plan", "sft", "sft_loss", "teachers_of", "tokenize_rows", "token_nll", "warm_start"]
 
 # ---------------------------------------------------------------------------------------------
 # CONFIG
@@ -132,7 +141,8 @@ class SFTConfig:
     batch_size: int = 16
     """Conversations per optimiser step (the loss is the mean over their role tokens)."""
     max_tokens_per_micro_batch: int = 8192
-    """Token budget of one forward/backward (padded length x sequences); a longer sequence runs alone."""
+    """Token budget of one forward/backward (padded length x sequences, a shared prefix counted once per group of
+    rows: sft.pass_tokens); a longer sequence runs alone."""
     max_length: int = 0
     """Truncate each sequence to this many tokens, keeping its start (0: no truncation)."""
     memory_limit_gb: float = 3.5
@@ -410,26 +420,45 @@ LOGIT_CHUNK_FLOATS = 2**25
 
 
 def token_nll(model: torch.nn.Module, input_ids: Sequence[Sequence[int]], loss_mask: Sequence[Sequence[int]],
-              *, pad_token_id: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+              *, pad_token_id: int, device: torch.device | str = "cpu",
+              share_prefix: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Return ``-log p(token | prefix)`` of every loss token of a micro-batch, flat, in row order ([N]),
     and whether the model's argmax is that token ([N], bool).
 
-    The rows are right-padded and position ids count from 0 in each; the decoder runs once, then the output layer runs only on the
-    hidden states that predict a loss token, in chunks of at most :data:`LOGIT_CHUNK_FLOATS` logits,
-    each recomputed in the backward pass rather than kept: a [B, T, V] tensor never exists.
+    The decoder runs once over the rows, then the output layer runs only on the hidden states that predict a loss
+    token, in chunks of at most :data:`LOGIT_CHUNK_FLOATS` logits, each recomputed in the backward pass rather than
+    kept: a [B, T, V] tensor never exists.
+
+    With ``share_prefix`` (and no gradient checkpointing, which drops the KV cache in training), the leading tokens
+    that rows share before their first loss token (a system prompt, a game's rules) run once per group of rows, as
+    the scoring pass shares a prompt's prefix (:func:`llm_zoo.scoring.plan_prefixes`): a first pass computes each
+    group's KV cache, a second runs the rest of each row on top of it, with position ids that go on from the
+    prefix; gradients flow back through the cache. The values agree with ``share_prefix=False`` to float
+    rounding. Where no plan saves work, the rows run whole.
     """
-    width = max(map(len, input_ids))
-    ids = torch.full((len(input_ids), width), pad_token_id, dtype=torch.long)
-    mask = torch.zeros_like(ids, dtype=torch.bool)
-    for i, (row, row_mask) in enumerate(zip(input_ids, loss_mask)):
-        ids[i, :len(row)] = torch.tensor(row)
-        mask[i, :len(row)] = torch.tensor(row_mask, dtype=torch.bool)
-    ids, mask = ids.to(device), mask.to(device)
-    # No attention mask: the pads come after every real token, which causal attention never lets a real
-    # token see, so the real tokens' outputs are those of a masked pass; and without a padding mask
-    # sdpa takes its fused causal kernel instead of a [B, T, T] mask (4x faster at 11k tokens, batch 2).
     causal_lm = model.get_base_model() if callable(getattr(type(model), "get_base_model", None)) else model  # peft's
-    hidden = causal_lm.base_model(input_ids=ids).last_hidden_state  # [B, T, H]; LoRA's layers are inside it
+    decoder = causal_lm.base_model  # LoRA's layers are inside it
+    plan = prefix_plan(input_ids, loss_mask) if share_prefix and not checkpoints_activations(causal_lm) else None
+    if plan is None:
+        ids, real = right_pad(input_ids, pad_token_id, device)
+        mask = right_pad(loss_mask, 0, device)[0].bool()
+        # No attention mask: the pads come after every real token, which causal attention never lets a real
+        # token see, so the real tokens' outputs are those of a masked pass; and without a padding mask
+        # sdpa takes its fused causal kernel instead of a [B, T, T] mask (4x faster at 11k tokens, batch 2).
+        hidden = decoder(input_ids=ids).last_hidden_state  # [B, T, H]
+    else:
+        cache_arg = cache_argument(causal_lm)
+        prefix_ids, prefix_real = left_pad(plan.prefixes, pad_token_id, torch.device(device))
+        first = decoder(input_ids=prefix_ids, attention_mask=prefix_real, position_ids=position_ids_of(prefix_real),
+                        use_cache=True)
+        groups = torch.tensor(plan.group_of, device=device)
+        cache = getattr(first, cache_arg)
+        cache.batch_select_indices(groups)  # a gather of keys and values: gradients flow back
+        ids, real = right_pad([row[n:] for row, n in zip(input_ids, plan.shared)], pad_token_id, torch.device(device))
+        mask = right_pad([row[n:] for row, n in zip(loss_mask, plan.shared)], 0, torch.device(device))[0].bool()
+        positions = torch.tensor(plan.shared, device=device)[:, None] + torch.arange(ids.shape[1], device=device)
+        hidden = decoder(input_ids=ids, attention_mask=torch.cat([prefix_real[groups], real], dim=1),
+                         position_ids=positions, use_cache=True, **{cache_arg: cache}).last_hidden_state
     targets_mask = mask[:, 1:]  # position t predicts token t + 1
     h = hidden[:, :-1][targets_mask]  # [N, H]
     targets = ids[:, 1:][targets_mask]  # [N]
@@ -444,17 +473,42 @@ def token_nll(model: torch.nn.Module, input_ids: Sequence[Sequence[int]], loss_m
     return torch.cat(nll), torch.cat(hits)
 
 
+def prefix_plan(input_ids: Sequence[Sequence[int]], loss_mask: Sequence[Sequence[int]]) -> PrefixPlan | None:
+    """The rows' shared prefixes, as :func:`token_nll` runs them: the groups of rows whose leading tokens before their
+    first loss token agree, when running each group's prefix once saves work (None when nothing does)."""
+    if len(input_ids) < 2:
+        return None
+    # a prefix must end before the position that predicts the row's first loss token
+    return plan_prefixes([list(row[:next((t for t, m in enumerate(row_mask) if m), len(row))])
+                          for row, row_mask in zip(input_ids, loss_mask)])
+
+
+def pass_tokens(input_ids: Sequence[Sequence[int]], loss_mask: Sequence[Sequence[int]], share_prefix: bool) -> int:
+    """The padded tokens :func:`token_nll`'s passes run for these rows (what a micro-batch's budget counts): rows
+    times the longest row, or with a shared-prefix plan, groups times the widest prefix plus rows times the longest
+    rest."""
+    plan = prefix_plan(input_ids, loss_mask) if share_prefix else None
+    if plan is None:
+        return len(input_ids) * max(map(len, input_ids))
+    return (len(plan.prefixes) * max(map(len, plan.prefixes))
+            + len(input_ids) * max(len(row) - n for row, n in zip(input_ids, plan.shared)))
+
+
 def _chunk_nll(head: torch.nn.Module, h: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     logits = head(h).float()  # [n, V]
     return F.cross_entropy(logits, targets, reduction="none"), logits.argmax(dim=-1) == targets
 
 
-def micro_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
-    """Group row indices (longest first) so that each group's padded size (rows x longest) stays within ``budget``."""
+def micro_batches(lengths: Sequence[int], budget: int,
+                  cost: Callable[[Sequence[int]], int] | None = None) -> list[list[int]]:
+    """Group row indices (longest first) so that each group's padded size stays within ``budget``: rows x longest,
+    or ``cost(group)`` (the tokens its passes run: :func:`pass_tokens`) where given. A row over the budget runs
+    alone."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     groups: list[list[int]] = []
     for i in order:
-        if groups and (len(groups[-1]) + 1) * lengths[groups[-1][0]] <= budget:
+        if groups and ((len(groups[-1]) + 1) * lengths[groups[-1][0]] if cost is None
+                       else cost([*groups[-1], i])) <= budget:
             groups[-1].append(i)
         else:
             groups.append([i])
@@ -474,10 +528,16 @@ def sft_loss(model: torch.nn.Module, rows: SFTRows, indices: Sequence[int], *, p
     """
     total = sum(sum(rows.loss_mask[i][1:]) for i in indices)
     loss_sum, correct = 0.0, 0
-    for group in micro_batches([len(rows.input_ids[i]) for i in indices], budget):
+    share = not checkpoints_activations(model)  # a shared prefix lets a micro-batch hold more rows
+
+    def cost(group: Sequence[int]) -> int:
+        chosen = [indices[g] for g in group]
+        return pass_tokens([rows.input_ids[i] for i in chosen], [rows.loss_mask[i] for i in chosen], share)
+
+    for group in micro_batches([len(rows.input_ids[i]) for i in indices], budget, cost if share else None):
         chosen = [indices[g] for g in group]
         nll, hits = token_nll(model, [rows.input_ids[i] for i in chosen], [rows.loss_mask[i] for i in chosen],
-                              pad_token_id=pad_token_id, device=device)
+                              pad_token_id=pad_token_id, device=device, share_prefix=share)
         if backward:
             (nll.sum() / max(1, total)).backward()
         loss_sum += float(nll.detach().sum())

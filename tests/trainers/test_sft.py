@@ -107,6 +107,38 @@ def test_another_roles_tokens_carry_no_loss():
     assert not torch.allclose(changed, values[0], rtol=0, atol=1e-3)
 
 
+@pytest.mark.parametrize("lora", [False, True])
+def test_a_shared_prefix_gives_the_whole_rows_loss_and_gradients(lora):
+    # the rows of both seats share their system prompt up to the seat's name: run once per seat, then the rest
+    config = make_sft_config("kuhn_poker_v0", {"role": "player", "model_zero_head": False, "model_init_std": 0.5})
+    tokenizer, model = build_tokenizer_and_model(config, seed=0)
+    if lora:
+        peft = pytest.importorskip("peft")
+        model = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                                           init_lora_weights=False))
+    tok = tokenize_rows(tokenizer, _rows(_episodes("kuhn_poker_v0", 4), "player"))
+    decoder = (model.get_base_model() if lora else model).base_model
+    calls = []
+    decoder.register_forward_hook(lambda *_: calls.append(1))
+    params = [p for p in model.parameters() if p.requires_grad]
+    out = {}
+    for share in (False, True):
+        model.zero_grad()
+        calls.clear()
+        nll, hits = token_nll(model, tok.input_ids, tok.loss_mask, pad_token_id=tokenizer.pad_token_id,
+                              share_prefix=share)
+        nll.sum().backward()
+        out[share] = nll.detach(), hits, [p.grad.clone() for p in params], len(calls)
+    (whole, whole_hits, whole_grads, whole_calls), (shared, shared_hits, shared_grads, shared_calls) = out[False], out[True]
+    assert (whole_calls, shared_calls) == (1, 2)  # the prefix pass ran, then the rest
+    assert whole.shape == shared.shape and whole.numel() == sum(sum(m[1:]) for m in tok.loss_mask) > 0
+    assert torch.allclose(whole, shared, rtol=0, atol=1e-4) and torch.equal(whole_hits, shared_hits)
+    assert len(whole_grads) > 0 and all(g.abs().max() > 0 for g in whole_grads)  # every trained weight gets one
+    for a, b in zip(whole_grads, shared_grads):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-4 * float(a.abs().max()))
+    assert whole.std() > 0.1  # a real distribution: a wrong position or a missing prefix would show
+
+
 def test_micro_batches_stay_within_the_token_budget_and_cover_every_row():
     lengths = [50, 10, 300, 40, 40, 120, 9000]
     groups = micro_batches(lengths, budget=200)
@@ -114,6 +146,28 @@ def test_micro_batches_stay_within_the_token_budget_and_cover_every_row():
     for group in groups:
         assert len(group) == 1 or len(group) * max(lengths[i] for i in group) <= 200
     assert [6] in groups and [2] in groups  # longer than the budget: alone
+
+
+def test_a_micro_batch_counts_the_tokens_its_shared_prefix_pass_runs():
+    config = make_sft_config("kuhn_poker_v0", {"role": "player"})
+    tokenizer, _ = build_tokenizer_and_model(config, seed=0)
+    tok = tokenize_rows(tokenizer, _rows(_episodes("kuhn_poker_v0", 8), "player"))
+    ids, mask = tok.input_ids, tok.loss_mask
+    whole = len(ids) * max(map(len, ids))
+    shared = sft.pass_tokens(ids, mask, share_prefix=True)
+    assert sft.pass_tokens(ids, mask, share_prefix=False) == whole
+    assert sft.prefix_plan(ids, mask) is not None and shared < whole / 1.5  # the rules run once per seat
+    budget = whole // 2
+    lengths = [len(r) for r in ids]
+    plain = micro_batches(lengths, budget)
+
+    def cost(group):
+        return sft.pass_tokens([ids[i] for i in group], [mask[i] for i in group], share_prefix=True)
+
+    counted = micro_batches(lengths, budget, cost)
+    assert sorted(i for g in counted for i in g) == list(range(len(ids)))
+    assert all(len(g) == 1 or cost(g) <= budget for g in counted)
+    assert len(counted) < len(plain)  # fewer passes for the same budget
 
 
 # ---- the reference: trl's SFTTrainer with assistant_only_loss -----------------------------------
