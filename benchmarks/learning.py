@@ -44,23 +44,24 @@ judge passed that the hidden tests fail. The JSON line gains ``judge_trained_hid
 
 A pretrained model's rows (``--model NAME``: a catalogue name such as ``smollm2-135m``, a model directory or a hub
 name; the envs of :data:`MODEL_ENVS`: all four; ``benchmarks/pretrained_ENV.py`` runs one env's, as a section of the
-results page of its own, ``llm-zoo bench --only pretrained_kuhn``) replace the tiny model's: ``zero-shot`` (the model as
-loaded), ``warm start`` (``llm-zoo sft ENV --set model=NAME``: the env's SFT preset for a pretrained model,
-``llm_zoo.trainers.sft.SFT_PRETRAINED_PRESETS``; Kuhn's fits the ``nash`` player's traces) and ``self-play`` (``llm-zoo
-train ENV --set model=NAME --set init=DIR``: the env's pretrained training preset from that warm start, one model in
-both seats), and ``anchored`` (the same run from the warm start merged into the model's weights, fresh adapters over
-them, with a KL term: LoRA's KL reference, the adapters disabled, is then the warm start, where from the adapters it is
-the zero-shot model). Kuhn's figures are exact, read from the model's log-probs at the 12 information sets by the evaluator
-the tiny model's runs use (``llm_zoo.envs.kuhn_poker.evaluate``): the exploitability masked to legal moves, the
-exploitability of the unmasked strategy (every other reply a forfeit) and the unmasked mass of the legal replies. No
-episode is sampled, so there are no evaluation seeds to hold out and no intervals: the spread is over training seeds
-alone, and the zero-shot row, which trains nothing, is read once. The cost columns are RL episodes, generated tokens,
-training seconds, evaluation seconds and peak memory. The runs go one at a time (``--jobs 1``: a 135M model takes
-both cores). With SmolLM2-135M-Instruct on 2 CPU cores the warm start took 20.2 min (peak 4.5 GB) and
-20 self-play steps of 32 episodes about 10 min (28 s a step on quiet cores, 50-480 s with other jobs on them), plus 4
-evaluations of about 25 s each (``eval_every`` 5); with the anchored run about 45 min a seed on quiet cores, so the full
-setting (3 seeds) takes about 2.3 hours, within the 60 minutes a seed it may take; ``--quick`` (1 seed, 8 trace
-episodes for 1 epoch, 1 step of 4 episodes) took 6.9 min without the anchored row, the cores shared with other jobs.
+results page of its own, ``llm-zoo bench --only pretrained_kuhn``) replace the tiny model's: ``zero-shot`` (the model
+as loaded), ``warm start`` (``llm-zoo sft ENV --set model=NAME``: the env's SFT preset for a pretrained model,
+``llm_zoo.trainers.sft.SFT_PRETRAINED_PRESETS``; Kuhn's fits the ``nash`` player's traces) and ``self-play``
+(``llm-zoo train ENV --set model=NAME --set init=DIR``: the env's pretrained training preset from that warm start;
+Kuhn's with a model per seat, LoRA adapters of each seat's own), and ``anchored`` (the same run from the warm start
+merged into the model's weights, fresh adapters over them, with a KL term: LoRA's KL reference, the adapters disabled,
+is then the warm start, where from the adapters it is the zero-shot model). Kuhn's figures are exact, read from the
+model's log-probs at the 12 information sets by the evaluator the tiny model's runs use
+(``llm_zoo.envs.kuhn_poker.evaluate``): the exploitability masked to legal moves, the exploitability of the unmasked
+strategy (every other reply a forfeit) and the unmasked mass of the legal replies. No episode is sampled, so there are
+no evaluation seeds to hold out and no intervals: the spread is over training seeds alone, and the zero-shot row,
+which trains nothing, is read once. The cost columns are RL episodes, generated tokens, training seconds, evaluation
+seconds and peak memory. The runs go one at a time (``--jobs 1``: a 135M model takes both cores). With
+SmolLM2-135M-Instruct on 2 CPU cores the warm start took 20.2 min (peak 4.5 GB) and 20 self-play steps of 32 episodes
+about 10 min (28 s a step on quiet cores, 50-480 s with other jobs on them), plus 4 evaluations of about 25 s each
+(``eval_every`` 5); with the anchored run about 45 min a seed on quiet cores, so the full setting (3 seeds) takes
+about 2.3 hours, within the 60 minutes a seed it may take; ``--quick`` (1 seed, 8 trace episodes for 1 epoch, 1 step
+of 4 episodes a row) took 5.7 min.
 
     python -m benchmarks.learning --envs kuhn_poker_v0 --model smollm2-135m    # 3 seeds: about 2.3 hours
     python -m benchmarks.learning --envs kuhn_poker_v0 --model smollm2-135m --quick
@@ -445,6 +446,10 @@ class ModelRows:
     once as the zero-shot row is (e.g. the floor, the proposers of fixed difficulty)."""
 
 
+KUHN_SEATS_RUN = {"policies": {"player_0": "seat_0", "player_1": "seat_1"}, "memory_limit_gb": 5.0}
+"""Kuhn's RL rows train a policy per seat (``config.policies``), LoRA adapters of each seat's own over a model each:
+4.14 GiB estimated for SmolLM2-135M against the one-policy preset's limit of 3.5."""
+
 MODEL_ENVS: dict[str, ModelRows] = {
     "kuhn_poker_v0": ModelRows(
         # the exact exploitability masked to legal moves (the preset's constrain_to_legal), the exploitability of the
@@ -454,8 +459,10 @@ MODEL_ENVS: dict[str, ModelRows] = {
         # episodes, 0.356 in 20, the KL reference (the adapters disabled) being the zero-shot model. Anchored: the
         # warm start merged into the model, fresh adapters over it, and an exact KL term to it; after 5 steps (seed
         # 0): 0.115 at beta 0.2 (k3), 0.077 at beta 1, 0.054 at beta 5; at beta 5 and lr 1e-5 0.0422, 0.0425, 0.0433,
-        # 0.0433 after 5, 10, 15, 20 steps: it holds the warm start
-        rl={"self-play": {}, "anchored": {"beta": 5.0, "kl_estimator": "exact", "lr": 1e-5}},
+        # 0.0433 after 5, 10, 15, 20 steps (one model in both seats): it holds the warm start. The rows train a
+        # model per seat (KUHN_SEATS_RUN), each started from the one warm start
+        rl={"self-play": KUHN_SEATS_RUN,
+            "anchored": {**KUHN_SEATS_RUN, "beta": 5.0, "kl_estimator": "exact", "lr": 1e-5}},
         merged=("anchored",),
         full={"eval_every": 5},  # the curve of the self-play run: 12 info sets read exactly, a few seconds each
         quick={"steps": 1, "episodes_per_step": 4, "rollout_batch_size": 4, "micro_batch_size": 4, "eval_every": 0},

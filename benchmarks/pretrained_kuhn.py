@@ -1,5 +1,6 @@
 """Pretrained Kuhn poker: SmolLM2-135M-Instruct's exact exploitability zero-shot, after a warm start on the Nash
-player's traces and after self-play from it (one model in both seats), read by the tiny model's evaluator.
+player's traces and after self-play from it (a model per seat, LoRA adapters of each seat's own), read by the tiny
+model's evaluator.
 
 The rows of ``python -m benchmarks.learning --envs kuhn_poker_v0 --model smollm2-135m``
 (:data:`benchmarks.learning.MODEL_ENVS`): the exploitability masked to legal moves, the exploitability of the

@@ -199,6 +199,14 @@ def test_quick_kuhn_rows_of_a_model_directory(capsys, tmp_path, tiny_model_dir):
     train_config = json.loads((tmp_path / "kuhn_poker_v0-s0-self-play" / "config.json").read_text())
     assert train_config["init"].startswith(str(tmp_path / "kuhn_poker_v0-s0-sft"))
     assert (train_config["model"], train_config["beta"]) == (model, 0.0)
+    from llm_zoo.trainers.checkpoint import latest_checkpoint
+
+    for stage in ("self-play", "anchored"):  # a model per seat, each with adapters of its own
+        run = tmp_path / f"kuhn_poker_v0-s0-{stage}"
+        assert json.loads((run / "config.json").read_text())["policies"] == {"player_0": "seat_0", "player_1": "seat_1"}
+        policies = latest_checkpoint(run) / "policies"
+        assert sorted(p.name for p in policies.iterdir()) == ["seat_0", "seat_1"], stage
+        assert all((policies / seat / "adapter_config.json").is_file() for seat in ("seat_0", "seat_1")), stage
     # anchored: the warm start merged into a model directory of its own, fresh adapters over it, a KL term to it
     anchored = json.loads((tmp_path / "kuhn_poker_v0-s0-anchored" / "config.json").read_text())
     merged = tmp_path / "kuhn_poker_v0-s0-anchored-model"
