@@ -8,9 +8,9 @@ episodes) -> TOKENS (the learner's tokenizer's chat template, rendered prefix by
 are the ``assistant`` messages of its own transcript, and only the tokens each adds carry loss, for any
 template: :func:`assistant_mask`; then the memory preflight, as train's)
 -> FIT (token-level mean negative log-likelihood, micro-batches bounded by a token budget, the rows'
-shared leading tokens run once per micro-batch, logits computed in chunks for the loss positions only) -> LOG and CHECKPOINT, in the layout of
-:mod:`~llm_zoo.trainers.checkpoint`, so ``llm-zoo eval ENV --checkpoint DIR`` and ``llm-zoo
-train ENV --set init=DIR`` read it.
+shared leading tokens run once per micro-batch, logits computed in chunks for the loss positions only)
+-> LOG and CHECKPOINT, in the layout of :mod:`~llm_zoo.trainers.checkpoint`, so ``llm-zoo eval ENV
+--checkpoint DIR`` and ``llm-zoo train ENV --set init=DIR`` read it.
 
 The loss is the one trl's ``SFTTrainer`` computes with ``assistant_only_loss=True``: the sum of
 ``-log p(token | prefix)`` over the batch's assistant tokens divided by their count
@@ -439,6 +439,7 @@ def token_nll(model: torch.nn.Module, input_ids: Sequence[Sequence[int]], loss_m
     """
     causal_lm = model.get_base_model() if callable(getattr(type(model), "get_base_model", None)) else model  # peft's
     decoder = causal_lm.base_model  # LoRA's layers are inside it
+    device = torch.device(device)
     plan = prefix_plan(input_ids, loss_mask) if share_prefix and not checkpoints_activations(causal_lm) else None
     if plan is None:
         ids, real = right_pad(input_ids, pad_token_id, device)
@@ -449,14 +450,14 @@ def token_nll(model: torch.nn.Module, input_ids: Sequence[Sequence[int]], loss_m
         hidden = decoder(input_ids=ids).last_hidden_state  # [B, T, H]
     else:
         cache_arg = cache_argument(causal_lm)
-        prefix_ids, prefix_real = left_pad(plan.prefixes, pad_token_id, torch.device(device))
+        prefix_ids, prefix_real = left_pad(plan.prefixes, pad_token_id, device)
         first = decoder(input_ids=prefix_ids, attention_mask=prefix_real, position_ids=position_ids_of(prefix_real),
                         use_cache=True)
         groups = torch.tensor(plan.group_of, device=device)
         cache = getattr(first, cache_arg)
         cache.batch_select_indices(groups)  # a gather of keys and values: gradients flow back
-        ids, real = right_pad([row[n:] for row, n in zip(input_ids, plan.shared)], pad_token_id, torch.device(device))
-        mask = right_pad([row[n:] for row, n in zip(loss_mask, plan.shared)], 0, torch.device(device))[0].bool()
+        ids, real = right_pad([row[n:] for row, n in zip(input_ids, plan.shared)], pad_token_id, device)
+        mask = right_pad([row[n:] for row, n in zip(loss_mask, plan.shared)], 0, device)[0].bool()
         positions = torch.tensor(plan.shared, device=device)[:, None] + torch.arange(ids.shape[1], device=device)
         hidden = decoder(input_ids=ids, attention_mask=torch.cat([prefix_real[groups], real], dim=1),
                          position_ids=positions, use_cache=True, **{cache_arg: cache}).last_hidden_state
