@@ -44,15 +44,7 @@ from llm_zoo.catalogue import is_pretrained
 from llm_zoo.envs.agentic_judge.env import LEARNING_TASKS
 from llm_zoo.episode import Episode, export_chat_jsonl
 from llm_zoo.models import build_tokenizer_and_model, check_model_fields
-from llm_zoo.policies.compat import cache_argument
-from llm_zoo.scoring import (
-    PrefixPlan,
-    checkpoints_activations,
-    left_pad,
-    plan_prefixes,
-    position_ids_of,
-    right_pad,
-)
+from llm_zoo.scoring import PrefixPlan, checkpoints_activations, forward_prompts, plan_prefixes, right_pad
 from llm_zoo.seating import Seating, scripted_name
 from llm_zoo.spec import EnvSpec
 from llm_zoo.trainers import presets
@@ -432,7 +424,7 @@ def token_nll(model: torch.nn.Module, input_ids: Sequence[Sequence[int]], loss_m
 
     With ``share_prefix`` (and no gradient checkpointing, which drops the KV cache in training), the leading tokens
     that rows share before their first loss token (a system prompt, a game's rules) run once per group of rows, as
-    the scoring pass shares a prompt's prefix (:func:`llm_zoo.scoring.plan_prefixes`): a first pass computes each
+    the scoring pass shares a prompt's prefix (:func:`llm_zoo.scoring.forward_prompts`): a first pass computes each
     group's KV cache, a second runs the rest of each row on top of it, with position ids that go on from the
     prefix; gradients flow back through the cache. The values agree with ``share_prefix=False`` to float
     rounding. Where no plan saves work, the rows run whole.
@@ -440,33 +432,29 @@ def token_nll(model: torch.nn.Module, input_ids: Sequence[Sequence[int]], loss_m
     causal_lm = model.get_base_model() if callable(getattr(type(model), "get_base_model", None)) else model  # peft's
     decoder = causal_lm.base_model  # LoRA's layers are inside it
     device = torch.device(device)
-    plan = prefix_plan(input_ids, loss_mask) if share_prefix and not checkpoints_activations(causal_lm) else None
-    if plan is None:
-        ids, real = right_pad(input_ids, pad_token_id, device)
-        mask = right_pad(loss_mask, 0, device)[0].bool()
+    if share_prefix and not checkpoints_activations(causal_lm) and prefix_plan(input_ids, loss_mask) is not None:
+        # each row as a prompt (what comes before its first loss token) and a completion (the rest), through the
+        # scoring pass's shared-prefix forward; the decoder returns hidden states, no logits
+        firsts = _first_loss_tokens(input_ids, loss_mask)
+        tails, tails_real = right_pad([row[f:] for row, f in zip(input_ids, firsts)], pad_token_id, device)
+        tails_mask = right_pad([row_mask[f:] for row_mask, f in zip(loss_mask, firsts)], 0, device)[0].bool()
+        out, _ = forward_prompts(decoder, [row[:f] for row, f in zip(input_ids, firsts)], pad_token_id, device,
+                                 completions=(tails, tails_real), share_prefix=True, use_cache=False)
+        width = tails.shape[1]  # the position before each completion token predicts it
+        h = out.last_hidden_state[:, -width - 1:-1][tails_mask]  # [N, H]
+        targets = tails[tails_mask]  # [N]
+    else:
+        ids = right_pad(input_ids, pad_token_id, device)[0]
+        targets_mask = right_pad(loss_mask, 0, device)[0].bool()[:, 1:]  # position t predicts token t + 1
         # No attention mask: the pads come after every real token, which causal attention never lets a real
         # token see, so the real tokens' outputs are those of a masked pass; and without a padding mask
         # sdpa takes its fused causal kernel instead of a [B, T, T] mask (4x faster at 11k tokens, batch 2).
         hidden = decoder(input_ids=ids).last_hidden_state  # [B, T, H]
-    else:
-        cache_arg = cache_argument(causal_lm)
-        prefix_ids, prefix_real = left_pad(plan.prefixes, pad_token_id, device)
-        first = decoder(input_ids=prefix_ids, attention_mask=prefix_real, position_ids=position_ids_of(prefix_real),
-                        use_cache=True)
-        groups = torch.tensor(plan.group_of, device=device)
-        cache = getattr(first, cache_arg)
-        cache.batch_select_indices(groups)  # a gather of keys and values: gradients flow back
-        ids, real = right_pad([row[n:] for row, n in zip(input_ids, plan.shared)], pad_token_id, device)
-        mask = right_pad([row[n:] for row, n in zip(loss_mask, plan.shared)], 0, device)[0].bool()
-        positions = torch.tensor(plan.shared, device=device)[:, None] + torch.arange(ids.shape[1], device=device)
-        hidden = decoder(input_ids=ids, attention_mask=torch.cat([prefix_real[groups], real], dim=1),
-                         position_ids=positions, use_cache=True, **{cache_arg: cache}).last_hidden_state
-    targets_mask = mask[:, 1:]  # position t predicts token t + 1
-    h = hidden[:, :-1][targets_mask]  # [N, H]
-    targets = ids[:, 1:][targets_mask]  # [N]
+        h = hidden[:, :-1][targets_mask]  # [N, H]
+        targets = ids[:, 1:][targets_mask]  # [N]
     head = model.get_output_embeddings()
     rows = max(1, LOGIT_CHUNK_FLOATS // head.weight.shape[0])
-    nll, hits = [hidden.new_zeros(0)], [torch.zeros(0, dtype=torch.bool, device=hidden.device)]
+    nll, hits = [h.new_zeros(0)], [torch.zeros(0, dtype=torch.bool, device=h.device)]
     for start in range(0, h.shape[0], rows):
         part, hit = recompute(_chunk_nll, head, h[start:start + rows], targets[start:start + rows],
                               use_reentrant=False)
@@ -481,8 +469,12 @@ def prefix_plan(input_ids: Sequence[Sequence[int]], loss_mask: Sequence[Sequence
     if len(input_ids) < 2:
         return None
     # a prefix must end before the position that predicts the row's first loss token
-    return plan_prefixes([list(row[:next((t for t, m in enumerate(row_mask) if m), len(row))])
-                          for row, row_mask in zip(input_ids, loss_mask)])
+    return plan_prefixes([list(row[:f]) for row, f in zip(input_ids, _first_loss_tokens(input_ids, loss_mask))])
+
+
+def _first_loss_tokens(input_ids: Sequence[Sequence[int]], loss_mask: Sequence[Sequence[int]]) -> list[int]:
+    """Each row's first loss token's position (the row's length where none is)."""
+    return [next((t for t, m in enumerate(row_mask) if m), len(row)) for row, row_mask in zip(input_ids, loss_mask)]
 
 
 def pass_tokens(input_ids: Sequence[Sequence[int]], loss_mask: Sequence[Sequence[int]], share_prefix: bool) -> int:
