@@ -92,6 +92,12 @@ with SmolLM2-135M-Instruct on 2 CPU cores shared with other jobs.
     python -m benchmarks.learning --envs agentic_judge_v0 --model smollm2-135m --quick
     python -m benchmarks.learning --envs proposer_solver_v0 --model smollm2-135m --quick
 
+``benchmarks/pretrained_ENV.py`` keeps a record of each finished seed (and of the rows read once) under
+``docs/results/pretrained_ENV/records`` (``--records DIR``; none with ``--quick``): a rerun with the same settings
+(the rows' and the presets they start from, :func:`model_settings`) reads those back and runs only the seeds that
+have none, so a full setting of hours can be run a seed at a time, and a run cut short keeps the seeds it finished;
+its output names each record it read, with the date, commit and machine that measured it. ``--fresh`` reads none.
+
 Runs go two at a time (``--jobs``), each in a process of its own, one torch thread each (the presets'
 ``threads``); a run that fails (or is killed) is reported on stderr and in the JSON line's ``failed_jobs``, and
 its row goes on with the other seeds.
@@ -123,6 +129,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import _harness as harness
+
+ROOT = Path(__file__).resolve().parents[1]
 
 QUICK_JUDGE_TASKS = ("balance", "caesar", "binary_search")
 """agentic_judge's tasks in the quick setting: one brittle, one weak, one of neither kind."""
@@ -444,6 +452,9 @@ class ModelRows:
     scripted_rows: Mapping[str, str] = field(default_factory=dict)
     """Further rows: stage name -> the env's scripted player (``SPEC.scripted``) evaluated in the learning seat, read
     once as the zero-shot row is (e.g. the floor, the proposers of fixed difficulty)."""
+    script: str = ""
+    """The ``benchmarks/`` script that runs these rows alone (its section of the results page): its records of finished
+    seeds are kept under ``docs/results/SCRIPT/records`` (:func:`run_model`)."""
 
 
 KUHN_SEATS_RUN = {"policies": {"player_0": "seat_0", "player_1": "seat_1"}, "memory_limit_gb": 5.0}
@@ -452,6 +463,7 @@ KUHN_SEATS_RUN = {"policies": {"player_0": "seat_0", "player_1": "seat_1"}, "mem
 
 MODEL_ENVS: dict[str, ModelRows] = {
     "kuhn_poker_v0": ModelRows(
+        script="pretrained_kuhn",
         # the exact exploitability masked to legal moves (the preset's constrain_to_legal), the exploitability of the
         # unmasked strategy (every other reply a forfeit), and the unmasked mass of the legal replies
         figures=("exploitability", "unconstrained_exploitability", "valid_mass_mean"),
@@ -469,6 +481,7 @@ MODEL_ENVS: dict[str, ModelRows] = {
         quick_sft={"episodes": 8, "epochs": 1, "batch_size": 8, "val_fraction": 0.25},
     ),
     "user_sim_v0": ModelRows(
+        script="pretrained_user_sim",
         # success on the evaluation seeds (every template of the subset, each seed a new world), the held-in and
         # held-out templates apart, and the same against the paraphrasing simulator, which no trace came from
         figures=("success_rate", "held_in_success", "held_out_success", "tool_calls", "turns"),
@@ -482,6 +495,7 @@ MODEL_ENVS: dict[str, ModelRows] = {
                    "episodes": 2, "epochs": 1, "batch_size": 2},
     ),
     "agentic_judge_v0": ModelRows(
+        script="pretrained_judge",
         # the solver's hidden-test pass rate, each of the preset's six tasks played alike (per_task: 4 times, 24
         # episodes a policy), the brittle and weak tasks apart, and the share of episodes the rule judge passed
         figures=("hidden_pass_rate", "brittle_hidden_pass", "weak_hidden_pass", "judge_pass_rate"),
@@ -498,6 +512,7 @@ MODEL_ENVS: dict[str, ModelRows] = {
         quick_sft={"options": [{"task": t} for t in QUICK_JUDGE_TASKS], "episodes": 3, "epochs": 1, "batch_size": 3},
     ),
     "proposer_solver_v0": ModelRows(
+        script="pretrained_proposer",
         # the proposer's mean learnability 4p(1-p) on the 10 held-out topics against the frozen panel of solvers,
         # with the share of its tasks that were invalid and the panel's mean pass rate on the valid ones
         figures=("learnability", "invalid_task_rate", "mean_pass_rate"),
@@ -676,32 +691,109 @@ def print_model_table(env: str, model: str, table: Mapping[str, Mapping[str, Any
               f" {row['peak_rss_mb']:>8.0f}")
 
 
-def run_model(env: str, model: str, seeds: Sequence[int], *, quick: bool, jobs: int, out: Path
-              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def run_model(env: str, model: str, seeds: Sequence[int], *, quick: bool, jobs: int, out: Path,
+              records: Path | None = None, reuse: bool = True) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Run one env's rows for ``model``: zero-shot once, then per seed the warm start and each RL stage from it;
-    return (the results, the failed jobs)."""
+    return (the results, the failed jobs).
+
+    With ``records``, a folder: each group of jobs that finished without a failure (the rows read once, ``shared``;
+    each seed's warm start and RL stages, ``seed-N``) is written there as ``GROUP.json`` (its results, the settings'
+    fingerprint, the date, commit and machine) as soon as it is done, and a group whose record holds the same
+    settings (:func:`model_settings`) is read from it instead of run again (unless not ``reuse``). A full setting of
+    hours can so be run a seed at a time, and a run cut short keeps the seeds it finished."""
     rows_of = MODEL_ENVS[env]
     overrides = dict(rows_of.quick if quick else rows_of.full)
     sft_overrides = dict(rows_of.quick_sft) if quick else {}
     options = dict(rows_of.quick_eval_options if quick else rows_of.eval_options)
+    settings = model_settings(env, model, quick=quick)
+    kept = {group: record for group in ["shared", *(f"seed-{s}" for s in seeds)]
+            if (record := read_record(records, group, settings)) is not None} if records is not None and reuse else {}
+    results: list[dict[str, Any]] = [r for record in kept.values() for r in record["results"]]
+    for group, record in kept.items():
+        print(f"{env}: {group} read from its record, {records / (group + '.json')} (measured {record['date']}, "
+              f"commit {record['commit']}; {record['machine']})")
+    expected = {"shared": 1 + len(rows_of.scripted_rows), **{f"seed-{s}": 1 + len(rows_of.rl) for s in seeds}}
+    done: dict[str, list[dict[str, Any]]] = {group: [] for group in expected if group not in kept}
     queue = Isolated(multiprocessing.get_context("fork"), jobs)
-    queue.submit(("zero-shot", 0), zero_shot_job, env, model, overrides, str(out), options)
-    for stage, player in rows_of.scripted_rows.items():
-        queue.submit((stage, 0), scripted_job, env, model, stage, player, overrides, str(out), options)
+    if "shared" not in kept:
+        queue.submit(("zero-shot", 0), zero_shot_job, env, model, overrides, str(out), options)
+        for stage, player in rows_of.scripted_rows.items():
+            queue.submit((stage, 0), scripted_job, env, model, stage, player, overrides, str(out), options)
     for s in seeds:
-        queue.submit(("warm start", s), model_warm_start_job, env, model, s, sft_overrides, overrides, str(out),
-                     options)
-    results, failed = [], []
+        if f"seed-{s}" not in kept:
+            queue.submit(("warm start", s), model_warm_start_job, env, model, s, sft_overrides, overrides, str(out),
+                         options)
+    failed = []
     for (stage, seed), result, error in queue.finished():
+        group = f"seed-{seed}" if stage == "warm start" or stage in rows_of.rl else "shared"
         if error is not None:
             failed.append(_failure(env, stage, seed, error))
+            done.pop(group, None)  # a group with a failure leaves no record
             continue
         results.append(result)
+        if group in done:
+            done[group].append(result)
+            if records is not None and len(done[group]) == expected[group]:
+                write_record(records, group, settings, done[group])
         if stage == "warm start":
             for rl_stage in rows_of.rl:
                 queue.submit((rl_stage, seed), model_rl_job, env, model, seed, rl_stage, result["init"], overrides,
                              str(out), options)
     return results, failed
+
+
+def model_settings(env: str, model: str, *, quick: bool) -> str:
+    """A fingerprint of what ``env``'s rows for ``model`` run: the rows' settings (:data:`MODEL_ENVS`) and the presets
+    they start from (the pretrained training preset, the SFT presets); records of other settings are not reused."""
+    import hashlib
+
+    from llm_zoo.trainers import presets, sft
+
+    rows_of = MODEL_ENVS[env]
+    what = {"env": env, "model": model, "quick": quick, "rows": {k: v for k, v in vars(rows_of).items()
+                                                                   if k not in ("script", "reads")},
+            "preset": presets.PRETRAINED_PRESETS.get(env), "sft": sft.SFT_PRESETS.get(env),
+            "sft_pretrained": sft.SFT_PRETRAINED_PRESETS.get(env)}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def read_record(records: Path, group: str, settings: str) -> dict[str, Any] | None:
+    """The record ``records/GROUP.json`` when it holds ``settings``' results; None when there is none, or it is of
+    other settings (said on stderr: the group runs again, and its new record replaces it)."""
+    path = records / f"{group}.json"
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"{path}: not a readable record ({exc}); it runs again", file=sys.stderr)
+        return None
+    if not isinstance(record, dict) or record.get("settings") != settings or not isinstance(record.get("results"), list):
+        print(f"{path}: a record of other settings ({record.get('settings') if isinstance(record, dict) else None!r}, "
+              f"these are {settings!r}); it runs again", file=sys.stderr)
+        return None
+    return record
+
+
+def write_record(records: Path, group: str, settings: str, results: Sequence[Mapping[str, Any]]) -> Path:
+    """Write ``records/GROUP.json``: the group's results with the settings' fingerprint, the date and the machine (the
+    results page's description of it: CPU, cores, load, versions, commit); return its path."""
+    import datetime
+
+    from llm_zoo.bench import machine
+
+    info = machine()
+    record = {"group": group, "settings": settings,
+              "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+              "commit": info["commit"], "machine": f"{info['cpu']}, {info['cores_usable']} cores, load {info['load']}",
+              "versions": info["versions"],
+              "results": [{k: v for k, v in r.items() if k != "init"} for r in results]}  # init: a temporary folder
+    records.mkdir(parents=True, exist_ok=True)
+    path = records / f"{group}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=1, default=str) + "\n")
+    tmp.replace(path)
+    return path
 
 
 # ---------------------------------------------------------------------------------------------
@@ -999,13 +1091,21 @@ def pretrained_rows(env: str, parser: argparse.ArgumentParser, argv: Sequence[st
     parser.add_argument("--model", default=PRETRAINED_MODEL, metavar="NAME",
                         help=f"the pretrained model: a catalogue name, a directory or a hub name (default "
                         f"{PRETRAINED_MODEL})")
+    default_records = ROOT / "docs" / "results" / MODEL_ENVS[env].script / "records"
+    parser.add_argument("--records", default=None, metavar="DIR",
+                        help="keep each finished seed's results here and read back those of the same settings instead "
+                        f"of running them again (default: {default_records.relative_to(ROOT)} in the full setting, "
+                        "none with --quick)")
+    parser.add_argument("--fresh", action="store_true", help="read no record: run every seed again (each new record "
+                        "replaces the old one as it is written)")
     args = parser.parse_args(argv)
     import tempfile
 
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="pretrained-"))
     out.mkdir(parents=True, exist_ok=True)
+    records = Path(args.records) if args.records else None if args.quick else default_records
     return _main_model(args.model, [env], [0] if args.quick else list(range(args.seeds)), quick=args.quick, jobs=1,
-                       out=out, started=started)
+                       out=out, started=started, records=records, reuse=not args.fresh)
 
 
 def plot_model(env: str, model: str, table: Mapping[str, Mapping[str, Any]], path: Path) -> None:
@@ -1035,14 +1135,15 @@ def plot_model(env: str, model: str, table: Mapping[str, Mapping[str, Any]], pat
 
 
 def _main_model(model: str, envs: Sequence[str], seeds: Sequence[int], *, quick: bool, jobs: int, out: Path,
-                started: float) -> dict[str, Any]:
+                started: float, records: Path | None = None, reuse: bool = True) -> dict[str, Any]:
     """``--model``: each env's rows for a pretrained model; print the tables, plot them (``pretrained.png``, or
     ``pretrained_ENV.png`` for several envs); return the figures."""
     all_results: dict[str, list[dict[str, Any]]] = {}
     failed: list[dict[str, Any]] = []
     tables: dict[str, dict[str, dict[str, Any]]] = {}
     for env in envs:
-        results, env_failed = run_model(env, model, seeds, quick=quick, jobs=jobs, out=out)
+        results, env_failed = run_model(env, model, seeds, quick=quick, jobs=jobs, out=out, records=records,
+                                        reuse=reuse)
         all_results[env], tables[env] = results, summarize_model(env, results)
         failed += env_failed
         print_model_table(env, model, tables[env])

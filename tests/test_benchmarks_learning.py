@@ -162,6 +162,7 @@ def test_each_env_of_the_pretrained_rows_has_an_opt_in_script_of_its_own():
     scripts = bench.discover()
     assert {name for name in scripts if name.startswith("pretrained_")} == set(PRETRAINED_SCRIPTS)
     assert set(PRETRAINED_SCRIPTS.values()) == set(learning.MODEL_ENVS)
+    assert PRETRAINED_SCRIPTS == {rows.script: env for env, rows in learning.MODEL_ENVS.items()}  # their records
     for name, env in PRETRAINED_SCRIPTS.items():
         text = scripts[name].read_text()
         assert bench.opt_in(scripts[name]) and f'pretrained_rows("{env}", parser, argv)' in text, name
@@ -214,6 +215,45 @@ def test_quick_kuhn_rows_of_a_model_directory(capsys, tmp_path, tiny_model_dir):
     assert (merged / "config.json").is_file() and not (merged / "adapter_config.json").exists()
     line = next(i for i, text in enumerate(out) if text.startswith("stage"))
     assert [text.split()[0] for text in out[line + 1:line + 5]] == ["zero-shot", "warm", "self-play", "anchored"]
+
+
+def test_a_pretrained_run_keeps_each_finished_seed_and_reads_it_back(capsys, tmp_path, tiny_model_dir):
+    """``--records DIR``: each finished group of jobs (the rows read once, each seed's) is written as it ends; a rerun
+    of the same settings reads them back and trains nothing; a record of other settings, or ``--fresh``, runs
+    again and replaces it."""
+    from benchmarks import pretrained_kuhn
+
+    model, records = stand_in(tiny_model_dir, "kuhn_poker_v0"), tmp_path / "records"
+
+    def run(name: str, *more: str) -> dict:
+        return pretrained_kuhn.main(["--quick", "--model", model, "--out", str(tmp_path / name), "--records",
+                                     str(records), *more])
+
+    first = run("first")
+    assert sorted(p.name for p in records.iterdir()) == ["seed-0.json", "shared.json"]
+    seed_0 = json.loads((records / "seed-0.json").read_text())
+    settings = learning.model_settings("kuhn_poker_v0", model, quick=True)
+    assert seed_0["settings"] == settings and [r["stage"] for r in seed_0["results"]] == ["warm start", "self-play",
+                                                                                          "anchored"]
+    assert seed_0["commit"] and seed_0["machine"] and "init" not in seed_0["results"][0]
+    capsys.readouterr()
+    second = run("second")
+    assert second["rows"] == first["rows"] and second["failed_jobs"] == []
+    assert not (tmp_path / "second" / "kuhn_poker_v0-s0-sft").exists()  # nothing trained
+    said = capsys.readouterr().out
+    assert "shared read from its record" in said and "seed-0 read from its record" in said
+    # other settings (a preset changed since): the seed runs again and its record is replaced; the rest is read
+    (records / "seed-0.json").write_text(json.dumps({**seed_0, "settings": "0" * 16}))
+    run("third")
+    assert (tmp_path / "third" / "kuhn_poker_v0-s0-sft").is_dir()
+    assert json.loads((records / "seed-0.json").read_text())["settings"] == settings
+    assert "shared read from its record" in capsys.readouterr().out
+    run("fourth", "--fresh")
+    assert "read from its record" not in capsys.readouterr().out
+    assert (tmp_path / "fourth" / "kuhn_poker_v0-s0-sft").is_dir()
+    # the settings' fingerprint follows the rows' settings and the presets, not where the records are
+    assert learning.model_settings("kuhn_poker_v0", model, quick=False) != settings
+    assert learning.model_settings("user_sim_v0", model, quick=True) != settings
 
 
 def test_quick_user_sim_rows_of_a_model_directory(capsys, tmp_path, tiny_model_dir):
