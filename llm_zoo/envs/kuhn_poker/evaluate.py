@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llm_zoo.envs.kuhn_poker import env as kuhn_env
@@ -327,6 +327,29 @@ def evaluate(policy: Policy, *, method: str = "exact", samples: int = SAMPLES,
     }
 
 
+class ScoredOnce:
+    """A :class:`~llm_zoo.policy.ScoresTokens` policy whose teacher-forced log-probs are computed once per (prompt,
+    completion) row and kept: the masked and the unmasked readings of a constrained model ask for the same rows
+    (each legal move's canonical reply, then end of turn), and each costs a forward pass over 12 prompts. Every
+    other attribute is the policy's own."""
+
+    def __init__(self, policy: ScoresTokens) -> None:
+        self._policy = policy
+        self._rows: dict[tuple[tuple[int, ...], tuple[int, ...]], list[float]] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._policy, name)
+
+    def logprobs_of(self, prompts_ids: Sequence[Sequence[int]],
+                    completions_ids: Sequence[Sequence[int]]) -> list[list[float]]:
+        keys = [(tuple(p), tuple(c)) for p, c in zip(prompts_ids, completions_ids, strict=True)]
+        missing = [k for k in dict.fromkeys(keys) if k not in self._rows]
+        if missing:
+            scored = self._policy.logprobs_of([list(p) for p, _ in missing], [list(c) for _, c in missing])
+            self._rows.update(zip(missing, scored, strict=True))
+        return [list(self._rows[k]) for k in keys]
+
+
 def evaluate_policies(policies: Mapping[str, Policy], *, method: str = "exact",
                       env_kwargs: Mapping[str, Any] | None = None, **_: Any) -> dict[str, Any]:
     """Evaluate the strategy formed by ``policies["player_0"]`` (first-to-act info sets) and
@@ -335,6 +358,9 @@ def evaluate_policies(policies: Mapping[str, Policy], *, method: str = "exact",
     The headline evaluation of ``kuhn_poker_v0``'s spec: exact, so it plays no episodes (it takes
     and ignores the spec contract's ``play``)."""
     reader = exact_strategy if method == "exact" else sampled_strategy
+    # a constrained model's masked reading scores the canonical replies the unmasked one scores: once each
+    once = {id(p): ScoredOnce(p) for p in policies.values() if isinstance(p, ScoresTokens)}
+    policies = {agent: once.get(id(p), p) for agent, p in policies.items()}
     reads: dict[int, tuple[dict, dict]] = {}
     for policy in policies.values():
         if id(policy) not in reads:

@@ -63,3 +63,28 @@ def test_unconstrained_strategy_reads_reply_then_end_of_turn_with_no_mask():
     figures = evaluate.unconstrained_figures({"player_0": policy, "player_1": policy}, config.env_kwargs)
     assert figures["valid_mass_min"] == pytest.approx(min(1 - v for v in left.values()))
     assert 0 <= figures["unconstrained_exploitability"] <= 1
+
+
+def test_a_constrained_models_two_readings_score_each_reply_once():
+    """The masked reading of a constrained model with room for end of turn scores the canonical replies the unmasked
+    reading scores: ``evaluate_policies`` asks the model for each row once, and its figures are those of the two
+    readings made apart."""
+    pytest.importorskip("torch")
+    from llm_zoo.policies.transformers import TransformersPolicy
+    from llm_zoo.trainers.grpo import build_tokenizer_and_model, make_config
+
+    config = make_config("kuhn_poker_v0", {"model_hidden_size": 32, "model_zero_head": False, "model_init_std": 0.1})
+    tokenizer, model = build_tokenizer_and_model(config, seed=0)
+    policy = TransformersPolicy(model, tokenizer, max_new_tokens=4, constrain=True)
+    table, other = evaluate.exact_strategy(policy, config.env_kwargs)  # apart: each a pass of its own
+    apart = evaluate.unconstrained_figures({"player_0": policy, "player_1": policy}, config.env_kwargs)
+    rows: list[int] = []
+    scored = policy.logprobs_of
+    policy.logprobs_of = lambda prompts, completions: rows.append(len(prompts)) or scored(prompts, completions)
+    figures = evaluate.evaluate_policies({"player_0": policy, "player_1": policy}, env_kwargs=config.env_kwargs)
+    assert rows == [24]  # one pass: 12 info sets x 2 legal moves, for both readings
+    for info_set, row in table.items():
+        assert figures["strategy"][info_set] == pytest.approx(row, abs=1e-6), info_set
+    assert figures["other_mass_mean"] == pytest.approx(sum(other.values()) / 12, abs=1e-6)
+    for key in ("unconstrained_exploitability", "valid_mass_min", "valid_mass_mean"):
+        assert figures[key] == pytest.approx(apart[key], abs=1e-6), key
