@@ -515,33 +515,48 @@ def sft_loss(model: torch.nn.Module, rows: SFTRows, indices: Sequence[int], *, p
     """Return (mean NLL over the loss tokens of ``rows[indices]``, their count, how many are the model's argmax).
 
     The mean is over the batch's tokens, as trl's (each micro-batch's sum divided by the batch's
-    count); with ``backward`` the gradients of that mean accumulate on the model. With ``digits`` (a
-    bool per vocabulary id: :func:`digit_tokens`) and a ``tally`` dict, the digit tokens among the
-    loss tokens are counted into ``tally["digits"]`` and the model's argmax hits on them into
-    ``tally["digit_hits"]``.
+    count); with ``backward`` the gradients of that mean accumulate on the model. Rows that repeat in the batch
+    (same tokens, same mask: a small game's traces hold few distinct conversations) run once, their loss counted
+    as many times as they appear. With ``digits`` (a bool per vocabulary id: :func:`digit_tokens`) and a ``tally``
+    dict, the digit tokens among the loss tokens are counted into ``tally["digits"]`` and the model's argmax hits
+    on them into ``tally["digit_hits"]``.
     """
     total = sum(sum(rows.loss_mask[i][1:]) for i in indices)
+    repeats: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+    first_of: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+    for i in indices:
+        key = (tuple(rows.input_ids[i]), tuple(rows.loss_mask[i]))
+        repeats[key] = repeats.get(key, 0) + 1
+        first_of.setdefault(key, i)
+    distinct = [first_of[key] for key in repeats]  # each distinct row once, with how often it appears
+    count = [repeats[key] for key in repeats]
     loss_sum, correct = 0.0, 0
     share = not checkpoints_activations(model)  # a shared prefix lets a micro-batch hold more rows
 
     def cost(group: Sequence[int]) -> int:
-        chosen = [indices[g] for g in group]
+        chosen = [distinct[g] for g in group]
         return pass_tokens([rows.input_ids[i] for i in chosen], [rows.loss_mask[i] for i in chosen], share)
 
-    for group in micro_batches([len(rows.input_ids[i]) for i in indices], budget, cost if share else None):
-        chosen = [indices[g] for g in group]
+    for group in micro_batches([len(rows.input_ids[i]) for i in distinct], budget, cost if share else None):
+        chosen = [distinct[g] for g in group]
         nll, hits = token_nll(model, [rows.input_ids[i] for i in chosen], [rows.loss_mask[i] for i in chosen],
                               pad_token_id=pad_token_id, device=device, share_prefix=share)
+        # token_nll's order is row by row, each row's loss tokens in order: each weighs as often as its row appears
+        weight = torch.tensor([count[g] for g in group for _ in range(sum(rows.loss_mask[distinct[g]][1:]))],
+                              dtype=nll.dtype, device=nll.device)
+        if weight.numel() != nll.numel():  # a row whose first token carries loss: nothing predicts that token
+            raise ValueError(f"sft: {nll.numel()} loss tokens scored where the masks hold {weight.numel()} after "
+                             "each row's first token; a row's first token cannot be a loss token")
         if backward:
-            (nll.sum() / max(1, total)).backward()
-        loss_sum += float(nll.detach().sum())
-        correct += int(hits.sum())
-        if digits is not None and tally is not None:  # the targets in token_nll's order: row by row
+            ((nll * weight).sum() / max(1, total)).backward()
+        loss_sum += float((nll.detach() * weight).sum())
+        correct += int((hits * weight.long()).sum())
+        if digits is not None and tally is not None:
             targets = torch.tensor([t for i in chosen for t, m in zip(rows.input_ids[i][1:], rows.loss_mask[i][1:]) if m],
                                    dtype=torch.long)
             is_digit = digits[targets].to(hits.device)
-            tally["digits"] = tally.get("digits", 0) + int(is_digit.sum())
-            tally["digit_hits"] = tally.get("digit_hits", 0) + int((hits & is_digit).sum())
+            tally["digits"] = tally.get("digits", 0) + int((is_digit * weight.long()).sum())
+            tally["digit_hits"] = tally.get("digit_hits", 0) + int(((hits & is_digit) * weight.long()).sum())
     return loss_sum / max(1, total), total, correct
 
 

@@ -139,6 +139,37 @@ def test_a_shared_prefix_gives_the_whole_rows_loss_and_gradients(lora):
     assert whole.std() > 0.1  # a real distribution: a wrong position or a missing prefix would show
 
 
+def test_repeated_rows_run_once_and_weigh_as_often_as_they_appear():
+    """A batch of Kuhn rows that repeat (a small game's traces hold few distinct conversations): sft_loss runs each
+    distinct row once, and its loss, token count, hits and gradients are those of every row run."""
+    config = make_sft_config("kuhn_poker_v0", {"role": "player", "model_zero_head": False, "model_init_std": 0.5})
+    tokenizer, model = build_tokenizer_and_model(config, seed=0)
+    tok = tokenize_rows(tokenizer, _rows(_episodes("kuhn_poker_v0", 4), "player"))
+    batch = [0, 1, 0, 2, 0, 1, 3, 0, 1]  # row 0 four times, row 1 three times
+    distinct = len({(tuple(tok.input_ids[i]), tuple(tok.loss_mask[i])) for i in batch})
+    params = [p for p in model.parameters() if p.requires_grad]
+    scored = []
+    hook = model.base_model.register_forward_hook(lambda _m, _a, kwargs, _o: scored.append(kwargs), with_kwargs=True)
+    model.zero_grad()
+    loss, n, right = sft.sft_loss(model, tok, batch, pad_token_id=tokenizer.pad_token_id, budget=1 << 20,
+                                  backward=True)
+    hook.remove()
+    grads = [p.grad.clone() for p in params]
+    rows_run = sum(k["input_ids"].shape[0] for k in scored if k.get("input_ids") is not None)
+    # every row run as its own: the same figures by hand from token_nll over the whole batch
+    model.zero_grad()
+    nll, hits = token_nll(model, [tok.input_ids[i] for i in batch], [tok.loss_mask[i] for i in batch],
+                          pad_token_id=tokenizer.pad_token_id, share_prefix=False)
+    (nll.sum() / nll.numel()).backward()
+    assert n == nll.numel() and right == int(hits.sum())
+    assert loss == pytest.approx(float(nll.detach().mean()), abs=1e-5)
+    for a, b in zip(grads, (p.grad for p in params)):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-4 * float(b.abs().max()))
+    assert max(float(g.abs().max()) for g in grads) > 0
+    # the distinct rows, and a shared-prefix plan's pass per seat's prefix: not all 9
+    assert 0 < rows_run <= distinct + 2 < len(batch)
+
+
 def test_micro_batches_stay_within_the_token_budget_and_cover_every_row():
     lengths = [50, 10, 300, 40, 40, 120, 9000]
     groups = micro_batches(lengths, budget=200)
