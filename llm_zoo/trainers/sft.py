@@ -226,7 +226,8 @@ SFT_PRETRAINED_PRESETS: dict[str, dict[str, Any]] = {
     # SmolLM2-135M-Instruct on the nash player's traces, LoRA r16 from the training preset, 2 CPU cores: masked
     # exploitability 0.0425-0.0485 (zero-shot 0.339), unmasked legal mass 0.994 (zero-shot 0.060); 87 steps of
     # about 15 s with each seat's rules run once a micro-batch (28 s a step whole, on the same cores), 25.7 min at a
-    # peak of 3.8 GB; 64 episodes x 2 epochs (3.5 min) stayed blind to its card (0.905)
+    # peak of 3.8 GB; repeated conversations run once (17 distinct among 512): 13.2 s a step against 23.7 on slower
+    # cores (docs/training.md); 64 episodes x 2 epochs (3.5 min) stayed blind to its card (0.905)
     "kuhn_poker_v0": {"lr": 1e-3, "episodes": 256, "epochs": 3,
                       "max_tokens_per_micro_batch": 1024,  # 1.31 GiB resident + 3.39 GiB a pass, estimated
                       "memory_limit_gb": 6.0},  # 4.70 GiB estimated against 3.8 GB measured (4.5 whole rows)
