@@ -44,7 +44,14 @@ from llm_zoo.catalogue import is_pretrained
 from llm_zoo.envs.agentic_judge.env import LEARNING_TASKS
 from llm_zoo.episode import Episode, export_chat_jsonl
 from llm_zoo.models import build_tokenizer_and_model, check_model_fields
-from llm_zoo.scoring import PrefixPlan, checkpoints_activations, forward_prompts, plan_prefixes, right_pad
+from llm_zoo.scoring import (
+    PrefixPlan,
+    checkpoints_activations,
+    dedupe,
+    forward_prompts,
+    plan_prefixes,
+    right_pad,
+)
 from llm_zoo.seating import Seating, scripted_name
 from llm_zoo.spec import EnvSpec
 from llm_zoo.trainers import presets
@@ -523,14 +530,10 @@ def sft_loss(model: torch.nn.Module, rows: SFTRows, indices: Sequence[int], *, p
     on them into ``tally["digit_hits"]``.
     """
     total = sum(sum(rows.loss_mask[i][1:]) for i in indices)
-    repeats: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
-    first_of: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
-    for i in indices:
-        key = (tuple(rows.input_ids[i]), tuple(rows.loss_mask[i]))
-        repeats[key] = repeats.get(key, 0) + 1
-        first_of.setdefault(key, i)
-    distinct = [first_of[key] for key in repeats]  # each distinct row once, with how often it appears
-    count = [repeats[key] for key in repeats]
+    keys, row_of = dedupe((tuple(rows.input_ids[i]), tuple(rows.loss_mask[i])) for i in indices)
+    first = dict(zip(reversed(row_of), reversed(indices)))  # each distinct row's first index in the batch
+    distinct = [first[k] for k in range(len(keys))]  # each distinct row once, with how often it appears
+    count = [row_of.count(k) for k in range(len(keys))]
     loss_sum, correct = 0.0, 0
     share = not checkpoints_activations(model)  # a shared prefix lets a micro-batch hold more rows
 
