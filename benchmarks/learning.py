@@ -563,13 +563,15 @@ def _model_keys(env: str) -> list[str]:
 
 def _model_policies(config: Any, sources: Mapping[str, str]) -> dict[str, Any]:
     """Load name -> policy from each source (a model name or directory, or a checkpoint's policy) with the sampling
-    settings of ``config`` (the env's pretrained training preset)."""
+    settings of ``config`` (the env's pretrained training preset), its sampling budget the rollout's, as training's
+    own sampler and ``llm-zoo eval`` have it (user_sim's 1632 tokens of the update's pass would sample one late
+    conversation at a time)."""
     from llm_zoo.policies.transformers import TransformersPolicy
 
     return {name: TransformersPolicy.from_pretrained(
         source, name=name, temperature=config.temperature, top_p=config.top_p, max_new_tokens=config.max_new_tokens,
         seed=config.seed, constrain=config.constrain_to_legal, max_prompt_tokens=config.max_prompt_tokens,
-        max_forward_tokens=config.max_forward_tokens) for name, source in sources.items()}
+        max_forward_tokens=config.max_rollout_tokens or config.max_forward_tokens) for name, source in sources.items()}
 
 
 def _model_config(env: str, model: str, seed: int, overrides: Mapping[str, Any], out: Path, name: str) -> Any:

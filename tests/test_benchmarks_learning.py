@@ -281,6 +281,20 @@ def test_quick_user_sim_rows_of_a_model_directory(capsys, tmp_path, tiny_model_d
     assert rows["rl"]["episodes"] == 2 and rows["rl"]["seconds"] > 0
 
 
+def test_the_rows_evaluate_under_the_rollouts_sampling_budget(tmp_path, tiny_model_dir):
+    """The evaluations sample as the preset's rollout does: user_sim's conversations side by side within its
+    ``max_rollout_tokens``, not one late conversation a pass within the update's ``max_forward_tokens``; a preset
+    without a rollout budget samples within the update's."""
+    model = stand_in(tiny_model_dir, "user_sim_v0")
+    config = learning._model_config("user_sim_v0", model, 0, {}, tmp_path, "eval")
+    assert 0 < config.max_forward_tokens < config.max_rollout_tokens
+    (policy,) = learning._model_policies(config, {"main": model}).values()
+    assert policy.max_forward_tokens == config.max_rollout_tokens
+    config = learning._model_config("user_sim_v0", model, 0, {"max_rollout_tokens": 0}, tmp_path, "eval")
+    (policy,) = learning._model_policies(config, {"main": model}).values()
+    assert policy.max_forward_tokens == config.max_forward_tokens
+
+
 def test_quick_judge_rows_of_a_model_directory(capsys, tmp_path, tiny_model_dir):
     """``--model`` on agentic_judge: the floor beside zero-shot, warm start and the two rewards' RL runs, each scored
     by the hidden tests with a pooled interval; each RL run changes only its reward in the preset's env kwargs."""
