@@ -708,13 +708,18 @@ def run_model(env: str, model: str, seeds: Sequence[int], *, quick: bool, jobs: 
     sft_overrides = dict(rows_of.quick_sft) if quick else {}
     options = dict(rows_of.quick_eval_options if quick else rows_of.eval_options)
     settings = model_settings(env, model, quick=quick)
-    kept = {group: record for group in ["shared", *(f"seed-{s}" for s in seeds)]
-            if (record := read_record(records, group, settings)) is not None} if records is not None and reuse else {}
+    stages = {"shared": ["zero-shot", *rows_of.scripted_rows], **{f"seed-{s}": ["warm start", *rows_of.rl]
+                                                                   for s in seeds}}
+    needed = [*_model_keys(env), "eval_seconds",
+              *(f"{prefix}episodes" for prefix in (_user_prefixes(env) if rows_of.rate else ()))]
+    kept = {group: record for group in stages
+            if (record := read_record(records, group, settings, stages[group], needed)) is not None
+            } if records is not None and reuse else {}
     results: list[dict[str, Any]] = [r for record in kept.values() for r in record["results"]]
     for group, record in kept.items():
-        print(f"{env}: {group} read from its record, {records / (group + '.json')} (measured {record['date']}, "
-              f"commit {record['commit']}; {record['machine']})")
-    expected = {"shared": 1 + len(rows_of.scripted_rows), **{f"seed-{s}": 1 + len(rows_of.rl) for s in seeds}}
+        print(f"{env}: {group} read from its record, {records / (group + '.json')} (measured {record.get('date')}, "
+              f"commit {record.get('commit')}; {record.get('machine')})")
+    expected = {group: len(names) for group, names in stages.items()}
     done: dict[str, list[dict[str, Any]]] = {group: [] for group in expected if group not in kept}
     queue = Isolated(multiprocessing.get_context("fork"), jobs)
     if "shared" not in kept:
@@ -759,9 +764,15 @@ def model_settings(env: str, model: str, *, quick: bool) -> str:
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def read_record(records: Path, group: str, settings: str) -> dict[str, Any] | None:
-    """The record ``records/GROUP.json`` when it holds ``settings``' results; None when there is none, or it is of
-    other settings (said on stderr: the group runs again, and its new record replaces it)."""
+RESULT_KEYS = ("seed", "stage", "seconds", "episodes", "tokens", "peak_rss_mb", "figures")
+"""What every result of a record holds (the tables read them all)."""
+
+
+def read_record(records: Path, group: str, settings: str, stages: Sequence[str] = (),
+                figures: Sequence[str] = ()) -> dict[str, Any] | None:
+    """The record ``records/GROUP.json`` when it holds ``settings``' results, one of each of ``stages``, each with
+    :data:`RESULT_KEYS` and every one of ``figures``; None when there is none, or it is of other settings or lacks
+    any of those (said on stderr: the group runs again, and its new record replaces it)."""
     path = records / f"{group}.json"
     if not path.is_file():
         return None
@@ -774,6 +785,17 @@ def read_record(records: Path, group: str, settings: str) -> dict[str, Any] | No
         print(f"{path}: a record of other settings ({record.get('settings') if isinstance(record, dict) else None!r}, "
               f"these are {settings!r}); it runs again", file=sys.stderr)
         return None
+    results = record["results"]
+    found = sorted(str(r.get("stage")) if isinstance(r, dict) else repr(r) for r in results)
+    if stages and found != sorted(stages):
+        print(f"{path}: holds the stages {found}, expected {sorted(stages)}; it runs again", file=sys.stderr)
+        return None
+    for r in results:
+        lacking = [k for k in RESULT_KEYS if k not in r] or [
+            k for k in figures if not isinstance(r["figures"], dict) or k not in r["figures"]]
+        if lacking:
+            print(f"{path}: its {r['stage']!r} result lacks {lacking}; it runs again", file=sys.stderr)
+            return None
     return record
 
 

@@ -256,6 +256,38 @@ def test_a_pretrained_run_keeps_each_finished_seed_and_reads_it_back(capsys, tmp
     assert learning.model_settings("user_sim_v0", model, quick=True) != settings
 
 
+def test_a_record_lacking_a_stage_or_a_figure_runs_again(tmp_path, capsys):
+    """A record of the same settings is read back only whole: each of its group's stages once, each result with the
+    cost keys and every figure the tables print; otherwise stderr says what it lacks and the group runs again. The
+    records kept in docs/results are whole."""
+    from benchmarks.learning import RESULT_KEYS, read_record
+
+    result = {"seed": 0, "stage": "zero-shot", "seconds": 0.0, "episodes": 0, "tokens": 0, "peak_rss_mb": 1.0,
+              "figures": {"success_rate": 0.5, "eval_seconds": 1.0}}
+
+    def read(results: list, stages=("zero-shot",)) -> dict | None:
+        (tmp_path / "shared.json").write_text(json.dumps({"settings": "s", "results": results}))
+        return read_record(tmp_path, "shared", "s", stages, ["success_rate", "eval_seconds"])
+
+    assert read([result]) is not None
+    assert read([{**result, "figures": {"eval_seconds": 1.0}}]) is None
+    assert "lacks ['success_rate']" in capsys.readouterr().err
+    assert read([{k: v for k, v in result.items() if k != "tokens"}]) is None
+    assert "lacks ['tokens']" in capsys.readouterr().err
+    assert read([result], stages=("zero-shot", "floor")) is None
+    assert "expected ['floor', 'zero-shot']" in capsys.readouterr().err
+    assert read([result, result]) is None  # a stage twice
+    kept = sorted((learning.ROOT / "docs" / "results").glob("pretrained_*/records/*.json"))
+    scripts = {rows.script: env for env, rows in learning.MODEL_ENVS.items()}
+    for path in kept:
+        env, record = scripts[path.parent.parent.name], json.loads(path.read_text())
+        rows_of = learning.MODEL_ENVS[env]
+        stages = ["zero-shot", *rows_of.scripted_rows] if path.stem == "shared" else ["warm start", *rows_of.rl]
+        needed = [*learning._model_keys(env), "eval_seconds"]
+        assert read_record(path.parent, path.stem, record["settings"], stages, needed) == record, path
+        assert all(set(RESULT_KEYS) <= set(r) for r in record["results"])
+
+
 def test_quick_user_sim_rows_of_a_model_directory(capsys, tmp_path, tiny_model_dir):
     """``--model`` on user_sim: zero-shot, warm start and RL, each scored on evaluation seeds against the scripted
     user and the paraphrasing one, held-in and held-out templates apart, with a pooled interval."""
