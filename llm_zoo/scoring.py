@@ -80,7 +80,7 @@ from transformers import PreTrainedModel
 from llm_zoo.policies.compat import cache_argument, forward_params, keep_logits_kwargs
 
 __all__ = [
-    "NestPlan", "PASS_COST_TOKENS", "PrefixPlan", "PrefixTree", "TreeRows", "allowed_mask",
+    "NestPlan", "PASS_COST_TOKENS", "Past", "PrefixPlan", "PrefixTree", "TreeRows", "allowed_mask",
     "checkpoints_activations", "common_length", "completion_logprobs", "dedupe", "dedupe_rows", "forward_in_chunks",
     "forward_prompts", "forward_tree", "left_pad", "long_tensor", "nests", "one_token_tree_logits", "plan_nesting",
     "plan_prefixes", "plan_tree", "position_ids_of", "prefix_tree", "right_pad", "row_chunks", "tree_pair_cost",
@@ -465,24 +465,28 @@ def forward_prompts(
     share_prefix: bool,
     use_cache: bool,
     token_budget: int | None = None,
+    past: Past | None = None,
 ) -> tuple[Any, torch.Tensor]:
     """Run left-padded prompts, then ``completions`` (right-padded ids and mask), through ``model``.
 
     With ``share_prefix``, when :func:`plan_prefixes` finds prefixes worth sharing, a first pass
     runs each shared prefix once and its KV cache is copied out to the prompts of its group; the
     returned pass then runs the rest of each prompt (left-padded) and the completions, on top of
-    that cache. Logits are kept for the last ``1 + completion width`` positions. A pass whose rows
-    times new tokens exceed ``token_budget`` runs in column chunks (:func:`forward_in_chunks`).
+    that cache. With ``past``, the KV of each prompt's first tokens computed before (a policy's kept
+    turns), the pass runs on top of that instead. Logits are kept for the last ``1 + completion
+    width`` positions. A pass whose rows times new tokens exceed ``token_budget`` runs in column
+    chunks (:func:`forward_in_chunks`).
 
     Returns:
         The model output of the last pass, and its attention mask [batch, cache + new positions].
     """
     cache_arg = cache_argument(model)
-    plan = plan_prefixes(prompts) if share_prefix else None
+    plan = plan_prefixes(prompts) if share_prefix and past is None else None
     kwargs: dict[str, Any] = {}
-    if plan is None:
-        input_ids, attention_mask = left_pad(prompts, pad_token_id, device)
-    else:
+    shared: list[int] | None = None
+    if past is not None:
+        kwargs[cache_arg], prefix_mask, shared = past.cache, past.mask, list(past.shared)
+    elif plan is not None:
         prefix_ids, prefix_mask = left_pad(plan.prefixes, pad_token_id, device)
         first = forward_in_chunks(
             model, prefix_ids, prefix_mask, position_ids_of(prefix_mask), keep=1, token_budget=token_budget,
@@ -491,22 +495,35 @@ def forward_prompts(
         groups = torch.tensor(plan.group_of, device=device)
         cache = getattr(first, cache_arg)
         cache.batch_select_indices(groups)  # a gather of keys and values: gradients flow back
-        kwargs[cache_arg] = cache
-        input_ids, attention_mask = left_pad(
-            [p[n:] for p, n in zip(prompts, plan.shared)], pad_token_id, device
-        )
+        kwargs[cache_arg], prefix_mask, shared = cache, prefix_mask[groups], plan.shared
+    if shared is None:
+        input_ids, attention_mask = left_pad(prompts, pad_token_id, device)
+    else:
+        input_ids, attention_mask = left_pad([p[n:] for p, n in zip(prompts, shared)], pad_token_id, device)
     if completions is not None:
         input_ids = torch.cat([input_ids, completions[0]], dim=1)
         attention_mask = torch.cat([attention_mask, completions[1]], dim=1)
     position_ids = position_ids_of(attention_mask)
-    if plan is not None:
-        position_ids = position_ids + torch.tensor(plan.shared, device=device)[:, None]
-        attention_mask = torch.cat([prefix_mask[groups], attention_mask], dim=1)
+    if shared is not None:
+        position_ids = position_ids + torch.tensor(shared, device=device)[:, None]
+        attention_mask = torch.cat([prefix_mask, attention_mask], dim=1)
     out = forward_in_chunks(
         model, input_ids, attention_mask, position_ids, keep=1 + (0 if completions is None else completions[0].shape[1]),
-        token_budget=token_budget, use_cache=use_cache or plan is not None, **kwargs,
+        token_budget=token_budget, use_cache=use_cache or shared is not None, **kwargs,
     )
     return out, attention_mask
+
+
+@dataclass
+class Past:
+    """KV computed before for the first tokens of each prompt of a pass (:func:`forward_prompts`)."""
+
+    cache: Any
+    """A KV cache of ``rows x width`` positions, each row's left-padded."""
+    mask: torch.Tensor
+    """``[rows, width]``: 1 where a row's cache holds a token, 0 on its padding."""
+    shared: Sequence[int]
+    """How many of each prompt's first tokens the cache holds (a row's pass starts after them)."""
 
 
 def forward_in_chunks(

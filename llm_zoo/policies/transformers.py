@@ -30,11 +30,27 @@ KV cache and decode loop), a prompt longer than the budget prefilling in column 
 prompts before any forward pass: :meth:`TransformersPolicy.act` raises
 :class:`~llm_zoo.policy.PromptTooLong` naming the rows, and ``collect`` ends those episodes
 as failed and plays the rest on.
+
+Kept turns
+----------
+A conversation's next prompt begins with its last prompt and the reply sampled to it, so the
+policy keeps the KV cache of each row it sampled (prompt and reply, up to ``keep_tokens`` tokens
+in all, the least recently used dropped first) and runs a later prompt on top of the longest kept
+beginning it has: a later turn runs only its new tokens (the other side's message, a tool's
+output), not the whole conversation again. Rows that find a kept beginning sample in chunks of
+their own, apart from those that find none, so a chunk's pass is no wider than its longest prompt.
+What is kept belongs to the weights it was computed with: a change to any parameter (an optimiser
+step, ``load_state_dict``, a weight push) empties it, as does :meth:`TransformersPolicy.forget_turns`
+(a write through ``param.data`` bumps no version counter: call it then). The log-probs agree with
+a pass over the whole prompt to float rounding. Kept only for one-token-a-step caches of full
+attention (a model with sliding-window layers keeps nothing) and replies longer than one token.
 """
 
 from __future__ import annotations
 
 import os
+import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,6 +62,8 @@ from llm_zoo.policies.compat import DynamicLayer, cache_argument, keep_logits_kw
 from llm_zoo.policies.sampling import legal_mask, next_tokens
 from llm_zoo.policy import Observation, Reply
 from llm_zoo.scoring import (
+    Past,
+    common_length,
     completion_logprobs,
     dedupe,
     forward_prompts,
@@ -93,6 +111,9 @@ class TransformersPolicy(ChatTemplatePolicy):
             longer. None: no limit.
         max_forward_tokens: The most tokens (rows x padded length) one forward pass runs, in
             sampling and scoring (module docstring); None: the whole batch in one pass.
+        keep_tokens: The most tokens of KV cache kept from one call to the next, so that a
+            conversation's later turns run only their new tokens (module docstring, "Kept turns").
+            None: ``max_forward_tokens``, or 8192 without one; 0 keeps none.
     """
 
     def __init__(
@@ -111,6 +132,7 @@ class TransformersPolicy(ChatTemplatePolicy):
         constrain: bool = False,
         max_prompt_tokens: int | None = None,
         max_forward_tokens: int | None = None,
+        keep_tokens: int | None = None,
     ) -> None:
         if temperature < 0:
             raise ValueError(
@@ -123,6 +145,9 @@ class TransformersPolicy(ChatTemplatePolicy):
         for label, value in (("max_prompt_tokens", max_prompt_tokens), ("max_forward_tokens", max_forward_tokens)):
             if value is not None and value < 1:
                 raise ValueError(f"TransformersPolicy: {label} must be >= 1 or None (no limit), got {value!r}.")
+        if keep_tokens is not None and keep_tokens < 0:
+            raise ValueError(f"TransformersPolicy: keep_tokens must be >= 0 (0 keeps none) or None "
+                             f"(max_forward_tokens), got {keep_tokens!r}.")
         if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError(
                 "TransformersPolicy needs a tokenizer with a chat template (tokenizer.chat_template is None); "
@@ -136,6 +161,7 @@ class TransformersPolicy(ChatTemplatePolicy):
         self.constrain = bool(constrain)
         self.max_prompt_tokens = None if max_prompt_tokens is None else int(max_prompt_tokens)
         self.max_forward_tokens = None if max_forward_tokens is None else int(max_forward_tokens)
+        self.keep_tokens = int(keep_tokens if keep_tokens is not None else self.max_forward_tokens or 8192)
         self.device = torch.device(device if device is not None else _default_device())
         self.model = model.to(self.device) if dtype is None else model.to(self.device, dtype=dtype)
         self._set_up_chat(tokenizer)
@@ -273,10 +299,21 @@ class TransformersPolicy(ChatTemplatePolicy):
         Rows with the same prompt go to the chunk of its first row, so a chunk shares what it can.
         """
         budget = self.max_forward_tokens
-        if budget is None:
+        found = self._kept_beginnings(prompts) if self._keeps() else None
+        split = found is not None and any(n for _, n in found) and not all(n for _, n in found)
+        if budget is None and not split:
             return self._sample(prompts, paths)
         distinct, row_of = dedupe(map(tuple, prompts))
-        chunks = row_chunks([len(p) + self.max_new_tokens for p in distinct], budget)
+        lengths = [len(p) + self.max_new_tokens for p in distinct]
+        if split:  # rows on top of a kept beginning, and the rest, in chunks apart (module docstring)
+            assert found is not None
+            kept_at = {tuple(prompts[i]): n > 0 for i, (_, n) in enumerate(found)}
+            chunks = [[part[i] for i in chunk]
+                      for part in ([d for d, p in enumerate(distinct) if not kept_at[p]],
+                                   [d for d, p in enumerate(distinct) if kept_at[p]])
+                      for chunk in row_chunks([lengths[d] for d in part], budget or sum(lengths))]
+        else:
+            chunks = row_chunks(lengths, budget)  # type: ignore[arg-type]  (budget is set: not split)
         if len(chunks) == 1:
             return self._sample(prompts, paths, (distinct, row_of))
         chunk_of = [0] * len(distinct)
@@ -320,6 +357,7 @@ class TransformersPolicy(ChatTemplatePolicy):
                 share_prefix=self.share_prefix,
                 use_cache=self.max_new_tokens > 1,  # one-token replies need no cache after the prompt
                 token_budget=self.max_forward_tokens,
+                past=self._past(distinct) if self._keeps() else None,
             )
             last_logits = out.logits[:, -1, :]
         # rows -> their distinct prompt; None when every prompt is distinct
@@ -377,7 +415,94 @@ class TransformersPolicy(ChatTemplatePolicy):
             end = next((t + 1 for t, tok in enumerate(row_tokens) if tok in eos_set), len(row_tokens))
             completions.append(row_tokens[:end])
             completion_logprobs_.append(row_logprobs[:end])
+        if self._keeps():
+            # the cache holds each prompt's real columns, then the replies' tokens fed back: all but the last step's
+            self._keep(prompts, completions, cache, prefill_mask, width, len(step_tokens) - 1)
         return completions, completion_logprobs_
+
+    # ---- kept turns (module docstring) -------------------------------------------------------
+
+    def _keeps(self) -> bool:
+        return self.keep_tokens > 0 and self.max_new_tokens > 1 and _full_attention(self.model)
+
+    def _kept(self) -> OrderedDict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]]:
+        """Token ids -> each layer's kept keys and values ``[heads, tokens, dim]``, least recently used first; emptied
+        when the weights are not those it was computed with."""
+        stamp = _weights_stamp(self.model)
+        kept = self.__dict__.get("_kept_turns")
+        if kept is None or not _same_weights(kept[0], stamp):
+            kept = self.__dict__["_kept_turns"] = (stamp, OrderedDict())
+        return kept[1]
+
+    def _kept_beginnings(self, prompts: Sequence[Sequence[int]]) -> list[tuple[tuple[int, ...] | None, int]]:
+        """For each prompt, the kept sequence that shares the most of its first tokens, and how many (at most all
+        but its last token, whose logits the pass computes); (None, 0) where none shares any."""
+        kept = self._kept()
+        found = []
+        for prompt in map(tuple, prompts):
+            best, most = None, 0
+            for key in kept:
+                n = min(common_length(key, prompt), len(prompt) - 1)
+                if n > most:
+                    best, most = key, n
+            found.append((best, most))
+        return found
+
+    def _past(self, prompts: Sequence[tuple[int, ...]]) -> Past | None:
+        """The kept KV of the prompts' first tokens as one left-padded cache, each row cut so that the pass is no
+        wider than the longest prompt; None when no row has any."""
+        found = self._kept_beginnings(prompts)
+        lengths = [len(p) for p in prompts]
+        cut = max(lengths) - max(n - m for n, (_, m) in zip(lengths, found))
+        use = [min(m, cut) for _, m in found]
+        width = max(use)
+        if width < 1:
+            return None
+        kept = self._kept()
+        mask = torch.zeros(len(prompts), width, dtype=torch.long, device=self.device)
+        layers = []
+        sample = kept[next(key for (key, _), n in zip(found, use) if n)]
+        for layer, (k0, v0) in enumerate(sample):
+            keys = k0.new_zeros(len(prompts), k0.shape[0], width, k0.shape[-1])
+            values = v0.new_zeros(len(prompts), v0.shape[0], width, v0.shape[-1])
+            for row, ((key, _), n) in enumerate(zip(found, use)):
+                if n:
+                    keys[row, :, width - n:] = kept[key][layer][0][:, :n]
+                    values[row, :, width - n:] = kept[key][layer][1][:, :n]
+            layers.append((keys, values))
+        for row, ((key, _), n) in enumerate(zip(found, use)):
+            if n:
+                mask[row, width - n:] = 1
+                kept.move_to_end(key)
+        return Past(_cache_of(layers), mask, use)
+
+    def _keep(self, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], cache: Any,
+              mask: torch.Tensor, width: int, fed: int) -> None:
+        """Keep each row's KV (its prompt's real columns of the first ``width``, then ``fed`` reply tokens at most),
+        dropping kept sequences it extends and then the least recently used beyond ``keep_tokens``."""
+        if fed < 1 or not getattr(cache, "layers", None):
+            return  # every row ended at its first token: the cache is still the prefill's, laid out per prompt
+        kept = self._kept()
+        steps = torch.arange(fed, device=self.device)
+        for row, (prompt, completion) in enumerate(zip(prompts, completions)):
+            n = min(len(completion), fed)
+            key = (*prompt, *completion[:n])
+            if key in kept:
+                kept.move_to_end(key)
+                continue
+            columns = torch.cat([mask[row, :width].nonzero().squeeze(1), width + steps[:n]])
+            for old in [k for k in kept if len(k) < len(key) and key[: len(k)] == k]:
+                del kept[old]  # what it held is a beginning of this one
+            kept[key] = [(layer.keys[row].index_select(1, columns), layer.values[row].index_select(1, columns))
+                         for layer in cache.layers]
+        total = sum(map(len, kept))
+        while total > self.keep_tokens and kept:
+            total -= len(kept.popitem(last=False)[0])
+
+    def forget_turns(self) -> None:
+        """Drop the KV cache kept from earlier calls (module docstring, "Kept turns"): to free its memory, or after
+        writing the weights through ``param.data``."""
+        self.__dict__.pop("_kept_turns", None)
 
 
     def _last_logits(self, prompts: list[tuple[int, ...]]) -> torch.Tensor:
@@ -391,13 +516,11 @@ class TransformersPolicy(ChatTemplatePolicy):
         yet. Those run as one token tree (module docstring) where that is cheaper, else as one pass.
         """
         model, device = self.model, self.device
-        params = list(model.parameters())
-        versions = [p._version for p in params]
+        stamp = _weights_stamp(model)
         memo = self.__dict__.get("_logits_memo")
-        if (memo is None or len(memo[0]) != len(params) or any(a is not b for a, b in zip(memo[0], params))
-                or memo[1] != versions or len(memo[2]) > _LOGITS_MEMO_SIZE):
-            memo = self.__dict__["_logits_memo"] = (params, versions, {})
-        rows = memo[2]
+        if memo is None or not _same_weights(memo[0], stamp) or len(memo[1]) > _LOGITS_MEMO_SIZE:
+            memo = self.__dict__["_logits_memo"] = (stamp, {})
+        rows = memo[1]
         missing = [p for p in prompts if p not in rows]
         if missing:
             tree = plan_tree(model, missing) if len(missing) > 1 else None
@@ -464,6 +587,44 @@ if DynamicLayer is not None:
             self._length = end
             self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
             return self.keys, self.values
+
+
+def _weights_stamp(model: torch.nn.Module) -> tuple[list[torch.nn.Parameter], list[int]]:
+    """The model's parameter objects (held, so a new model's can never pass for them) and their version counters
+    (bumped by every in-place change through the tensor)."""
+    params = list(model.parameters())
+    return params, [p._version for p in params]
+
+
+def _same_weights(a: tuple[list[torch.nn.Parameter], list[int]], b: tuple[list[torch.nn.Parameter], list[int]]
+                  ) -> bool:
+    return len(a[0]) == len(b[0]) and all(x is y for x, y in zip(a[0], b[0])) and a[1] == b[1]
+
+
+def _full_attention(model: PreTrainedModel) -> bool:
+    """Whether every layer of the model's cache is a plain full-attention one (no sliding window, no recurrent
+    state): what kept turns can be cut and joined from."""
+    found = _FULL_ATTENTION.get(model)
+    if found is None:
+        from transformers import DynamicCache
+
+        try:
+            layers = DynamicCache(config=model.config).layers
+        except Exception:  # noqa: BLE001 - a config the cache cannot read: keep nothing
+            layers = []
+        found = _FULL_ATTENTION[model] = bool(layers) and DynamicLayer is not None and all(
+            type(layer) is DynamicLayer for layer in layers)
+    return found
+
+
+_FULL_ATTENTION: weakref.WeakKeyDictionary[torch.nn.Module, bool] = weakref.WeakKeyDictionary()
+
+
+def _cache_of(layers: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> Any:
+    """A cache of plain full-attention layers holding ``layers``' keys and values."""
+    from transformers import DynamicCache
+
+    return DynamicCache(ddp_cache_data=layers)
 
 
 def _default_device() -> str:

@@ -761,6 +761,9 @@ def _train(config: TrainConfig, resume: bool, device: torch.device, run_dir: Pat
                                               batch_size=config.rollout_batch_size, env_kwargs=config.env_kwargs,
                                               seed=distributed.rollout_seed(rng.randrange(2**31)), executor=executor))
         t_rollout = time.perf_counter() - t0
+        # the KV each sampler kept between turns (its own weights', pool snapshots' too): freed before the update
+        for policy in {id(p): p for mapping in assignments for p in mapping.values()}.values():
+            getattr(policy, "forget_turns", lambda: None)()
 
         # REWARDS: one outcome per (episode, trained agent): its return, spread over its turns' tokens
         outcomes = _outcomes(episodes, trained_agents, roles, config)

@@ -14,7 +14,9 @@ What bounds a run's memory (:mod:`llm_zoo.scoring`, :class:`~llm_zoo.policies.tr
   micro-batches (``micro_batch_size`` sequences at most) are split further under it
   (:func:`micro_batches`), the gradients accumulating over them as over any micro-batches.
 - ``max_rollout_tokens``: sampling's own budget, where it is set (a pass without gradients holds no
-  activations for a backward, so it may run more rows than the update's).
+  activations for a backward, so it may run more rows than the update's). The sampler also keeps the KV
+  cache of as many tokens from one call to the next (replies longer than one token: a conversation's
+  later turn runs only its new tokens), which the rollout's part counts.
 - ``memory_limit_gb``: the budget :func:`preflight` checks :func:`estimate` against.
 
 The estimate adds what lives through the run (the process itself, every model's weights, the trained
@@ -199,6 +201,8 @@ def estimate(config: Any, model_config: Any, *, learners: int = 1) -> Estimate:
     rows = max(1, min(int(config.rollout_batch_size), sampling // longest))
     query = max(1, min(longest, sampling // rows))
     rollout = pass_bytes(shape, rows, query, longest, grad=False, cache=True, width=width)
+    if int(config.max_new_tokens) > 1:  # the KV the sampler keeps from one turn to the next: the budget's tokens
+        rollout += sampling * shape["layers"] * 2 * shape["kv_heads"] * shape["head_dim"] * width
     # UPDATE: the largest micro-batch within micro_batch_size and the budget, forward and backward; a row
     # longer than the budget runs in column chunks whose saved activations still add up to the whole row
     rows = max(1, min(int(config.micro_batch_size), budget // longest))

@@ -756,3 +756,67 @@ def test_one_token_logits_are_kept_while_the_weights_stay(tok, tiny_model):
         policy.model.get_output_embeddings().weight.mul_(3.0)
     policy.seed(0)
     assert [r.logprobs for r in policy.act(SHARED_BATCH)] != [r.logprobs for r in first]
+
+
+# ---- kept turns ---------------------------------------------------------------------------------
+
+
+def next_turn(observation: dict, reply: str, user: str) -> dict:
+    """The observation after ``reply`` and the other side's ``user`` message."""
+    messages = (*observation["messages"], {"role": "assistant", "content": reply}, {"role": "user", "content": user})
+    return {"messages": messages}
+
+
+def embedded_tokens(model) -> list[int]:
+    """Count the tokens each forward pass embeds (prefill and decode steps alike), by a hook on the embeddings."""
+    counts: list[int] = []
+    model.get_input_embeddings().register_forward_hook(lambda module, args, out: counts.append(args[0].numel()))
+    return counts
+
+
+def test_a_later_turn_runs_only_its_new_tokens_and_samples_what_a_whole_pass_samples(tok, tiny_model):
+    # a conversation's second prompt begins with its first prompt and reply: the policy that keeps the KV of what it
+    # sampled runs only the new tokens, and samples the same replies with the same log-probs (to float rounding) as
+    # one that runs every prompt whole, and as a fresh teacher-forced pass scores them
+    model = tiny_model(tok, seed=0)
+    counts = embedded_tokens(model)
+    kept, whole = (TransformersPolicy(model, tok, seed=4, max_new_tokens=12, keep_tokens=k) for k in (None, 0))
+    first = [{"messages": o["messages"]} for o in BATCH]
+    replies = kept.act(first)
+    assert [(r.completion_ids, r.logprobs) for r in replies] == [
+        (r.completion_ids, r.logprobs) for r in whole.act(first)]
+    second = [next_turn(o, r, f"Round {i}: your move.") for i, (o, r) in enumerate(zip(first, replies))]
+    second.append({"messages": ({"role": "user", "content": "A new conversation, nothing kept of it."},)})
+    counts.clear()
+    later = kept.act(second)
+    ran_kept = sum(counts)
+    counts.clear()
+    fresh = whole.act(second)
+    ran_whole = sum(counts)
+    assert [r.completion_ids for r in later] == [r.completion_ids for r in fresh]
+    assert max_diff(later, [r.logprobs for r in fresh]) < 1e-5
+    per_token, mask = completion_logprobs(model, [r.prompt_ids for r in later], [r.completion_ids for r in later],
+                                          pad_token_id=tok.pad_token_id, share_prefix=False)
+    assert max_diff(later, [row[:n] for row, n in zip(per_token.tolist(), mask.sum(dim=1).tolist())]) < LOGPROB_TOLERANCE
+    prompt_tokens = sum(len(r.prompt_ids) for r in later)
+    assert ran_kept < ran_whole - prompt_tokens // 2, (ran_kept, ran_whole, prompt_tokens)
+
+
+def test_kept_turns_stay_within_their_budget_and_go_with_the_weights(tok, tiny_model):
+    model = tiny_model(tok, seed=0)
+    policy = TransformersPolicy(model, tok, seed=0, max_new_tokens=8, keep_tokens=400)
+    policy.act([{"messages": o["messages"]} for o in BATCH])
+    kept = policy.__dict__["_kept_turns"][1]
+    assert kept and sum(map(len, kept)) <= 400
+    # what a row kept extends what it kept before: the shorter sequence goes
+    (key, _), = list(kept.items())[-1:]
+    assert not any(len(k) < len(key) and key[: len(k)] == k for k in kept)
+    with torch.no_grad():  # an optimiser step: the kept KV belongs to the old weights
+        model.get_output_embeddings().weight.mul_(2.0)
+    assert not policy._kept()
+    policy.act([{"messages": o["messages"]} for o in BATCH[:1]])
+    assert policy._kept()
+    policy.forget_turns()
+    assert "_kept_turns" not in policy.__dict__
+    with pytest.raises(ValueError, match="keep_tokens must be >= 0"):
+        TransformersPolicy(model, tok, keep_tokens=-1)
