@@ -42,8 +42,9 @@ their own, apart from those that find none, so a chunk's pass is no wider than i
 What is kept belongs to the weights it was computed with: a change to any parameter (an optimiser
 step, ``load_state_dict``, a weight push) empties it, as does :meth:`TransformersPolicy.forget_turns`
 (a write through ``param.data`` bumps no version counter: call it then). The log-probs agree with
-a pass over the whole prompt to float rounding. Kept only for one-token-a-step caches of full
-attention (a model with sliding-window layers keeps nothing) and replies longer than one token.
+a pass over the whole prompt to float rounding. Only a model whose every layer is plain full
+attention keeps anything (one with sliding-window layers keeps nothing), and only for replies
+longer than one token.
 """
 
 from __future__ import annotations
