@@ -35,10 +35,15 @@ Kept turns
 ----------
 A conversation's next prompt begins with its last prompt and the reply sampled to it, so the
 policy keeps the KV cache of each row it sampled (prompt and reply, up to ``keep_tokens`` tokens
-in all, the least recently used dropped first) and runs a later prompt on top of the longest kept
-beginning it has: a later turn runs only its new tokens (the other side's message, a tool's
-output), not the whole conversation again. Rows that find a kept beginning sample in chunks of
-their own, apart from those that find none, so a chunk's pass is no wider than its longest prompt.
+in all) and runs a later prompt on top of the longest kept beginning it has: a later turn runs only
+its new tokens (the other side's message, a tool's output), not the whole conversation again. Rows
+that find a kept beginning sample in chunks of their own, apart from those that find none, so a
+chunk's pass is no wider than its longest prompt. Over the budget, what no row of the call uses is
+dropped first, least recently used first; then the last chunk's own rows go unkept. A call never
+drops what its later chunks are about to use, nor what its earlier chunks kept: with more
+conversations than the budget holds (an evaluation of many episodes at once), a steady share of
+them keeps its turns, where dropping the least recently used would drop each row just before its
+next turn.
 What is kept belongs to the weights it was computed with: a change to any parameter (an optimiser
 step, ``load_state_dict``, a weight push) empties it, as does :meth:`TransformersPolicy.forget_turns`
 (a write through ``param.data`` bumps no version counter: call it then). The log-probs agree with
@@ -299,8 +304,19 @@ class TransformersPolicy(ChatTemplatePolicy):
 
         Rows with the same prompt go to the chunk of its first row, so a chunk shares what it can.
         """
-        budget = self.max_forward_tokens
         found = self._kept_beginnings(prompts) if self._keeps() else None
+        # what this call's rows use, and what its chunks keep, is dropped by no later chunk of it (module docstring)
+        self._in_use = {key for key, n in found or () if n}
+        try:
+            return self._chunked(prompts, paths, found)
+        finally:
+            self._in_use = None
+
+    def _chunked(
+        self, prompts: list[list[int]], paths: Sequence[Sequence[tuple[int, ...]] | None] | None,
+        found: list[tuple[tuple[int, ...] | None, int]] | None,
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        budget = self.max_forward_tokens
         split = found is not None and any(n for _, n in found) and not all(n for _, n in found)
         if budget is None and not split:
             return self._sample(prompts, paths)
@@ -480,10 +496,14 @@ class TransformersPolicy(ChatTemplatePolicy):
     def _keep(self, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], cache: Any,
               mask: torch.Tensor, width: int, fed: int) -> None:
         """Keep each row's KV (its prompt's real columns of the first ``width``, then ``fed`` reply tokens at most),
-        dropping kept sequences it extends and then the least recently used beyond ``keep_tokens``."""
+        dropping kept sequences it extends; beyond ``keep_tokens``, those the call does not use, least recently used
+        first, then these rows' own (module docstring)."""
         if fed < 1 or not getattr(cache, "layers", None):
             return  # every row ended at its first token: the cache is still the prefill's, laid out per prompt
         kept = self._kept()
+        in_use = self.__dict__.get("_in_use")
+        in_use = set() if in_use is None else in_use
+        added: list[tuple[int, ...]] = []
         steps = torch.arange(fed, device=self.device)
         for row, (prompt, completion) in enumerate(zip(prompts, completions)):
             n = min(len(completion), fed)
@@ -496,9 +516,18 @@ class TransformersPolicy(ChatTemplatePolicy):
                 del kept[old]  # what it held is a beginning of this one
             kept[key] = [(layer.keys[row].index_select(1, columns), layer.values[row].index_select(1, columns))
                          for layer in cache.layers]
+            added.append(key)
         total = sum(map(len, kept))
-        while total > self.keep_tokens and kept:
-            total -= len(kept.popitem(last=False)[0])
+        for key in [k for k in kept if k not in in_use and k not in added]:  # least recently used first
+            if total <= self.keep_tokens:
+                break
+            total -= len(key)
+            del kept[key]
+        while total > self.keep_tokens and added:
+            key = added.pop()
+            total -= len(key)
+            del kept[key]
+        in_use.update(added)
 
     def forget_turns(self) -> None:
         """Drop the KV cache kept from earlier calls (module docstring, "Kept turns"): to free its memory, or after

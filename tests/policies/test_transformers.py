@@ -820,3 +820,30 @@ def test_kept_turns_stay_within_their_budget_and_go_with_the_weights(tok, tiny_m
     assert "_kept_turns" not in policy.__dict__
     with pytest.raises(ValueError, match="keep_tokens must be >= 0"):
         TransformersPolicy(model, tok, keep_tokens=-1)
+
+
+def test_more_conversations_than_the_budget_holds_keep_a_steady_share_of_their_turns(tok, tiny_model):
+    # six conversations sampled two to a pass, a budget that holds about two of them: dropping the least recently
+    # used would drop each row just before its next turn, so no turn would run on its conversation's kept KV; a call
+    # drops nothing its own rows use, so some rows keep their turns, every call, within the budget
+    model = tiny_model(tok, seed=0)
+    counts = embedded_tokens(model)
+    budget = 800
+    kept, whole = (TransformersPolicy(model, tok, seed=0, max_new_tokens=8, max_forward_tokens=800, keep_tokens=k)
+                   for k in (budget, 0))
+    observations = [{"messages": ({"role": "system", "content": f"Player {i} of six. " * 12},
+                                  {"role": "user", "content": "Your move."})} for i in range(6)]
+    saved = []
+    for turn in range(4):
+        counts.clear()
+        replies = kept.act(observations)
+        ran_kept = sum(counts)
+        counts.clear()
+        assert [r.completion_ids for r in whole.act(observations)] == [r.completion_ids for r in replies]
+        saved.append((sum(counts) - ran_kept) / len(replies[0].prompt_ids))  # in whole prompts of the first row
+        assert sum(map(len, kept._kept())) <= budget
+        observations = [next_turn(o, r.text, f"Round {turn}.") for o, r in zip(observations, replies)]
+    assert len(replies[0].prompt_ids) * 2 < budget < len(replies[0].prompt_ids) * 6  # it holds some, not all
+    # each later call runs at least a whole prompt fewer (dropping the least recently used: about 0.3, the template's
+    # first tokens that every prompt shares)
+    assert min(saved[1:]) > 1.0, saved
