@@ -72,10 +72,10 @@ the scripted user frozen), each evaluated on 2 evaluation seeds of every templat
 against the scripted user and against the paraphrasing one (``scripted_paraphrase``, whose words no trace holds):
 the success rate with its pooled Wilson interval, the held-in and held-out templates apart, tool calls and turns.
 The floor (the do-nothing assistant, 0.417) is the tiny model's rows' (above). With SmolLM2-135M-Instruct on 2 CPU
-cores (the results page's ``pretrained_user_sim`` section, seed 0) a seed took 130 min: the warm start 27.8 min (16 steps
-of about 100 s), the RL 45.9 min (4 steps of 8 episodes; the first three 519-602 s each, rollout 298-405 s and update
-114-296 s; peak 3.6 GiB with its evaluation), and each evaluation of 24 episodes per user 25-31 min, over the 60 minutes a seed; on the machine that measured
-the main job alone (``benchmarks/defaults.py``) it took 25.1 min.
+cores (the results page's ``pretrained_user_sim`` section, seed 0) a seed took 130 min: the warm start 27.8 min (16
+steps of about 100 s), the RL 45.9 min (4 steps of 8 episodes; the first three 519-602 s each, rollout 298-405 s and
+update 114-296 s; peak 3.6 GiB with its evaluation), and each evaluation of 24 episodes per user 25-31 min, over the
+60 minutes a seed; on the machine that measured the main job alone (``benchmarks/defaults.py``) it took 25.1 min.
 
     python -m benchmarks.learning --envs user_sim_v0 --model smollm2-135m      # 3 seeds
 
