@@ -457,11 +457,13 @@ def _kuhn_hands() -> object:
     return inspect.signature(kuhn_poker_v0.raw_env).parameters["num_hands"].default
 
 
-def _sampling_options(parser: argparse.ArgumentParser, whose: str) -> None:
-    """Add --temperature, --top-p and --max-new-tokens (None: ``whose`` default)."""
-    parser.add_argument("--temperature", type=float, default=None, help=f"sampling temperature, 0 greedy ({whose})")
-    parser.add_argument("--top-p", type=float, default=None, help=f"nucleus sampling mass ({whose})")
-    parser.add_argument("--max-new-tokens", type=int, default=None, help=f"longest reply, in tokens ({whose})")
+def _sampling_options(parser: argparse.ArgumentParser, defaults: str | tuple[str, str, str]) -> None:
+    """Add --temperature, --top-p and --max-new-tokens (None: the default ``defaults`` names, one text for all three
+    or one each)."""
+    each = (defaults,) * 3 if isinstance(defaults, str) else defaults
+    parser.add_argument("--temperature", type=float, default=None, help=f"sampling temperature, 0 greedy ({each[0]})")
+    parser.add_argument("--top-p", type=float, default=None, help=f"nucleus sampling mass ({each[1]})")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help=f"longest reply, in tokens ({each[2]})")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -483,7 +485,8 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--episodes", type=int, default=100, help="episodes when no human plays (default: 100)")
     play.add_argument("--seed", type=int, default=None, help="seed for deals and policies (default: unseeded)")
     play.add_argument("--verbose", action="store_true", help="print each episode's transcript")
-    _sampling_options(play, "a model seat's; default: 1.0, 1.0 and 64")
+    _sampling_options(play, ("a model seat's; default: 1.0", "a model seat's; default: 1.0",
+                             "a model seat's; default: 64"))
     play.set_defaults(func=_play)
 
     train = sub.add_parser("train", help="train LLM policies on an env (GRPO / RAE, self-play)", add_help=False,

@@ -261,6 +261,19 @@ def test_play_verbose_prints_each_transcript_and_model_seats_take_the_sampling_o
     assert cli._model_sampling(args, "http://127.0.0.1:9/v1")["max_tokens"] == 3
 
 
+def test_play_help_gives_each_sampling_option_the_default_a_model_seat_uses():
+    import inspect
+
+    from llm_zoo.policies.transformers import TransformersPolicy
+
+    defaults = inspect.signature(TransformersPolicy.__init__).parameters
+    play = next(a for a in build_parser()._subparsers._group_actions[0].choices.values() if a.prog.endswith(" play"))
+    helps = {a.dest: a.help for a in play._actions}
+    for dest in ("temperature", "top_p", "max_new_tokens"):
+        named = re.findall(r"default: ([^)]*)\)", helps[dest])
+        assert named == [str(defaults[dest].default)], (dest, helps[dest])
+
+
 def test_models_lists_the_catalogue_with_what_is_installed(capsys, tmp_path, monkeypatch):
     from llm_zoo import catalogue
 
