@@ -520,17 +520,36 @@ def load_pretrained(path: str | os.PathLike[str], dtype: torch.dtype = torch.flo
 
 
 def add_lora(model: PreTrainedModel, base: str | os.PathLike[str], *, r: int, alpha: float, dropout: float,
-             target_modules: list[str] | None = None):
+             target_modules: list[str] | None = None, layers: int = 0):
     """Wrap ``model`` (loaded from the directory ``base``) in fresh LoRA adapters of rank ``r``; return the ``PeftModel``.
 
     Only the adapters train; ``with model.disable_adapter():`` gives back the base model's outputs.
-    Saved checkpoints name ``base`` (its absolute path), which :func:`load_pretrained` reads.
+    Saved checkpoints name ``base`` (its absolute path), which :func:`load_pretrained` reads. ``layers`` above 0
+    puts the adapters in the top ``layers`` decoder blocks only: nothing below the lowest of them needs a gradient,
+    so no graph is kept there, as long as checkpointing is enabled after this call, by
+    :func:`llm_zoo.policies.compat.enable_checkpointing` (on a model that checkpoints already, peft makes the
+    embeddings' output require a gradient, which reentrant checkpointing needs and llm_zoo's non-reentrant one does
+    not).
+
+    Raises:
+        ValueError: ``layers`` is more than the model's blocks.
     """
     from peft import LoraConfig, get_peft_model
 
     named = str(Path(base).resolve()) if Path(base).is_dir() else str(base)  # a hub name stays a name
-    config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, task_type="CAUSAL_LM",
-                        target_modules=list(target_modules) if target_modules else LORA_DEFAULT_TARGETS)
+    blocks = int(model.config.num_hidden_layers)
+    if layers > blocks:
+        raise ValueError(f"lora_layers={layers} is more than the model's {blocks} decoder blocks; set it to at most "
+                         f"{blocks}, or 0 for adapters in every block")
+    targets: Any = list(target_modules) if target_modules else LORA_DEFAULT_TARGETS
+    placed = {}
+    if layers:  # peft places adapters by block over a list of names only: all-linear's, read off the blocks
+        placed = {"layers_to_transform": list(range(blocks - layers, blocks)), "layers_pattern": "layers"}
+        targets = targets if isinstance(targets, list) else sorted(
+            {name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+             if isinstance(module, torch.nn.Linear) and ".layers." in f".{name}"})
+    config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, task_type="CAUSAL_LM", target_modules=targets,
+                        **placed)
     peft_model = get_peft_model(model, config)
     peft_model.peft_config["default"].base_model_name_or_path = named
     return peft_model
@@ -554,6 +573,10 @@ def check_model_fields(config: Any, source: str = "config") -> None:
     if int(config.lora_r) < 0 or not config.lora_alpha > 0 or not 0.0 <= config.lora_dropout < 1.0:
         raise ValueError(f"{source}: lora_r must be >= 0 (0: full fine-tuning), lora_alpha > 0 and lora_dropout in "
                          f"[0, 1); got {config.lora_r!r}, {config.lora_alpha!r} and {config.lora_dropout!r}")
+    if int(config.lora_layers) < 0 or (config.lora_layers and not config.lora_r):
+        raise ValueError(f"{source}.lora_layers must be >= 0 (0: adapters in every block; N: in the top N) and "
+                         f"needs lora_r > 0 (adapters to place); got lora_layers={config.lora_layers!r} with "
+                         f"lora_r={config.lora_r!r}")
     if config.lora_r and config.model == catalogue.TINY:
         raise ValueError(f"{source}.lora_r={config.lora_r} needs a model directory to adapt (--set model=DIR: the "
                          "checkpoints name it as the adapters' base); the tiny model trains whole: set lora_r=0")
@@ -582,13 +605,13 @@ def build_tokenizer_and_model(config: Any, seed: int, spec: EnvSpec | None = Non
         setattr(model.config, catalogue.TINY_MARK, True)
         if dtype != torch.float32:
             model.to(dtype)
+    if config.lora_r and not is_adapter_dir(path):
+        model = add_lora(model, path, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
+                         target_modules=config.lora_target_modules, layers=int(config.lora_layers))
     if config.gradient_checkpointing:  # recompute each block's activations in the backward pass instead of keeping them
         from llm_zoo.policies.compat import enable_checkpointing
 
-        enable_checkpointing(model)
-    if config.lora_r and not is_adapter_dir(path):
-        model = add_lora(model, path, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
-                         target_modules=config.lora_target_modules)
+        enable_checkpointing(model)  # after the adapters: frozen blocks below them then build no graph (add_lora)
     return tokenizer, model
 
 

@@ -73,3 +73,8 @@ def enable_checkpointing(model: PreTrainedModel) -> None:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    if not model.get_input_embeddings().weight.requires_grad:
+        # transformers makes the embeddings' output require a gradient, which reentrant checkpointing needs to reach
+        # adapters above frozen weights; non-reentrant checkpointing does not, and without it frozen blocks below
+        # the lowest adapted one (lora_layers) build no graph
+        model.disable_input_require_grads()

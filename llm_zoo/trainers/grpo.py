@@ -150,6 +150,11 @@ class TrainConfig:
     lora_target_modules: list[str] = field(default_factory=list)
     """Names of the modules the adapters wrap (e.g. [q_proj, v_proj]); empty = every linear layer of the
     decoder blocks (llm_zoo.models.LORA_DEFAULT_TARGETS)."""
+    lora_layers: int = 0
+    """0: the adapters wrap their modules in every decoder block. N above 0: in the top N blocks only, so the
+    backward stops at the lowest adapted block and the frozen blocks below it keep no activations (SmolLM2-135M,
+    30 blocks, under checkpointing on 2 CPU cores: a forward and backward of 1000 tokens in 14 s with the top 15
+    adapted, 22 s with all)."""
     init: str = ""
     """Start the learners from trained weights: a checkpoint directory or a run directory (its latest
     checkpoint) of `llm-zoo sft` or `train`, holding policies/NAME for every learner (a checkpoint of one

@@ -100,16 +100,19 @@ def model_shape(model_config: Any) -> dict[str, int]:
 
 
 def pass_bytes(shape: dict[str, int], rows: int, tokens: int, keys: int, *, grad: bool, logits: int = 1,
-               cache: bool = False, width: int = FLOAT, checkpointing: bool = False, lora_r: int = 0) -> int:
+               cache: bool = False, width: int = FLOAT, checkpointing: bool = False, lora_r: int = 0,
+               lora_layers: int = 0) -> int:
     """Estimate the peak bytes of one forward pass (and its backward, with ``grad``) beyond its weights.
 
     ``rows`` sequences run ``tokens`` new tokens each against ``keys`` keys (cache + new); ``logits``
     positions a row keep their logits (in float32 whatever the model's dtype); ``cache`` keeps the KV cache
     (sampling). ``width``: bytes of an activation (the model's dtype); ``checkpointing``: the backward keeps one
     hidden state per block and recomputes one block at a time; ``lora_r``: adapters add their rank-r
-    intermediates on every linear layer.
+    intermediates on every linear layer; ``lora_layers`` (with ``lora_r``): adapters in the top N blocks only, so
+    the backward keeps the activations of those N blocks and none of the frozen ones below them.
     """
     hidden, mlp, layers = shape["hidden"], shape["mlp"], shape["layers"]
+    kept_blocks = min(lora_layers, layers) if grad and lora_r and lora_layers else layers
     per_token = SAVED_PER_TOKEN if grad else TRANSIENT_PER_TOKEN
     block = rows * tokens * (per_token[0] * hidden + per_token[1] * mlp + 7 * lora_r * grad) * width
     no_grad, saved, transient = ATTENTION_PAIR_BYTES
@@ -118,9 +121,10 @@ def pass_bytes(shape: dict[str, int], rows: int, tokens: int, keys: int, *, grad
         activations, attention = block, pairs * no_grad
     elif checkpointing:  # what each block keeps for its recompute, and one block's saved activations at a time
         kept = CHECKPOINT_KEPT[bool(lora_r)]
-        activations, attention = rows * tokens * kept * hidden * width * layers + block, pairs * (saved + transient)
+        activations = rows * tokens * kept * hidden * width * kept_blocks + block
+        attention = pairs * (saved + transient)
     else:
-        activations, attention = block * layers, pairs * (saved * layers + transient)
+        activations, attention = block * kept_blocks, pairs * (saved * kept_blocks + transient)
     if grad and lora_r:
         activations += LORA_BLOCKS * block
     kv = rows * keys * layers * 2 * shape["kv_heads"] * shape["head_dim"] * width * 2 if cache else 0  # + laid-out copy
@@ -146,7 +150,8 @@ LORA_MODULES = {"q_proj": ("hidden", "q"), "k_proj": ("hidden", "kv"), "v_proj":
 
 def trainable_params(config: Any, shape: dict[str, int]) -> int:
     """Count the weights the optimiser updates: all of them, or with ``lora_r`` the adapters' (r x (in + out)
-    per adapted linear layer per block; a module name outside :data:`LORA_MODULES` counts as hidden -> hidden)."""
+    per adapted linear layer, in every block or the top ``lora_layers``; a module name outside
+    :data:`LORA_MODULES` counts as hidden -> hidden)."""
     sizes = {"hidden": shape["hidden"], "mlp": shape["mlp"], "q": shape["heads"] * shape["head_dim"],
              "kv": shape["kv_heads"] * shape["head_dim"]}
     if not config.lora_r:
@@ -154,7 +159,7 @@ def trainable_params(config: Any, shape: dict[str, int]) -> int:
     names = list(config.lora_target_modules) or list(LORA_MODULES)
     per_block = sum(sizes[LORA_MODULES[n][0]] + sizes[LORA_MODULES[n][1]] if n in LORA_MODULES else 2 * sizes["hidden"]
                     for n in names)
-    return int(config.lora_r) * per_block * shape["layers"]
+    return int(config.lora_r) * per_block * (min(int(config.lora_layers), shape["layers"]) or shape["layers"])
 
 
 def model_params(shape: dict[str, int]) -> int:
@@ -207,7 +212,8 @@ def estimate(config: Any, model_config: Any, *, learners: int = 1) -> Estimate:
     # longer than the budget runs in column chunks whose saved activations still add up to the whole row
     rows = max(1, min(int(config.micro_batch_size), budget // longest))
     update = pass_bytes(shape, rows, longest, longest, grad=True, logits=int(config.max_new_tokens), width=width,
-                        checkpointing=bool(config.gradient_checkpointing), lora_r=int(config.lora_r))
+                        checkpointing=bool(config.gradient_checkpointing), lora_r=int(config.lora_r),
+                        lora_layers=int(config.lora_layers))
     if config.beta:  # the reference's no-grad pass runs while the learner's graph is held
         update += pass_bytes(shape, rows, min(longest, budget // rows), longest, grad=False,
                              logits=int(config.max_new_tokens), width=width)
@@ -256,7 +262,8 @@ def sft_estimate(config: Any, model_config: Any, longest: int, logit_floats: int
     shape = model_shape(model_config)
     tokens = max(int(config.max_tokens_per_micro_batch), longest)
     activations = pass_bytes(shape, 1, tokens, 0, grad=True, logits=0, width=_width(config),
-                             checkpointing=bool(config.gradient_checkpointing), lora_r=int(config.lora_r))
+                             checkpointing=bool(config.gradient_checkpointing), lora_r=int(config.lora_r),
+                             lora_layers=int(config.lora_layers))
     update = activations + min(logit_floats, tokens * shape["vocab"]) * FLOAT * LOGIT_COPIES
     resident = _resident(config, shape, 1, 0)
     return Estimate(resident + update, {"resident": resident, "update": update})

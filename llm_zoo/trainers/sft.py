@@ -131,6 +131,11 @@ class SFTConfig:
     lora_target_modules: list[str] = field(default_factory=list)
     """Names of the modules the adapters wrap (e.g. [q_proj, v_proj]); empty = every linear layer of the
     decoder blocks (llm_zoo.models.LORA_DEFAULT_TARGETS)."""
+    lora_layers: int = 0
+    """0: the adapters wrap their modules in every decoder block. N above 0: in the top N blocks only, so the
+    backward stops at the lowest adapted block and the frozen blocks below it keep no activations (SmolLM2-135M,
+    30 blocks, under checkpointing on 2 CPU cores: a forward and backward of 1000 tokens in 14 s with the top 15
+    adapted, 22 s with all)."""
     policies: dict[str, str] = field(default_factory=dict)
     """Role or agent -> policy name, as train reads it; the checkpoint holds the fitted role's policy
     under that name (policies.get(role, "main"))."""
@@ -213,7 +218,7 @@ class SFTConfig:
 
 SHARED_WITH_TRAIN = ("env_kwargs", "seed", "model", "model_hidden_size", "model_layers", "model_tokenizer", "model_init_std",
                      "model_zero_head", "model_copy_heads", "dtype", "gradient_checkpointing", "lora_r", "lora_alpha",
-                     "lora_dropout", "lora_target_modules", "memory_limit_gb", "policies", "device", "threads",
+                     "lora_dropout", "lora_target_modules", "lora_layers", "memory_limit_gb", "policies", "device", "threads",
                      "progress", "tensorboard")
 """Fields SFTConfig shares with TrainConfig (same names and meaning): the env's training preset and
 ``train``'s own config set them, so the warm start fits the model RL goes on with."""

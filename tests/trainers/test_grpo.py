@@ -458,6 +458,36 @@ def test_lora_per_seat_trains_one_adapter_per_policy(tmp_path):
     assert any(not torch.equal(adapters["p0"][k], adapters["p1"][k]) for k in adapters["p0"])  # each seat its own
 
 
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_lora_in_the_top_blocks_keeps_no_graph_in_the_frozen_blocks_below(tmp_path, checkpointing):
+    from llm_zoo.models import build_tokenizer_and_model, make_tiny_model
+
+    base = str(make_tiny_model(tmp_path / "base", hidden_size=32, num_layers=3, seed=1))
+
+    def build(layers):
+        config = make_config("kuhn_poker_v0", {"model": base, "lora_r": 4, "lora_layers": layers,
+                                               "gradient_checkpointing": checkpointing})
+        _, model = build_tokenizer_and_model(config, seed=0)
+        blocks = model.get_base_model().model.layers
+        needs_grad = {}
+        for k, block in enumerate(blocks):
+            block.register_forward_hook(lambda _m, _i, out, k=k: needs_grad.__setitem__(
+                k, (out[0] if isinstance(out, tuple) else out).requires_grad))
+        model.train()
+        ids = torch.arange(3, 40).unsqueeze(0)
+        model(input_ids=ids, labels=ids).loss.backward()
+        trained = {n: p for n, p in model.named_parameters() if p.requires_grad}
+        adapted = sorted({int(n.split(".layers.")[1].split(".")[0]) for n in trained})
+        assert trained and all(p.grad is not None for p in trained.values())
+        return adapted, [needs_grad[k] for k in range(len(blocks))]
+
+    # adapters in the top block only: the two frozen blocks below it build no graph, so keep no activations
+    assert build(1) == ([2], [False, False, True])
+    assert build(0) == ([0, 1, 2], [True, True, True])
+    with pytest.raises(ValueError, match="lora_layers=4 is more than the model's 3 decoder blocks"):
+        build(4)
+
+
 def test_lora_settings_that_cannot_work_are_refused_naming_the_field(tmp_path):
     with pytest.raises(ValueError, match="lora_r=8 needs a model directory"):
         make_config("kuhn_poker_v0", {"lora_r": 8})
@@ -466,6 +496,10 @@ def test_lora_settings_that_cannot_work_are_refused_naming_the_field(tmp_path):
         make_config("kuhn_poker_v0", {"model": base, "lora_r": 8, "beta": 0.1, "magnet.ema": 0.9})
     with pytest.raises(ValueError, match="config.dtype must be one of"):
         make_config("kuhn_poker_v0", {"model": base, "dtype": "float16"})
+    with pytest.raises(ValueError, match=r"lora_layers must be >= 0 .* needs lora_r > 0"):
+        make_config("kuhn_poker_v0", {"model": base, "lora_r": 0, "lora_layers": 2})
+    with pytest.raises(ValueError, match=r"lora_layers must be >= 0"):
+        make_config("kuhn_poker_v0", {"model": base, "lora_r": 4, "lora_layers": -1})
 
 
 def _update_setup(tmp_path, **overrides):

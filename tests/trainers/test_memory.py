@@ -23,15 +23,15 @@ MEASURE = textwrap.dedent("""
     from llm_zoo.models import build_byte_tokenizer, build_tiny_model
     from llm_zoo.scoring import completion_logprobs
     torch.set_num_threads(1)
-    rows, prompt, new, hidden, grad, lora_r, checkpointing = map(int, sys.argv[1:8])
+    rows, prompt, new, hidden, grad, lora_r, checkpointing, lora_layers = map(int, sys.argv[1:9])
     tok = build_byte_tokenizer()
     model = build_tiny_model(tok, hidden_size=hidden)
+    if lora_r:  # as a run adds them: the adapters, then checkpointing
+        from llm_zoo.models import add_lora
+        model = add_lora(model, "tiny", r=lora_r, alpha=2.0 * lora_r, dropout=0.0, layers=lora_layers)
     if checkpointing:
         from llm_zoo.policies.compat import enable_checkpointing
         enable_checkpointing(model)
-    if lora_r:
-        from peft import LoraConfig, get_peft_model
-        model = get_peft_model(model, LoraConfig(r=lora_r, target_modules="all-linear"))
     g = torch.Generator().manual_seed(0)
     # ragged prompts: a padded batch, whose attention mask is materialised
     prompts = [torch.randint(0, 256, (prompt - (i % 3),), generator=g).tolist() for i in range(rows)]
@@ -55,19 +55,22 @@ MEASURE = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("rows,prompt,new,hidden,grad,lora_r,checkpointing", [
-    (4, 1500, 32, 64, True, 0, False),
-    (2, 2500, 16, 128, True, 0, False),
-    (12, 300, 64, 64, True, 0, False),
-    (4, 3000, 16, 64, False, 0, False),
-    (4, 1500, 32, 64, True, 8, False),  # LoRA: the frozen layers still save what the adapters' gradients need
-    (4, 1500, 32, 64, True, 0, True),  # checkpointing: one block's activations at a time
-    (4, 1500, 32, 64, True, 8, True),
+@pytest.mark.parametrize("rows,prompt,new,hidden,grad,lora_r,checkpointing,lora_layers", [
+    (4, 1500, 32, 64, True, 0, False, 0),
+    (2, 2500, 16, 128, True, 0, False, 0),
+    (12, 300, 64, 64, True, 0, False, 0),
+    (4, 3000, 16, 64, False, 0, False, 0),
+    (4, 1500, 32, 64, True, 8, False, 0),  # LoRA: the frozen layers still save what the adapters' gradients need
+    (4, 1500, 32, 64, True, 0, True, 0),  # checkpointing: one block's activations at a time
+    (4, 1500, 32, 64, True, 8, True, 0),
+    (4, 1500, 32, 64, True, 8, False, 1),  # adapters in the top block of 2: the one below keeps nothing
+    (4, 1500, 32, 64, True, 8, True, 1),
 ])
-def test_the_estimate_of_a_pass_bounds_its_measured_peak(rows, prompt, new, hidden, grad, lora_r, checkpointing):
+def test_the_estimate_of_a_pass_bounds_its_measured_peak(rows, prompt, new, hidden, grad, lora_r, checkpointing,
+                                                         lora_layers):
     # one pass in a fresh process: how far its peak RSS grows past the model and inputs it starts with
     out = subprocess.run([sys.executable, "-c", MEASURE,
-                          *map(str, (rows, prompt, new, hidden, int(grad), lora_r, int(checkpointing)))],
+                          *map(str, (rows, prompt, new, hidden, int(grad), lora_r, int(checkpointing), lora_layers))],
                          capture_output=True, text=True, timeout=300, check=True, cwd=ROOT)
     measured = json.loads(out.stdout)
     from transformers import LlamaConfig
@@ -76,7 +79,7 @@ def test_the_estimate_of_a_pass_bounds_its_measured_peak(rows, prompt, new, hidd
     from llm_zoo.trainers.memory import model_shape
 
     estimated = pass_bytes(model_shape(config), rows, prompt + new, prompt + new, grad=grad, logits=new,
-                           checkpointing=checkpointing, lora_r=lora_r)
+                           checkpointing=checkpointing, lora_r=lora_r, lora_layers=lora_layers)
     assert measured["grown"] > 20 * 2**20  # the pass was measured at all
     assert measured["grown"] <= estimated, (measured["grown"] / 2**20, estimated / 2**20)
     assert estimated <= 8 * measured["grown"]  # an upper bound, not an absurd one
@@ -181,21 +184,21 @@ SMOLLM2_135M = {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layer
 """SmolLM2-135M's shape (its config.json), for estimates that need no weights."""
 
 
-@pytest.mark.parametrize("targets", [[], ["q_proj", "v_proj"]])
-def test_the_lora_count_is_peft_s(tmp_path, targets):
+@pytest.mark.parametrize("targets,layers", [([], 0), (["q_proj", "v_proj"], 0), ([], 12)])
+def test_the_lora_count_is_peft_s(tmp_path, targets, layers):
     import torch
-    from peft import LoraConfig, get_peft_model
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from llm_zoo.models import LORA_DEFAULT_TARGETS
+    from llm_zoo.models import add_lora
     from llm_zoo.trainers.memory import model_shape, trainable_params
 
     model_config = LlamaConfig(**SMOLLM2_135M)
     with torch.device("meta"):  # the shapes without the weights
-        model = get_peft_model(LlamaForCausalLM(model_config),
-                               LoraConfig(r=8, target_modules=targets or LORA_DEFAULT_TARGETS))
+        model = add_lora(LlamaForCausalLM(model_config), tmp_path, r=8, alpha=16.0, dropout=0.0,
+                         target_modules=targets, layers=layers)
     counted = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    config = make_config("kuhn_poker_v0", {"model": str(tmp_path), "lora_r": 8, "lora_target_modules": targets})
+    config = make_config("kuhn_poker_v0", {"model": str(tmp_path), "lora_r": 8, "lora_target_modules": targets,
+                                           "lora_layers": layers})
     assert trainable_params(config, model_shape(model_config)) == counted > 0
 
 
@@ -217,6 +220,9 @@ def test_the_estimate_follows_lora_checkpointing_and_dtype(tmp_path):
     assert full["resident"] - lora["resident"] > 3.9 * 4 * params
     checkpointed = parts(lora_r=8, gradient_checkpointing=True)
     assert checkpointed["update"] < lora["update"] / 2 and checkpointed["rollout"] == lora["rollout"]
+    # adapters in the top half of the blocks: the frozen half below keeps no activations, sampling is unchanged
+    top = parts(lora_r=8, gradient_checkpointing=False, lora_layers=15)
+    assert 0.4 * lora["update"] < top["update"] < 0.6 * lora["update"] and top["rollout"] == lora["rollout"]
     half = parts(lora_r=8, gradient_checkpointing=True, dtype="bfloat16")
     assert half["resident"] < checkpointed["resident"] - 1.9 * params and half["update"] < checkpointed["update"]
     # a refusal for a pretrained model names checkpointing first, the cheapest fix
