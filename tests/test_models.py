@@ -362,7 +362,7 @@ def test_model_fields_that_cannot_build_a_model_are_refused_naming_the_field():
 
     from llm_zoo.models import check_model_fields
 
-    fine = {"dtype": "auto", "lora_r": 0, "lora_alpha": 16.0, "lora_dropout": 0.0, "model": "tiny",
+    fine = {"dtype": "auto", "lora_r": 0, "lora_alpha": 16.0, "lora_dropout": 0.0, "lora_layers": 0, "model": "tiny",
             "model_tokenizer": "words"}
     check_model_fields(SimpleNamespace(**fine))
     with pytest.raises(ValueError, match=r"sft config\.dtype must be one of .*got 'float8'"):
@@ -371,6 +371,8 @@ def test_model_fields_that_cannot_build_a_model_are_refused_naming_the_field():
         check_model_fields(SimpleNamespace(**{**fine, "lora_r": 4}))
     with pytest.raises(ValueError, match=r"lora_dropout in \[0, 1\)"):
         check_model_fields(SimpleNamespace(**{**fine, "lora_dropout": 1.0}))
+    with pytest.raises(ValueError, match=r"config\.lora_layers must be >= 0 .*needs lora_r > 0"):
+        check_model_fields(SimpleNamespace(**{**fine, "lora_layers": 2}))
     with pytest.raises(ValueError, match=r"config\.model_tokenizer must be one of .*got 'chars'"):
         check_model_fields(SimpleNamespace(**{**fine, "model_tokenizer": "chars"}))
 
