@@ -601,20 +601,39 @@ class _Knowledge:
         return intent
 
 
+NOTES = {"cancel": "cancel an order", "return": "return items of an order", "exchange": "exchange an item",
+         "default_address": "change the address on the account", "order_address": "change an order's shipping address",
+         "payment": "change an order's payment method"}
+"""Request kind -> the task as the noting assistant restates it (``Task: ...``) before its tool calls."""
+
+
 class ScriptedAssistant:
-    """Solves user_sim scenarios by the policies with a correct tool sequence; see the module docstring."""
+    """Solves user_sim scenarios by the policies with a correct tool sequence; see the module docstring.
+
+    With ``notes``, each reply with tool calls opens with the request it serves, once one is known (``Task: cancel an
+    order.``): the text of a tool-call reply stays in the assistant's own transcript (the customer never sees it), so
+    a model fitted to these traces restates the task next to each decision instead of reading it off the customer's
+    first message, hundreds of tokens back.
+    """
+
+    def __init__(self, notes: bool = False) -> None:
+        self.notes = notes
 
     def reply(self, messages: Sequence[dict[str, str]]) -> str:
         """Return the assistant's next reply (a message or tool calls) for the transcript ``messages``."""
         k = _Knowledge(messages)
-        if k.customer_id is None:
-            return self._identify(k)
-        if k.profile is None or k.profile.get("customer_id") != k.customer_id:
-            return _call(("get_customer", {"customer_id": k.customer_id}))
         intent = k.intent()
-        if intent is None:
+        if k.customer_id is None:
+            reply = self._identify(k)
+        elif k.profile is None or k.profile.get("customer_id") != k.customer_id:
+            reply = _call(("get_customer", {"customer_id": k.customer_id}))
+        elif intent is None:
             return _say("How can I help you today?")
-        return getattr(self, f"_{intent}")(k)
+        else:
+            reply = getattr(self, f"_{intent}")(k)
+        if self.notes and intent is not None and reply.startswith("<tool_call>"):
+            return f"Task: {NOTES[intent]}.\n{reply}"
+        return reply
 
     # ---- steps --------------------------------------------------------------------------------
 
@@ -948,7 +967,7 @@ class RandomToolCaller:
 # ---------------------------------------------------------------------------------------------
 
 _USERS = {"scripted": ScriptedUser(), "paraphrase": ParaphrasedUser()}
-_ASSISTANT = ScriptedAssistant()
+_ASSISTANTS = {"scripted": ScriptedAssistant(), "scripted_notes": ScriptedAssistant(notes=True)}
 
 
 class ScriptedPolicy(SeededPolicy):
@@ -965,8 +984,9 @@ class ScriptedPolicy(SeededPolicy):
 
     def __init__(self, assistant: str = "scripted", user: str = "scripted", seed: int | None = None,
                  name: str | None = None) -> None:
-        if assistant not in ("scripted", "random_tools", "none_tools", "none"):
-            raise ValueError(f"assistant must be 'scripted', 'random_tools', 'none_tools' or 'none'; got {assistant!r}")
+        if assistant not in ("scripted", "scripted_notes", "random_tools", "none_tools", "none"):
+            raise ValueError("assistant must be 'scripted', 'scripted_notes', 'random_tools', 'none_tools' or 'none'; "
+                             f"got {assistant!r}")
         if user not in ("scripted", "paraphrase", "random"):
             raise ValueError(f"user must be 'scripted', 'paraphrase' or 'random'; got {user!r}")
         self.assistant, self.user = assistant, user
@@ -986,8 +1006,8 @@ class ScriptedPolicy(SeededPolicy):
                 return _USERS[self.user].reply(messages)
             own = sum(m["role"] == "assistant" for m in messages)
             return text.STOP if own >= 3 else self._rng.choice(RANDOM_LINES)
-        if self.assistant == "scripted":
-            return _ASSISTANT.reply(messages)
+        if self.assistant in _ASSISTANTS:
+            return _ASSISTANTS[self.assistant].reply(messages)
         if self.assistant == "random_tools":
             return RandomToolCaller(self._rng).reply(messages)
         if self.assistant == "none_tools":
@@ -1015,6 +1035,12 @@ def scripted_paraphrase(seed: int | None = None) -> ScriptedPolicy:
     return ScriptedPolicy("scripted", "paraphrase", seed, name="scripted_paraphrase")
 
 
+def scripted_notes(seed: int | None = None) -> ScriptedPolicy:
+    """Return the scripted assistant that restates the task before its tool calls (``ScriptedAssistant(notes=True)``),
+    with the scripted user in the user's seat: a warm start's teacher."""
+    return ScriptedPolicy("scripted_notes", "scripted", seed, name="scripted_notes")
+
+
 def no_tools(seed: int | None = None) -> ScriptedPolicy:
     """Return the do-nothing assistant (it never calls a tool), with the scripted user in the user's seat."""
     return ScriptedPolicy("none_tools", "scripted", seed, name="no_tools")
@@ -1023,8 +1049,8 @@ def no_tools(seed: int | None = None) -> ScriptedPolicy:
 USERS = {"scripted": ScriptedUser, "scripted_paraphrase": ParaphrasedUser}
 """Name -> the user simulator class an evaluation can seat (``evaluate_policies(..., user=NAME)``)."""
 
-PLAYERS = {"scripted": scripted, "random_tools": random_tools, "scripted_paraphrase": scripted_paraphrase,
-           "no_tools": no_tools}
+PLAYERS = {"scripted": scripted, "scripted_notes": scripted_notes, "random_tools": random_tools,
+           "scripted_paraphrase": scripted_paraphrase, "no_tools": no_tools}
 """Name -> factory(seed=...) of the scripted players, as the CLI and benchmarks name them."""
 
 

@@ -57,6 +57,27 @@ def test_scripted_assistant_solves_every_scenario_against_the_scripted_user():
                 assert said[-2]["content"].endswith(sc.SHALL_I) and sc.YES.search(said[-1]["content"])
 
 
+def test_the_noting_assistant_plays_the_plain_ones_episodes_with_the_task_restated_before_its_tool_calls():
+    seeds = [0 for _ in user_sim_v0.SCENARIOS]
+    options = [{"scenario": n} for n in user_sim_v0.SCENARIOS]
+    plain, noted = (collect(user_sim_v0.env, {"user": p, "assistant": p}, seeds, options=options, batch_size=36)
+                    for p in (sc.scripted(seed=0), user_sim_v0.SPEC.scripted["scripted_notes"](seed=0)))
+    notes = 0
+    for a, b in zip(plain, noted, strict=True):
+        assert b.returns == a.returns and b.returns["assistant"] == 1.0, b.options
+        # the customer hears the same and the tools run the same calls: the note is the only change
+        assert [t.reply for t in b.turns if t.agent == "user"] == [t.reply for t in a.turns if t.agent == "user"]
+        replies = [(t.reply, u.reply) for t, u in zip(a.turns, b.turns, strict=True) if t.agent == "assistant"]
+        for was, now in replies:
+            if now != was:
+                note, call = now.split("\n", 1)
+                assert call == was and was.startswith("<tool_call>") and note[len("Task: "):-1] in sc.NOTES.values()
+                notes += 1
+        # every customer here names the request before the first tool call: each call carries it
+        assert all(now.startswith("Task: ") for was, now in replies if was.startswith("<tool_call>")), b.options
+    assert notes >= 2 * len(plain)  # find_customer and get_customer, at the least
+
+
 def _mutating(change):
     """The scripted assistant, but ``change(name, arguments)`` edits its action calls."""
     solver = sc.ScriptedAssistant()
