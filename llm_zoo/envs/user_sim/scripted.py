@@ -622,18 +622,19 @@ class ScriptedAssistant:
     def reply(self, messages: Sequence[dict[str, str]]) -> str:
         """Return the assistant's next reply (a message or tool calls) for the transcript ``messages``."""
         k = _Knowledge(messages)
-        intent = k.intent()
+        reply = self._next(k)
+        intent = k.intent() if self.notes and reply.startswith("<tool_call>") else None
+        return f"Task: {NOTES[intent]}.\n{reply}" if intent is not None else reply
+
+    def _next(self, k: _Knowledge) -> str:
         if k.customer_id is None:
-            reply = self._identify(k)
-        elif k.profile is None or k.profile.get("customer_id") != k.customer_id:
-            reply = _call(("get_customer", {"customer_id": k.customer_id}))
-        elif intent is None:
+            return self._identify(k)
+        if k.profile is None or k.profile.get("customer_id") != k.customer_id:
+            return _call(("get_customer", {"customer_id": k.customer_id}))
+        intent = k.intent()
+        if intent is None:
             return _say("How can I help you today?")
-        else:
-            reply = getattr(self, f"_{intent}")(k)
-        if self.notes and intent is not None and reply.startswith("<tool_call>"):
-            return f"Task: {NOTES[intent]}.\n{reply}"
-        return reply
+        return getattr(self, f"_{intent}")(k)
 
     # ---- steps --------------------------------------------------------------------------------
 
@@ -984,9 +985,9 @@ class ScriptedPolicy(SeededPolicy):
 
     def __init__(self, assistant: str = "scripted", user: str = "scripted", seed: int | None = None,
                  name: str | None = None) -> None:
-        if assistant not in ("scripted", "scripted_notes", "random_tools", "none_tools", "none"):
-            raise ValueError("assistant must be 'scripted', 'scripted_notes', 'random_tools', 'none_tools' or 'none'; "
-                             f"got {assistant!r}")
+        assistants = (*_ASSISTANTS, "random_tools", "none_tools", "none")
+        if assistant not in assistants:
+            raise ValueError(f"assistant must be one of {', '.join(map(repr, assistants))}; got {assistant!r}")
         if user not in ("scripted", "paraphrase", "random"):
             raise ValueError(f"user must be 'scripted', 'paraphrase' or 'random'; got {user!r}")
         self.assistant, self.user = assistant, user
