@@ -709,13 +709,14 @@ def run_model(env: str, model: str, seeds: Sequence[int], *, quick: bool, jobs: 
     overrides = dict(rows_of.quick if quick else rows_of.full)
     sft_overrides = dict(rows_of.quick_sft) if quick else {}
     options = dict(rows_of.quick_eval_options if quick else rows_of.eval_options)
-    settings = model_settings(env, model, quick=quick)
+    settings = {"shared": model_settings(env, model, quick=quick, group="shared"),
+                "seed": model_settings(env, model, quick=quick)}
     stages = {"shared": ["zero-shot", *rows_of.scripted_rows], **{f"seed-{s}": ["warm start", *rows_of.rl]
                                                                    for s in seeds}}
     needed = [*_model_keys(env), "eval_seconds",
               *(f"{prefix}episodes" for prefix in (_user_prefixes(env) if rows_of.rate else ()))]
     kept = {group: record for group in stages
-            if (record := read_record(records, group, settings, stages[group], needed)) is not None
+            if (record := read_record(records, group, settings[_kind(group)], stages[group], needed)) is not None
             } if records is not None and reuse else {}
     results: list[dict[str, Any]] = [r for record in kept.values() for r in record["results"]]
     for group, record in kept.items():
@@ -743,7 +744,7 @@ def run_model(env: str, model: str, seeds: Sequence[int], *, quick: bool, jobs: 
         if group in done:
             done[group].append(result)
             if records is not None and len(done[group]) == expected[group]:
-                write_record(records, group, settings, done[group])
+                write_record(records, group, settings[_kind(group)], done[group])
         if stage == "warm start":
             for rl_stage in rows_of.rl:
                 queue.submit((rl_stage, seed), model_rl_job, env, model, seed, rl_stage, result["init"], overrides,
@@ -751,18 +752,42 @@ def run_model(env: str, model: str, seeds: Sequence[int], *, quick: bool, jobs: 
     return results, failed
 
 
-def model_settings(env: str, model: str, *, quick: bool) -> str:
+SAMPLING_FIELDS = ("policies", "env_kwargs", "temperature", "top_p", "max_new_tokens", "constrain_to_legal",
+                   "max_prompt_tokens", "max_rollout_tokens", "max_forward_tokens")
+"""The fields of the pretrained training preset that the rows read once (``shared``: the model as loaded, the scripted
+players) depend on: how the seats are filled and how a policy samples (:func:`_model_policies`, :func:`_model_figures`)."""
+
+TRAINING_ROWS = ("rl", "merged", "quick_sft")
+"""The fields of :class:`ModelRows` that only the seeds' stages (the warm start and RL) read."""
+
+
+def _kind(group: str) -> str:
+    """``shared`` for the rows read once, ``seed`` for a seed's group (``seed-N``): which fingerprint it is kept under."""
+    return "shared" if group == "shared" else "seed"
+
+
+def model_settings(env: str, model: str, *, quick: bool, group: str = "seed") -> str:
     """A fingerprint of what ``env``'s rows for ``model`` run: the rows' settings (:data:`MODEL_ENVS`) and the presets
-    they start from (the pretrained training preset, the SFT presets); records of other settings are not reused."""
+    they start from (the pretrained training preset, the SFT presets); records of other settings are not reused.
+
+    ``group="shared"`` (the rows read once, which train nothing) fingerprints only what they read: the rows' settings
+    without :data:`TRAINING_ROWS` and the preset's :data:`SAMPLING_FIELDS`, so a change to the warm start or the RL does
+    not run the model as loaded again."""
     import hashlib
 
     from llm_zoo.trainers import presets, sft
 
     rows_of = MODEL_ENVS[env]
-    what = {"env": env, "model": model, "quick": quick, "rows": {k: v for k, v in vars(rows_of).items()
-                                                                   if k not in ("script", "reads")},
-            "preset": presets.PRETRAINED_PRESETS.get(env), "sft": sft.SFT_PRESETS.get(env),
-            "sft_pretrained": sft.SFT_PRETRAINED_PRESETS.get(env)}
+    rows = {k: v for k, v in vars(rows_of).items() if k not in ("script", "reads")}
+    if group == "shared":
+        preset = presets.PRETRAINED_PRESETS.get(env) or {}
+        what = {"env": env, "model": model, "quick": quick, "group": group,
+                "rows": {k: v for k, v in rows.items() if k not in TRAINING_ROWS},
+                "sampling": {k: preset[k] for k in SAMPLING_FIELDS if k in preset}}
+    else:
+        what = {"env": env, "model": model, "quick": quick, "rows": rows,
+                "preset": presets.PRETRAINED_PRESETS.get(env), "sft": sft.SFT_PRESETS.get(env),
+                "sft_pretrained": sft.SFT_PRETRAINED_PRESETS.get(env)}
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -254,6 +254,30 @@ def test_a_pretrained_run_keeps_each_finished_seed_and_reads_it_back(capsys, tmp
     # the settings' fingerprint follows the rows' settings and the presets, not where the records are
     assert learning.model_settings("kuhn_poker_v0", model, quick=False) != settings
     assert learning.model_settings("user_sim_v0", model, quick=True) != settings
+    shared = json.loads((records / "shared.json").read_text())["settings"]
+    assert shared == learning.model_settings("kuhn_poker_v0", model, quick=True, group="shared") != settings
+
+
+def test_the_rows_read_once_are_kept_under_what_they_read_and_a_seed_under_every_preset(monkeypatch):
+    """A change to the warm start or the RL runs each seed again but not the model as loaded (``shared``); a change
+    to how a policy samples runs both again."""
+    from llm_zoo.trainers import presets, sft
+
+    def both() -> tuple[str, str]:
+        return (learning.model_settings("user_sim_v0", "m", quick=False, group="shared"),
+                learning.model_settings("user_sim_v0", "m", quick=False))
+
+    shared, seed = both()
+    assert shared != seed
+    monkeypatch.setitem(sft.SFT_PRETRAINED_PRESETS, "user_sim_v0",
+                        {**sft.SFT_PRETRAINED_PRESETS["user_sim_v0"], "episodes": 3})
+    assert both()[0] == shared and both()[1] != seed
+    monkeypatch.setitem(presets.PRETRAINED_PRESETS, "user_sim_v0",
+                        {**presets.PRETRAINED_PRESETS["user_sim_v0"], "lr": 1.0, "steps": 99})
+    assert both()[0] == shared
+    monkeypatch.setitem(presets.PRETRAINED_PRESETS, "user_sim_v0",
+                        {**presets.PRETRAINED_PRESETS["user_sim_v0"], "temperature": 0.1})
+    assert both()[0] != shared and both()[1] != seed
 
 
 def test_a_record_lacking_a_stage_or_a_figure_runs_again(tmp_path, capsys):
