@@ -67,15 +67,16 @@ episodes a row) took 5.7 min.
     python -m benchmarks.learning --envs kuhn_poker_v0 --model smollm2-135m --quick
 
 user_sim_v0's rows for a pretrained model are its main job's stages: ``zero-shot``, ``warm start`` (the SFT stage of
-user_sim's preset: 32 traces of the held-in templates, 2 epochs) and ``rl`` (the preset's RL from that warm start,
+user_sim's preset: 64 traces of the held-in templates, one a step) and ``rl`` (the preset's RL from that warm start,
 the scripted user frozen), each evaluated on 2 evaluation seeds of every template of the subset (24 episodes)
 against the scripted user and against the paraphrasing one (``scripted_paraphrase``, whose words no trace holds):
 the success rate with its pooled Wilson interval, the held-in and held-out templates apart, tool calls and turns.
 The floor (the do-nothing assistant, 0.417) is the tiny model's rows' (above). With SmolLM2-135M-Instruct on 2 CPU
-cores (the results page's ``pretrained_user_sim`` section, seed 0) a seed took 130 min: the warm start 27.8 min (16
-steps of about 100 s), the RL 45.9 min (4 steps of 8 episodes; the first three 519-602 s each, rollout 298-405 s and
-update 114-296 s; peak 3.6 GiB with its evaluation), and each evaluation of 24 episodes per user 25-31 min, over the
-60 minutes a seed; on the machine that measured the main job alone (``benchmarks/defaults.py``) it took 25.1 min.
+cores (the results page's ``pretrained_user_sim`` section, seed 0, with the earlier warm start of 32 traces x 2
+epochs) a seed took 130 min: the warm start 27.8 min (16 steps of about 100 s), the RL 45.9 min (4 steps of 8
+episodes; the first three 519-602 s each, rollout 298-405 s and update 114-296 s; peak 3.6 GiB with its
+evaluation), and each stage's evaluation (24 episodes with each user) 25-31 min, 46 min zero-shot; over the 60
+minutes a seed. The main job with the present warm start took 18.6 min alone (``benchmarks/defaults.py``).
 
     python -m benchmarks.learning --envs user_sim_v0 --model smollm2-135m      # 3 seeds
 

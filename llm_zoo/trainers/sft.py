@@ -243,7 +243,7 @@ SFT_PRETRAINED_PRESETS: dict[str, dict[str, Any]] = {
     "kuhn_poker_v0": {"lr": 1e-3, "episodes": 256, "epochs": 3,
                       "max_tokens_per_micro_batch": 1024,  # 1.31 GiB resident + 3.39 GiB a pass, estimated
                       "memory_limit_gb": 6.0},  # 4.70 GiB estimated against 3.8 GB measured (4.5 whole rows)
-    # the warm start of user_sim's main job, also as `llm-zoo sft user_sim_v0 --role assistant`: 2.9 GB at most
+    # the warm start of user_sim's main job, also as `llm-zoo sft user_sim_v0 --role assistant`: 2.8 GB at most
     "user_sim_v0": dict(presets.USER_SIM_V0_PRETRAINED["sft"]),
     # the solver's tool calls in the model's own format: correct and wrong stored solutions of the six tasks mixed,
     # as the tiny solver's warm start, one to two conversations a pass (the longest 1284 tokens of SmolLM2's). With
