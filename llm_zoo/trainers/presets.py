@@ -287,7 +287,8 @@ USER_SIM_V0_PRETRAINED: dict[str, Any] = {
     **_PRETRAINED_COMMON,
     "policies": {"user": "scripted:scripted"},
     # the tools by name and argument names (818 characters; as JSON schemas, the first prompt alone is 2026 tokens
-    # of SmolLM2's): the first prompt is 306 tokens and a whole scripted conversation about 1000 (at most 1178)
+    # of SmolLM2's): the first prompt is 306 tokens and a whole scripted conversation about 1000 (at most 1178;
+    # 1308 with the warm start's noting assistant, whose longest reply is 72 tokens)
     "env_kwargs": {"prompt": "compact", "scenarios": list(LEARNING_SCENARIOS), "max_turns": 12, "max_tool_calls": 8},
     "max_new_tokens": 96,  # the scripted assistant's longest reply is 60 tokens of SmolLM2's: room for its own
     "max_prompt_tokens": 1536,  # a conversation longer than the scripted one's 1178 tokens ends as failed
@@ -311,7 +312,7 @@ USER_SIM_V0_PRETRAINED: dict[str, Any] = {
     "sft": {"options": [{"scenario": s} for s in WARM_START_SCENARIOS], "episodes": 64, "epochs": 1,
             "teachers": {"user": "scripted", "assistant": "scripted_notes"},
             "batch_size": 1, "lr": 1e-3, "lr_schedule": "linear", "lr_min_ratio": 0.0,
-            # one trace a step (at most 1178 tokens): without checkpointing the activations fit
+            # one trace a step (at most 1308 tokens): without checkpointing the activations fit
             "gradient_checkpointing": False,
             "val_fraction": 0.0, "max_tokens_per_micro_batch": 1300},
     "steps": 4,
