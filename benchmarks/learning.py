@@ -491,11 +491,13 @@ MODEL_ENVS: dict[str, ModelRows] = {
         rl={"rl": {}},  # the main job's RL (user_sim's preset) from the seed's warm start
         eval_options={"seeds": 2}, quick_eval_options={"seeds": 1},
         other_users=("scripted_paraphrase",), rate="success_rate", reads="success on held-out evaluation seeds",
+        # --quick adapts every block (lora_layers 0): a model standing in for SmolLM2 may have fewer than the preset's 15
         quick={"steps": 1, "episodes_per_step": 2, "group_size": 2, "rollout_batch_size": 2, "max_new_tokens": 32,
+               "lora_layers": 0,
                "env_kwargs": {"prompt": "compact", "max_turns": 4, "max_tool_calls": 2,
                               "scenarios": ["cancel_mistake", "cancel_shipped_refused", "payment_gift_card_short"]}},
         quick_sft={"options": [{"scenario": "cancel_mistake"}, {"scenario": "cancel_shipped_refused"}],
-                   "episodes": 2, "epochs": 1, "batch_size": 2},
+                   "episodes": 2, "epochs": 1, "batch_size": 2, "lora_layers": 0},
     ),
     "agentic_judge_v0": ModelRows(
         script="pretrained_judge",

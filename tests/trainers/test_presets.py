@@ -99,8 +99,8 @@ def test_each_pretrained_preset_fits_the_default_memory_limit_with_a_135m_model(
     config = make_config(env, {"model": PRETRAINED})
     estimate = memory.preflight(config, smollm2)  # raises, naming the fields, when over config.memory_limit_gb
     assert 0 < estimate.total <= config.memory_limit_gb * 2**30
-    full = memory.estimate(make_config(env, {"model": PRETRAINED, "lora_r": 0, "gradient_checkpointing": False}),
-                           smollm2)
+    full = memory.estimate(make_config(env, {"model": PRETRAINED, "lora_r": 0, "lora_layers": 0,
+                                             "gradient_checkpointing": False}), smollm2)
     assert full.total > config.memory_limit_gb * 2**30  # full fine-tuning alone would not fit: the preset's choice
 
 

@@ -492,7 +492,7 @@ def test_cli_sft_help_lists_the_config_fields(capsys):
         main(["sft", "user_sim_v0", "--help"])
     out = capsys.readouterr().out
     assert "--role" in out and "val_fraction: float = 0.0" in out  # user_sim's warm start holds out no trace
-    assert "teachers:" in out and "'assistant': 'scripted'" in out  # the env's defaults
+    assert "teachers:" in out and "'assistant': 'scripted_notes'" in out  # the env's defaults
     assert "max_tokens_per_micro_batch" in out
 
 
