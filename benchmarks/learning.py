@@ -763,6 +763,10 @@ players) depend on: how the seats are filled and how a policy samples (:func:`_m
 TRAINING_ROWS = ("rl", "merged", "quick_sft")
 """The fields of :class:`ModelRows` that only the seeds' stages (the warm start and RL) read."""
 
+MODE_ROWS = {False: ("full", "eval_options"), True: ("quick", "quick_eval_options")}
+"""The fields of :class:`ModelRows` that a full run (``quick=False``) and a ``--quick`` one read: the rows read once
+of either mode are not kept under the other's."""
+
 
 def _kind(group: str) -> str:
     """``shared`` for the rows read once, ``seed`` for a seed's group (``seed-N``): which fingerprint it is kept under."""
@@ -774,8 +778,8 @@ def model_settings(env: str, model: str, *, quick: bool, group: str = "seed") ->
     they start from (the pretrained training preset, the SFT presets); records of other settings are not reused.
 
     ``group="shared"`` (the rows read once, which train nothing) fingerprints only what they read: the rows' settings
-    without :data:`TRAINING_ROWS` and the preset's :data:`SAMPLING_FIELDS`, so a change to the warm start or the RL does
-    not run the model as loaded again."""
+    without :data:`TRAINING_ROWS` and the other mode's :data:`MODE_ROWS`, and the preset's :data:`SAMPLING_FIELDS`, so a
+    change to the warm start, the RL or the other mode does not run the model as loaded again."""
     import hashlib
 
     from llm_zoo.trainers import presets, sft
@@ -785,7 +789,7 @@ def model_settings(env: str, model: str, *, quick: bool, group: str = "seed") ->
     if group == "shared":
         preset = presets.PRETRAINED_PRESETS.get(env) or {}
         what = {"env": env, "model": model, "quick": quick, "group": group,
-                "rows": {k: v for k, v in rows.items() if k not in TRAINING_ROWS},
+                "rows": {k: v for k, v in rows.items() if k not in (*TRAINING_ROWS, *MODE_ROWS[not quick])},
                 "sampling": {k: preset[k] for k in SAMPLING_FIELDS if k in preset}}
     else:
         what = {"env": env, "model": model, "quick": quick, "rows": rows,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -275,6 +276,13 @@ def test_the_rows_read_once_are_kept_under_what_they_read_and_a_seed_under_every
     monkeypatch.setitem(presets.PRETRAINED_PRESETS, "user_sim_v0",
                         {**presets.PRETRAINED_PRESETS["user_sim_v0"], "lr": 1.0, "steps": 99})
     assert both()[0] == shared
+    rows = learning.MODEL_ENVS["user_sim_v0"]
+    monkeypatch.setitem(learning.MODEL_ENVS, "user_sim_v0",
+                        dataclasses.replace(rows, quick={**rows.quick, "steps": 7}, quick_eval_options={"seeds": 5}))
+    assert both()[0] == shared  # the --quick rows are not what a full run reads
+    monkeypatch.setitem(learning.MODEL_ENVS, "user_sim_v0", dataclasses.replace(rows, eval_options={"seeds": 5}))
+    assert both()[0] != shared and both()[1] != seed
+    monkeypatch.setitem(learning.MODEL_ENVS, "user_sim_v0", rows)
     monkeypatch.setitem(presets.PRETRAINED_PRESETS, "user_sim_v0",
                         {**presets.PRETRAINED_PRESETS["user_sim_v0"], "temperature": 0.1})
     assert both()[0] != shared and both()[1] != seed
