@@ -76,7 +76,9 @@ cores (the results page's ``pretrained_user_sim`` section, seed 0, with the earl
 epochs) a seed took 130 min: the warm start 27.8 min (16 steps of about 100 s), the RL 45.9 min (4 steps of 8
 episodes; the first three 519-602 s each, rollout 298-405 s and update 114-296 s; peak 3.6 GiB with its
 evaluation), and each stage's evaluation (24 episodes with each user) 25-31 min, 46 min zero-shot; over the 60
-minutes a seed. The main job with the present warm start took 18.6 min alone (``benchmarks/defaults.py``).
+minutes a seed. With the present warm start (64 traces, one a step) seed 0 took 42.7 min: the warm start 5.2 min,
+the RL 12.4 min, each evaluation 12.2-12.7 min (the zero-shot row is read from its record); the main job alone
+(``benchmarks/defaults.py``) 18.6 min.
 
     python -m benchmarks.learning --envs user_sim_v0 --model smollm2-135m      # 3 seeds
 
