@@ -714,14 +714,13 @@ def run_model(env: str, model: str, seeds: Sequence[int], *, quick: bool, jobs: 
     overrides = dict(rows_of.quick if quick else rows_of.full)
     sft_overrides = dict(rows_of.quick_sft) if quick else {}
     options = dict(rows_of.quick_eval_options if quick else rows_of.eval_options)
-    settings = {"shared": model_settings(env, model, quick=quick, group="shared"),
-                "seed": model_settings(env, model, quick=quick)}
     stages = {"shared": ["zero-shot", *rows_of.scripted_rows], **{f"seed-{s}": ["warm start", *rows_of.rl]
                                                                    for s in seeds}}
+    settings = {group: model_settings(env, model, quick=quick, group=group) for group in stages}
     needed = [*_model_keys(env), "eval_seconds",
               *(f"{prefix}episodes" for prefix in (_user_prefixes(env) if rows_of.rate else ()))]
     kept = {group: record for group in stages
-            if (record := read_record(records, group, settings[_kind(group)], stages[group], needed)) is not None
+            if (record := read_record(records, group, settings[group], stages[group], needed)) is not None
             } if records is not None and reuse else {}
     results: list[dict[str, Any]] = [r for record in kept.values() for r in record["results"]]
     for group, record in kept.items():
@@ -749,7 +748,7 @@ def run_model(env: str, model: str, seeds: Sequence[int], *, quick: bool, jobs: 
         if group in done:
             done[group].append(result)
             if records is not None and len(done[group]) == expected[group]:
-                write_record(records, group, settings[_kind(group)], done[group])
+                write_record(records, group, settings[group], done[group])
         if stage == "warm start":
             for rl_stage in rows_of.rl:
                 queue.submit((rl_stage, seed), model_rl_job, env, model, seed, rl_stage, result["init"], overrides,
@@ -770,18 +769,14 @@ MODE_ROWS = {False: ("full", "eval_options"), True: ("quick", "quick_eval_option
 of either mode are not kept under the other's."""
 
 
-def _kind(group: str) -> str:
-    """``shared`` for the rows read once, ``seed`` for a seed's group (``seed-N``): which fingerprint it is kept under."""
-    return "shared" if group == "shared" else "seed"
-
-
-def model_settings(env: str, model: str, *, quick: bool, group: str = "seed") -> str:
+def model_settings(env: str, model: str, *, quick: bool, group: str = "seed-0") -> str:
     """A fingerprint of what ``env``'s rows for ``model`` run: the rows' settings (:data:`MODEL_ENVS`) and the presets
     they start from (the pretrained training preset, the SFT presets); records of other settings are not reused.
 
-    ``group="shared"`` (the rows read once, which train nothing) fingerprints only what they read: the rows' settings
-    without :data:`TRAINING_ROWS` and the other mode's :data:`MODE_ROWS`, and the preset's :data:`SAMPLING_FIELDS`, so a
-    change to the warm start, the RL or the other mode does not run the model as loaded again."""
+    A seed's group (``seed-N``) fingerprints all of it, the same for every seed; ``group="shared"`` (the rows read
+    once, which train nothing) only what they read: the rows' settings without :data:`TRAINING_ROWS` and the other
+    mode's :data:`MODE_ROWS`, and the preset's :data:`SAMPLING_FIELDS`, so a change to the warm start, the RL or the
+    other mode does not run the model as loaded again."""
     import hashlib
 
     from llm_zoo.trainers import presets, sft
