@@ -510,6 +510,9 @@ MODEL_ENVS: dict[str, ModelRows] = {
         # preset's) and the visible tests' pass rate; the floor always submits a stored wrong solution
         rl={"judge": {"env_kwargs": {"solver_reward": "judge"}}, "visible": {"env_kwargs": {"solver_reward": "visible"}}},
         scripted_rows={"floor": "wrong"},
+        # a step of the preset's 8 episodes is about 9 min on 2 CPU cores (docs/training.md): two rewards of 2 steps
+        # each, with the warm start and four evaluations, keep a seed near the hour the full setting may take
+        full={"steps": 2},
         eval_options={"per_task": 4}, quick_eval_options={"per_task": 1}, rate="hidden_pass_rate",
         reads="the hidden tests' pass rate on evaluation seeds",
         quick={"steps": 1, "episodes_per_step": 2, "group_size": 2, "rollout_batch_size": 2, "micro_batch_size": 2,

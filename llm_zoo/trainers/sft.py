@@ -246,12 +246,13 @@ SFT_PRETRAINED_PRESETS: dict[str, dict[str, Any]] = {
     # the warm start of user_sim's main job, also as `llm-zoo sft user_sim_v0 --role assistant`: 2.8 GB at most
     "user_sim_v0": dict(presets.USER_SIM_V0_PRETRAINED["sft"]),
     # the solver's tool calls in the model's own format: correct and wrong stored solutions of the six tasks mixed,
-    # as the tiny solver's warm start, one to two conversations a pass (the longest 1284 tokens of SmolLM2's). With
-    # SmolLM2-135M-Instruct on 2 CPU cores (seed 0): 12 steps of about 34 s on quiet cores, the loss 1.17 -> 0.25,
-    # peak 3.1 GB; the hidden tests pass 2 of 24 evaluation episodes (brittle tasks 0.25, weak 0) after it
+    # as the tiny solver's warm start (the longest conversation 1284 tokens of SmolLM2's). One conversation a step
+    # and the rate decayed linearly to 0, as user_sim's warm start and the tiny judge's (docs/warm_start.md): 48
+    # steps, the tokens of the earlier 12 steps of 4 (loss 1.17 -> 0.25, 2 of 24 hidden passes after it)
     "agentic_judge_v0": {"teachers": {"solver": ["reference", "alternative", "wrong"], "judge": "rule_judge"},
                          "options": [{"task": t} for t in LEARNING_TASKS], "episodes": 24, "epochs": 2,
-                         "batch_size": 4, "lr": 1e-3, "val_fraction": 0.0, "max_tokens_per_micro_batch": 2048},
+                         "batch_size": 1, "lr": 1e-3, "lr_schedule": "linear", "lr_min_ratio": 0.0,
+                         "val_fraction": 0.0, "max_tokens_per_micro_batch": 2048},
     # tasks of every difficulty, as the tiny proposer's warm start
     "proposer_solver_v0": {"teachers": {"proposer": "proposer_mixed"}, "episodes": 64, "epochs": 2, "batch_size": 8,
                            "lr": 1e-3, "val_fraction": 0.1, "max_tokens_per_micro_batch": 1024},
