@@ -510,9 +510,11 @@ MODEL_ENVS: dict[str, ModelRows] = {
         # preset's) and the visible tests' pass rate; the floor always submits a stored wrong solution
         rl={"judge": {"env_kwargs": {"solver_reward": "judge"}}, "visible": {"env_kwargs": {"solver_reward": "visible"}}},
         scripted_rows={"floor": "wrong"},
-        # a step of the preset's 8 episodes is about 9 min on 2 CPU cores (docs/training.md): two rewards of 2 steps
-        # each, with the warm start and four evaluations, keep a seed near the hour the full setting may take
-        full={"steps": 2},
+        # two rewards of 4 steps each (a step of the preset's 8 episodes: about 3 min on 2 quiet CPU cores, rollout
+        # 40-60 s and update 120-140 s), with the warm start (9.5 min) and three evaluations of 3-5 min: about 50 min
+        # a seed. At the preset's lr 1e-4, 2 steps of either reward scored exactly as the warm start on every figure
+        # (Adam moves a weight about lr a step; the warm start's 48 steps ran at up to 1e-3)
+        full={"steps": 4, "lr": 5e-4},
         eval_options={"per_task": 4}, quick_eval_options={"per_task": 1}, rate="hidden_pass_rate",
         reads="the hidden tests' pass rate on evaluation seeds",
         quick={"steps": 1, "episodes_per_step": 2, "group_size": 2, "rollout_batch_size": 2, "micro_batch_size": 2,

@@ -317,7 +317,11 @@ USER_SIM_V0_PRETRAINED: dict[str, Any] = {
             "val_fraction": 0.0, "max_tokens_per_micro_batch": 1300},
     "steps": 4,
     "episodes_per_step": 8,
-    "group_size": 4,  # four episodes per env seed (the same template and world): GRPO compares them
+    # four episodes per env seed (the same template and world). The advantage is RAE's (the default algorithm): the
+    # reward less a baseline that starts at 0 and moves 5% a step toward the mean reward (advantages.RAE_DECAY), so
+    # over 4 steps it is nearly the reward itself and a step whose rewards are all equal still trains; GRPO would
+    # compare the four and skip such a group (unmeasured here)
+    "group_size": 4,
     "rollout_batch_size": 8,
 }
 """The main job of user_sim (``llm-zoo train user_sim_v0``): warm start, then RL of a pretrained assistant against the
