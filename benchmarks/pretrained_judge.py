@@ -4,10 +4,11 @@ by RL on the rule judge's score against the same run on the visible tests' pass 
 The rows of ``python -m benchmarks.learning --envs agentic_judge_v0 --model smollm2-135m``
 (:data:`benchmarks.learning.MODEL_ENVS`): the hidden-test pass rate with its pooled Wilson interval, on the tasks
 with brittle visible tests and on those with weak ones apart, and the share the rule judge passed, beside the floor
-(a stored wrong solution every time); 3 training seeds, the cost of each stage beside it. A seed takes about an
-hour on 2 CPU cores, so ``llm-zoo bench`` runs it only when named: ``llm-zoo bench --only pretrained_judge``.
+(a stored wrong solution every time); 3 training seeds, the cost of each stage beside it. A seed takes about 48
+minutes on 2 CPU cores (the rows read once 5 more), so ``llm-zoo bench`` runs it only when named: ``llm-zoo bench
+--only pretrained_judge``.
 """
-# bench-opt-in: 3 seeds of a 135M model take about 3 hours on 2 CPU cores
+# bench-opt-in: 3 seeds of a 135M model take about 2.5 hours on 2 CPU cores
 
 from __future__ import annotations
 
