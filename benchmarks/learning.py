@@ -510,10 +510,10 @@ MODEL_ENVS: dict[str, ModelRows] = {
         # preset's) and the visible tests' pass rate; the floor always submits a stored wrong solution
         rl={"judge": {"env_kwargs": {"solver_reward": "judge"}}, "visible": {"env_kwargs": {"solver_reward": "visible"}}},
         scripted_rows={"floor": "wrong"},
-        # two rewards of 4 steps each (a step of the preset's 8 episodes: about 3 min on 2 quiet CPU cores, rollout
-        # 40-60 s and update 120-140 s), with the warm start (9.5 min) and three evaluations of 3-5 min: about 50 min
-        # a seed. At the preset's lr 1e-4, 2 steps of either reward scored exactly as the warm start on every figure
-        # (Adam moves a weight about lr a step; the warm start's 48 steps ran at up to 1e-3)
+        # two rewards of 4 steps each (a step of the preset's 8 episodes: 100-350 s on 2 quiet CPU cores, rollout
+        # 45-220 s and update 50-170 s), with the warm start (10 min) and three evaluations of 3 min: 47 min a seed.
+        # At the preset's lr 1e-4, 2 steps of either reward scored exactly as the warm start on every figure (Adam
+        # moves a weight about lr a step; the warm start's 48 steps ran at up to 1e-3)
         full={"steps": 4, "lr": 5e-4},
         eval_options={"per_task": 4}, quick_eval_options={"per_task": 1}, rate="hidden_pass_rate",
         reads="the hidden tests' pass rate on evaluation seeds",

@@ -248,7 +248,8 @@ SFT_PRETRAINED_PRESETS: dict[str, dict[str, Any]] = {
     # the solver's tool calls in the model's own format: correct and wrong stored solutions of the six tasks mixed,
     # as the tiny solver's warm start (the longest conversation 1284 tokens of SmolLM2's). One conversation a step
     # and the rate decayed linearly to 0, as user_sim's warm start and the tiny judge's (docs/warm_start.md): 48
-    # steps, the tokens of the earlier 12 steps of 4 (loss 1.17 -> 0.25, 2 of 24 hidden passes after it)
+    # steps of 11-14 s with SmolLM2-135M-Instruct on 2 CPU cores, the hidden tests then passed in 5 and 4 of 24
+    # evaluation episodes (two runs of seed 0), against 2 after the same tokens in 12 steps of 4 at a constant rate
     "agentic_judge_v0": {"teachers": {"solver": ["reference", "alternative", "wrong"], "judge": "rule_judge"},
                          "options": [{"task": t} for t in LEARNING_TASKS], "episodes": 24, "epochs": 2,
                          "batch_size": 1, "lr": 1e-3, "lr_schedule": "linear", "lr_min_ratio": 0.0,
