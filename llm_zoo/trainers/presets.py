@@ -319,8 +319,9 @@ USER_SIM_V0_PRETRAINED: dict[str, Any] = {
     "episodes_per_step": 8,
     # four episodes per env seed (the same template and world). The advantage is RAE's (the default algorithm): the
     # reward less a baseline that starts at 0 and moves 5% a step toward the mean reward (advantages.RAE_DECAY), so
-    # over 4 steps it is nearly the reward itself and a step whose rewards are all equal still trains; GRPO would
-    # compare the four and skip such a group (unmeasured here)
+    # over 4 steps it is nearly the reward itself and a step whose rewards are all equal still trains. GRPO compares
+    # the four and skips such a group: with two groups a step it skipped 3 of the main job's 4 updates (15.8 min,
+    # the same closing success 0.5833)
     "group_size": 4,
     "rollout_batch_size": 8,
 }
