@@ -780,8 +780,9 @@ def model_settings(env: str, model: str, *, quick: bool, group: str = "seed-0") 
 
     A seed's group (``seed-N``) fingerprints all of it, the same for every seed; ``group="shared"`` (the rows read
     once, which train nothing) only what they read: the rows' settings without :data:`TRAINING_ROWS` and the other
-    mode's :data:`MODE_ROWS`, and the preset's :data:`SAMPLING_FIELDS`, so a change to the warm start, the RL or the
-    other mode does not run the model as loaded again."""
+    mode's :data:`MODE_ROWS`, and of the training config (the preset with the mode's overrides, ``full`` or ``quick``,
+    over it) the :data:`SAMPLING_FIELDS`, so a change to the warm start, the RL or the other mode does not run the
+    model as loaded again."""
     import hashlib
 
     from llm_zoo.trainers import presets, sft
@@ -789,10 +790,11 @@ def model_settings(env: str, model: str, *, quick: bool, group: str = "seed-0") 
     rows_of = MODEL_ENVS[env]
     rows = {k: v for k, v in vars(rows_of).items() if k not in ("script", "reads")}
     if group == "shared":
-        preset = presets.PRETRAINED_PRESETS.get(env) or {}
+        overrides = MODE_ROWS[quick][0]  # "full" or "quick": read only through the sampling fields they set
+        config = {**(presets.PRETRAINED_PRESETS.get(env) or {}), **rows[overrides]}
         what = {"env": env, "model": model, "quick": quick, "group": group,
-                "rows": {k: v for k, v in rows.items() if k not in (*TRAINING_ROWS, *MODE_ROWS[not quick])},
-                "sampling": {k: preset[k] for k in SAMPLING_FIELDS if k in preset}}
+                "rows": {k: v for k, v in rows.items() if k not in (*TRAINING_ROWS, *MODE_ROWS[not quick], overrides)},
+                "sampling": {k: config[k] for k in SAMPLING_FIELDS if k in config}}
     else:
         what = {"env": env, "model": model, "quick": quick, "rows": rows,
                 "preset": presets.PRETRAINED_PRESETS.get(env), "sft": sft.SFT_PRESETS.get(env),

@@ -260,8 +260,8 @@ def test_a_pretrained_run_keeps_each_finished_seed_and_reads_it_back(capsys, tmp
 
 
 def test_the_rows_read_once_are_kept_under_what_they_read_and_a_seed_under_every_preset(monkeypatch):
-    """A change to the warm start or the RL runs each seed again but not the model as loaded (``shared``); a change
-    to how a policy samples runs both again."""
+    """A change to the warm start or the RL (a preset's or the full setting's) runs each seed again but not the model as
+    loaded (``shared``); a change to how a policy samples runs both again."""
     from llm_zoo.trainers import presets, sft
 
     def both() -> tuple[str, str]:
@@ -280,6 +280,10 @@ def test_the_rows_read_once_are_kept_under_what_they_read_and_a_seed_under_every
     monkeypatch.setitem(learning.MODEL_ENVS, "user_sim_v0",
                         dataclasses.replace(rows, quick={**rows.quick, "steps": 7}, quick_eval_options={"seeds": 5}))
     assert both()[0] == shared  # the --quick rows are not what a full run reads
+    monkeypatch.setitem(learning.MODEL_ENVS, "user_sim_v0", dataclasses.replace(rows, full={"steps": 7, "lr": 1.0}))
+    assert both()[0] == shared and both()[1] != seed  # the full setting's RL, which the rows read once do not read
+    monkeypatch.setitem(learning.MODEL_ENVS, "user_sim_v0", dataclasses.replace(rows, full={"temperature": 0.1}))
+    assert both()[0] != shared and both()[1] != seed  # ... and how it samples, which they do
     monkeypatch.setitem(learning.MODEL_ENVS, "user_sim_v0", dataclasses.replace(rows, eval_options={"seeds": 5}))
     assert both()[0] != shared and both()[1] != seed
     monkeypatch.setitem(learning.MODEL_ENVS, "user_sim_v0", rows)
