@@ -28,7 +28,8 @@ A run with ``--only`` updates the page in place: the sections of the scripts it 
 ``Run:`` line says which run made it (a rewritten one names its machine too; the Machine table stays
 that of the run that made the page). A plain run writes the whole page anew. ``--args NAME=ARGS`` passes
 more arguments to one script of the run (``--only learning --args 'learning=--envs proposer_solver_v0'``: a
-part of a long benchmark), and both the page's and the script's command lines show them.
+part of a long benchmark), and both the page's and the script's command lines show them; the options the harness
+sets itself (:data:`HARNESS_OPTIONS`) are refused there rather than overridden.
 
 The README is left alone: it quotes figures from this page and links to the section it quotes
 (``tests/test_readme_figures.py`` fails when a quoted figure is not on the section it links to), so a
@@ -151,6 +152,10 @@ def opt_in(script: Path) -> str | None:
     its section on the page as the run that made it wrote it."""
     named = re.search(r"^# bench-opt-in: (.+)$", script.read_text(), re.MULTILINE)
     return named.group(1).strip() if named else None
+
+
+HARNESS_OPTIONS = ("--out", "--runs-dir", "--quick")
+"""Options :func:`run_script` passes itself (``--quick`` from ``llm-zoo bench --quick``): refused in ``--args``."""
 
 
 def _launch(script: Path) -> list[str]:
@@ -680,6 +685,13 @@ def run(*, quick: bool = False, only: Sequence[str] | None = None, timeout_s: fl
             extra[name] = shlex.split(value)
         except ValueError as exc:
             raise ValueError(f"--args {name}: cannot split {value!r} into arguments as a shell would ({exc})") from exc
+        # the harness sets these itself, after the script's own arguments (the last one given wins): one here would be
+        # silently overridden, so it is refused
+        owned = [w for w in extra[name] for option in HARNESS_OPTIONS if w == option or w.startswith(option + "=")]
+        if owned:
+            raise ValueError(f"--args {name}: {owned} is set by the harness itself (its plots and tables go to a "
+                             f"temporary --out copied onto the page, its runs to a shared --runs-dir); drop it, or "
+                             f"run `python -m benchmarks.{name} ...` directly to choose them")
     timeout_s = timeout_s or TIMEOUT_S["quick" if quick else "full"]
     page = Path(page)
     page.parent.mkdir(parents=True, exist_ok=True)

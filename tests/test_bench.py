@@ -466,6 +466,12 @@ def test_args_reach_the_named_script_and_the_page_says_so(fakes, tmp_path, capsy
         bench.run(quick=True, page=page, scripts_dir=fakes, only=["good"], log=None, args={"echo": "--envs a"})
     with pytest.raises(ValueError, match="cannot split"):
         bench.run(quick=True, page=page, scripts_dir=fakes, only=["echo"], log=None, args={"echo": "--note 'open"})
+    # the harness's own options are refused, not silently overridden by the ones it appends
+    for words in ("--out /tmp/x", "--envs a --out=/tmp/x", "--runs-dir r", "--quick"):
+        with pytest.raises(ValueError, match="set by the harness itself"):
+            bench.run(quick=True, page=page, scripts_dir=fakes, only=["echo"], log=None, args={"echo": words})
+    assert bench.run(quick=True, page=page, scripts_dir=fakes, only=["echo"], log=None,
+                     args={"echo": "--note=--outer"})[0].figures["note"] == "--outer"
     # on the command line: NAME=ARGS, repeatable; a value with no name is refused with what was expected
     assert cli(["bench", "--quick", "--only", "echo", "--args", "echo=--envs x", "--args", "echo=--note y",
                 "--benchmarks", str(fakes), "--page", str(page)]) == 0
