@@ -268,14 +268,23 @@ def run_script(script: Path, *, quick: bool, timeout_s: float, assets: Path, pag
 # ---------------------------------------------------------------------------------------------------
 
 
-def _cpu_model() -> str:
+def _cpu_model(cpuinfo: str | None = None) -> str:
+    """The CPU's model name, and on Linux its widest vector instructions (``AMD EPYC, AVX2``); ``cpuinfo``: the
+    text of ``/proc/cpuinfo`` (read when not given).
+
+    Two hosts with the same model name may differ in their vector units; the kernels torch picks differ
+    with them, and so does the rounding of a long training run's sums, so its last digits can differ too.
+    """
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        lines = (Path("/proc/cpuinfo").read_text() if cpuinfo is None else cpuinfo).splitlines()
     except OSError:
-        pass
-    return platform.processor() or platform.machine()
+        return platform.processor() or platform.machine()
+    name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)
+    flags = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith(("flags", "Features"))), ()))
+    vector = next((label for flag, label in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"),
+                                             ("sve", "SVE"), ("asimd", "NEON")) if flag in flags), None)
+    name = name or platform.processor() or platform.machine()
+    return f"{name}, {vector}" if vector else name
 
 
 def _memory_gib() -> float | None:

@@ -263,6 +263,16 @@ def test_machine_names_the_cpu_memory_and_versions():
     json.dumps(info)  # the page reads plain values
 
 
+def test_the_cpu_is_named_with_its_widest_vector_instructions():
+    # hosts of one model name can differ in their vector units, and with them a long run's last digits
+    x86 = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx avx2 avx512f avx512bw\n"
+    assert bench._cpu_model(x86) == "AMD EPYC, AVX-512"
+    assert bench._cpu_model(x86.replace(" avx512f avx512bw", "")) == "AMD EPYC, AVX2"
+    arm = "processor\t: 0\nFeatures\t: fp asimd evtstrm\nCPU implementer\t: 0x41\n"
+    assert bench._cpu_model(arm).endswith(", NEON")  # no model name: the platform's processor or machine
+    assert bench._cpu_model("model name\t: Old CPU\nflags\t: fpu sse2\n") == "Old CPU"
+
+
 def test_a_script_read_beside_another_comes_right_after_it_with_its_figures_quoted(tmp_path):
     scripts = tmp_path / "benchmarks"
     scripts.mkdir()
