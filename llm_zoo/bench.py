@@ -275,10 +275,12 @@ def _cpu_model(cpuinfo: str | None = None) -> str:
     Two hosts with the same model name may differ in their vector units; the kernels torch picks differ
     with them, and so does the rounding of a long training run's sums, so its last digits can differ too.
     """
-    try:
-        lines = (Path("/proc/cpuinfo").read_text() if cpuinfo is None else cpuinfo).splitlines()
-    except OSError:
-        return platform.processor() or platform.machine()
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""  # not Linux: the platform's name alone
+    lines = cpuinfo.splitlines()
     name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)
     flags = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith(("flags", "Features"))), ()))
     vector = next((label for flag, label in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"),
