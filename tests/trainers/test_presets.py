@@ -87,6 +87,28 @@ def test_user_sims_main_job_is_the_pretrained_models_and_tiny_still_names_the_ti
         env: "tiny" for env in presets.PRESETS if env != "user_sim_v0"}
 
 
+def test_user_sims_main_job_pays_nothing_for_doing_nothing():
+    """Five of the twelve templates succeed when nothing changes. The preset's advantage compares the episodes of one
+    env seed (one template and world), so an assistant that never acts earns no advantage on any template, where a
+    baseline shared by every template (RAE's) pays for its successes."""
+    import llm_zoo
+    from llm_zoo.trainers.advantages import ESTIMATORS, RAEState
+    from llm_zoo.trainers.rollout import collect
+
+    config = make_config("user_sim_v0")
+    spec = llm_zoo.env_spec("user_sim_v0")
+    seats = {"user": spec.scripted["scripted"](seed=0), "assistant": spec.scripted["no_tools"](seed=0)}
+    seeds = [s for s in (3, 4, 5) for _ in range(config.group_size)]
+    templates = ["cancel_shipped_refused", "cancel_mistake", "payment_gift_card_short"]
+    options = [{"scenario": t} for t in templates for _ in range(config.group_size)]
+    episodes = collect("user_sim_v0", seats, seeds, options=options, env_kwargs=config.env_kwargs, seed=0)
+    rewards = [e.returns["assistant"] for e in episodes]
+    assert not any(e.failed for e in episodes) and sorted(set(rewards)) == [0.0, 1.0]  # the floor: some templates pay
+    keys, groups = ["user_sim_v0/assistant"] * len(rewards), [f"{s}/assistant" for s in seeds]
+    assert ESTIMATORS[config.algorithm](rewards, keys, groups, RAEState()) == [0.0] * len(rewards)
+    assert max(ESTIMATORS["rae"](rewards, keys, groups, RAEState())) > 0  # a shared baseline would reinforce it
+
+
 @pytest.mark.parametrize("env", sorted(presets.PRETRAINED_PRESETS))
 def test_each_pretrained_preset_fits_the_default_memory_limit_with_a_135m_model(env):
     """SmolLM2-135M's shape, written here as its config.json has it (the estimate reads the shape, not weights)."""
