@@ -78,7 +78,7 @@ episodes; the first three 519-602 s each, rollout 298-405 s and update 114-296 s
 evaluation), and each stage's evaluation (24 episodes with each user) 25-31 min, 46 min zero-shot; over the 60
 minutes a seed. With the present warm start (64 traces, one a step) seed 0 took 42.7 min: the warm start 5.2 min,
 the RL 12.4 min, each evaluation 12.2-12.7 min (the zero-shot row is read from its record); the main job alone
-(``benchmarks/defaults.py``) 18.6 min.
+(``benchmarks/defaults.py``) 18.6 min; the RL was RAE's then, GRPO's now (the main job: 15.3 min).
 
     python -m benchmarks.learning --envs user_sim_v0 --model smollm2-135m      # 3 seeds
 
