@@ -93,6 +93,7 @@ def test_user_sims_main_job_pays_nothing_for_doing_nothing():
     baseline shared by every template (RAE's) pays for its successes."""
     import llm_zoo
     from llm_zoo.trainers.advantages import ESTIMATORS, RAEState
+    from llm_zoo.trainers.grpo import _outcomes
     from llm_zoo.trainers.rollout import collect
 
     config = make_config("user_sim_v0")
@@ -102,9 +103,10 @@ def test_user_sims_main_job_pays_nothing_for_doing_nothing():
     templates = ["cancel_shipped_refused", "cancel_mistake", "payment_gift_card_short"]
     options = [{"scenario": t} for t in templates for _ in range(config.group_size)]
     episodes = collect("user_sim_v0", seats, seeds, options=options, env_kwargs=config.env_kwargs, seed=0)
-    rewards = [e.returns["assistant"] for e in episodes]
+    # the trainer's own baseline and group keys of the assistant's returns
+    outcomes = _outcomes(episodes, [{"assistant"}] * len(episodes), {"user": "user", "assistant": "assistant"}, config)
+    rewards, keys, groups = ([getattr(o, f) for o in outcomes] for f in ("reward", "key", "group"))
     assert not any(e.failed for e in episodes) and sorted(set(rewards)) == [0.0, 1.0]  # the floor: some templates pay
-    keys, groups = ["user_sim_v0/assistant"] * len(rewards), [f"{s}/assistant" for s in seeds]
     assert ESTIMATORS[config.algorithm](rewards, keys, groups, RAEState()) == [0.0] * len(rewards)
     assert max(ESTIMATORS["rae"](rewards, keys, groups, RAEState())) > 0  # a shared baseline would reinforce it
 
