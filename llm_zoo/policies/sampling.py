@@ -34,7 +34,7 @@ import torch
 
 from llm_zoo.policies.constraints import allowed_next
 
-__all__ = ["draw_tokens", "invert_cdf", "legal_mask", "next_tokens", "tempered_logprobs", "top_p_filter"]
+__all__ = ["draw_shared", "draw_tokens", "invert_cdf", "legal_mask", "next_tokens", "tempered_logprobs", "top_p_filter"]
 
 
 def next_tokens(
@@ -58,6 +58,46 @@ def next_tokens(
         uniform = torch.rand(len(logits), 1, generator=generator, dtype=torch.float64, device=logits.device)
         token = draw_tokens(logprobs, top_p, uniform)
     return token, logprobs.gather(1, token[:, None]).squeeze(1)
+
+
+def draw_shared(
+    logits: torch.Tensor,
+    kind_of: Sequence[int],
+    *,
+    temperature: float,
+    top_p: float,
+    generator: torch.Generator,
+) -> tuple[list[int], list[float]]:
+    """Pick a token per row, each row drawing from the distribution of its kind; return the tokens and their log-probs.
+
+    ``logits`` [kinds, vocab] are float32, already constrained (``-inf`` off the legal tokens); ``kind_of`` gives each
+    row's kind. The module's rule, with each kind's tempered log-probs, top-p and cumulative mass computed once however
+    many rows draw from it: row ``i`` gets what :func:`next_tokens` would give it from ``logits[kind_of[i]]`` with the
+    same uniform (one a row from ``generator``, none when greedy).
+    """
+    logprobs = tempered_logprobs(logits, temperature)
+    kinds = torch.tensor(list(kind_of), dtype=torch.long, device=logits.device)
+    if temperature == 0:
+        tokens = logits.argmax(dim=-1)[kinds]
+    else:
+        uniform = torch.rand(len(kinds), generator=generator, dtype=torch.float64, device=logits.device)
+        probs = logprobs.exp()
+        if top_p < 1:
+            probs = top_p_filter(probs, top_p)
+        cdf = probs.double().cumsum(dim=-1)
+        total = cdf[:, -1]
+        if not bool(((total > 0) & (total < math.inf)).all()):
+            _no_mass(total.tolist())
+        point = uniform * total[kinds]
+        tokens = torch.empty(len(kinds), dtype=torch.long, device=logits.device)
+        for kind in range(len(cdf)):
+            rows = (kinds == kind).nonzero().squeeze(1)
+            # the first token whose cumulative mass passes the point, as invert_cdf counts it
+            tokens[rows] = torch.searchsorted(cdf[kind], point[rows], right=True)
+        # a point that rounds up to the row's total would pass every token: the last token with mass
+        last = probs.shape[-1] - 1 - (probs.flip(-1) > 0).int().argmax(dim=-1)
+        tokens = torch.minimum(tokens, last[kinds])
+    return tokens.tolist(), logprobs[kinds, tokens].tolist()
 
 
 def tempered_logprobs(logits: torch.Tensor, temperature: float | torch.Tensor) -> torch.Tensor:

@@ -31,6 +31,17 @@ prompts before any forward pass: :meth:`TransformersPolicy.act` raises
 :class:`~llm_zoo.policy.PromptTooLong` naming the rows, and ``collect`` ends those episodes
 as failed and plays the rest on.
 
+Shared decoding
+---------------
+When every row of a call is constrained to its legal replies (``constrain=True`` and observations that list
+``legal_actions``: a game's moves) and replies run to several tokens, the decode loop runs one row of the model per
+group of rows with the same prompt and the same tokens so far, not one per row: rows of one group have the same
+logits. Each row still draws its own token, from its group's logits under its own legal replies, with a uniform of
+its own (:func:`~llm_zoo.policies.sampling.draw_shared`), so every reply comes at the same constrained probability
+as in the loop over rows. Self-play of a pretrained model, a thousand hands of a dozen information sets a step, then
+decodes a few dozen rows a step instead of a thousand, and the cache holds as many. Such calls keep no turns (below):
+their prompts are few, and the next call's prefill runs them once each.
+
 Kept turns
 ----------
 A conversation's next prompt begins with its last prompt and the reply sampled to it, so the
@@ -65,7 +76,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from llm_zoo.policies.chat import ChatTemplatePolicy
 from llm_zoo.policies.compat import DynamicLayer, cache_argument, keep_logits_kwargs, override
-from llm_zoo.policies.sampling import legal_mask, next_tokens
+from llm_zoo.policies.sampling import draw_shared, legal_mask, next_tokens
 from llm_zoo.policy import Observation, Reply
 from llm_zoo.scoring import (
     Past,
@@ -377,6 +388,9 @@ class TransformersPolicy(ChatTemplatePolicy):
                 past=self._past(distinct) if self._keeps() else None,
             )
             last_logits = out.logits[:, -1, :]
+            if self._decodes_shared(paths):
+                assert row_of is not None  # share_prefix: the distinct prompts and each row's
+                return self._sample_shared(prompts, paths, distinct, row_of, out, prefill_mask)  # type: ignore[arg-type]
         # rows -> their distinct prompt; None when every prompt is distinct
         rows = long_tensor(row_of, device) if row_of is not None and len(distinct) < batch else None
         logits = last_logits if rows is None else last_logits[rows]
@@ -436,6 +450,69 @@ class TransformersPolicy(ChatTemplatePolicy):
             # the cache holds each prompt's real columns, then the replies' tokens fed back: all but the last step's
             self._keep(prompts, completions, cache, prefill_mask, width, len(step_tokens) - 1)
         return completions, completion_logprobs_
+
+    def _decodes_shared(self, paths: Sequence[Sequence[tuple[int, ...]] | None] | None) -> bool:
+        """Whether a call decodes each distinct (prompt, tokens so far) once (module docstring, "Shared decoding"):
+        replies of several tokens, shared prefixes, and every row constrained to its legal replies."""
+        return (self.max_new_tokens > 1 and self.share_prefix and paths is not None
+                and all(bool(p) for p in paths))
+
+    def _sample_shared(
+        self, prompts: list[list[int]], paths: Sequence[Sequence[tuple[int, ...]]],
+        distinct: Sequence[tuple[int, ...]], row_of: Sequence[int], out: Any, prefill_mask: torch.Tensor,
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """:meth:`_sample`'s decode loop over groups: the rows with the same prompt and the same tokens so far.
+
+        ``out`` is the prefill of the ``distinct`` prompts (``row_of``: row -> its prompt), with its attention mask.
+        A decode step runs one row of the model per group of unfinished rows, its cache rows gathered from the
+        groups they grew from; each row then draws its own token from its group's logits under its own legal
+        replies (module docstring, "Shared decoding").
+        """
+        model, device, batch = self.model, self.device, len(prompts)
+        cache_arg = cache_argument(model)
+        keep_last = keep_logits_kwargs(model, 1)
+        eos = set(self.eos_token_ids)
+        cache = getattr(out, cache_arg)
+        logits = out.logits[:, -1, :].float()  # one row per group; the groups start as the distinct prompts
+        group_mask = prefill_mask
+        group_tokens: list[tuple[int, ...]] = [() for _ in distinct]  # each group's tokens so far
+        group_next = [len(p) for p in distinct]  # the position of each group's next token
+        group_of = list(row_of)  # row -> its group; -1 once it has ended
+        completions: list[list[int]] = [[] for _ in prompts]
+        logprobs: list[list[float]] = [[] for _ in prompts]
+        for step in range(self.max_new_tokens):
+            live = [row for row in range(batch) if group_of[row] >= 0]
+            # one distribution per (group, legal replies): the rows of a group share their logits and tokens so far
+            kinds, kind_of = dedupe((group_of[row], id(paths[row])) for row in live)
+            representative = {kind: row for row, kind in zip(live, kind_of)}
+            rep_rows = [representative[k] for k in range(len(kinds))]
+            mask = legal_mask([paths[r] for r in rep_rows], [group_tokens[group_of[r]] for r in rep_rows],
+                              logits.shape[-1], device)
+            kind_logits = logits[torch.tensor([g for g, _ in kinds], device=device)].masked_fill(~mask, float("-inf"))
+            tokens, row_logprobs = draw_shared(kind_logits, kind_of, temperature=self.temperature, top_p=self.top_p,
+                                               generator=self._generator)
+            grown: dict[tuple[int, int], int] = {}  # (group, token) -> the group it grows into
+            for row, token, logprob in zip(live, tokens, row_logprobs):
+                completions[row].append(token)
+                logprobs[row].append(logprob)
+                if token in eos or step + 1 == self.max_new_tokens:
+                    group_of[row] = -1
+                else:
+                    group_of[row] = grown.setdefault((group_of[row], token), len(grown))
+            if not grown:
+                break
+            parents = torch.tensor([g for g, _ in grown], device=device)
+            fed = torch.tensor([[t] for _, t in grown], device=device)
+            cache.batch_select_indices(parents)
+            group_mask = torch.cat([group_mask[parents], group_mask.new_ones(len(grown), 1)], dim=1)
+            position_ids = torch.tensor([[group_next[g]] for g, _ in grown], device=device)
+            group_tokens = [(*group_tokens[g], t) for g, t in grown]
+            group_next = [group_next[g] + 1 for g, _ in grown]
+            out = model(input_ids=fed, attention_mask=group_mask, position_ids=position_ids, use_cache=True,
+                        **{cache_arg: cache}, **keep_last)
+            cache = getattr(out, cache_arg)
+            logits = out.logits[:, -1, :].float()
+        return completions, logprobs
 
     # ---- kept turns (module docstring) -------------------------------------------------------
 

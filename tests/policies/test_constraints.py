@@ -81,3 +81,32 @@ def test_unconstrained_observations_pass_through(tiny_model):
     policy = TransformersPolicy(model, tok, max_new_tokens=4, constrain=True, seed=0)
     replies = policy.act([{"messages": ({"role": "user", "content": "hi"},)}] * 3)
     assert all(isinstance(r, str) and r.completion_ids for r in replies)
+
+
+def test_shared_decoding_runs_each_prompt_and_prefix_once_and_draws_at_the_exact_odds(tiny_model):
+    """Constrained rows with the same prompt and tokens so far decode as one row of the model: a batch of 3000 hands at
+    two information sets runs a handful of rows a step, and each reply comes at its constrained probability."""
+    tok = build_byte_tokenizer()
+    model = tiny_model(tok, hidden_size=32, initializer_range=0.5)
+    policy = TransformersPolicy(model, tok, max_new_tokens=8, constrain=True, seed=0)
+    observations = [info_set_observation("K:")] * 2000 + [info_set_observation("J:bet")] * 1000
+    rows_run: list[int] = []
+    hook = model.register_forward_pre_hook(lambda _m, args, kw: rows_run.append(kw["input_ids"].shape[0]),
+                                           with_kwargs=True)
+    try:
+        replies = policy.act(observations)
+    finally:
+        hook.remove()
+    assert max(rows_run) <= 4 and len(rows_run) <= 1 + 8  # the prefill of 2 prompts, then <= 2 x 2 groups a step
+    for obs in (observations[0], observations[-1]):
+        prompt = policy.encode_prompts([obs])[0]
+        paths = policy.legal_paths(obs)
+        lp, _ = completion_logprobs(model, [prompt] * len(paths), [list(p) for p in paths],
+                                    pad_token_id=policy.pad_token_id,
+                                    allowed=[allowed_per_position(paths, list(p)) for p in paths])
+        got = [r for o, r in zip(observations, replies) if o is obs]
+        for path, row in zip(paths, lp.tolist()):
+            odds = math.exp(sum(row))
+            share = sum(r.completion_ids == list(path) for r in got) / len(got)
+            assert abs(share - odds) <= 5 * math.sqrt(odds * (1 - odds) / len(got)) + 1e-9, (obs, path, share, odds)
+        assert all(r in obs["legal_actions"] for r in got)

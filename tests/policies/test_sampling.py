@@ -115,3 +115,22 @@ def test_inverting_the_cdf_draws_each_token_at_its_share_of_the_mass(arithmetic)
         invert(torch.tensor([[0.1, 0.9], [float("nan"), 0.5]]), edges)
     with pytest.raises(ValueError, match=r"row\(s\) \[0\] has no finite positive mass"):
         invert(torch.tensor([[0.0, 0.0], [0.5, 0.5]]), edges)
+
+
+@pytest.mark.parametrize(("temperature", "top_p"), [(1.0, 1.0), (0.7, 0.8), (0.0, 1.0)])
+def test_a_shared_draw_picks_what_each_rows_own_draw_picks(temperature, top_p):
+    """draw_shared computes a distribution per kind; each row gets the token and log-prob next_tokens gives it alone."""
+    logits = torch.randn(4, 60, generator=torch.Generator().manual_seed(0)) * 3
+    logits[1, 10:] = float("-inf")  # a constrained kind
+    logits[3, :] = float("-inf")
+    logits[3, 7] = 0.0  # one legal token
+    kind_of = torch.randint(0, 4, (300,), generator=torch.Generator().manual_seed(1)).tolist()
+    tokens, logprobs = sampling.draw_shared(logits, kind_of, temperature=temperature, top_p=top_p,
+                                            generator=torch.Generator().manual_seed(2))
+    alone, alone_logprobs = sampling.next_tokens(logits[kind_of], temperature=temperature, top_p=top_p,
+                                                 generator=torch.Generator().manual_seed(2))
+    assert tokens == alone.tolist()
+    assert logprobs == pytest.approx(alone_logprobs.tolist(), abs=1e-6)
+    assert all(t < 10 for t, k in zip(tokens, kind_of) if k == 1) and all(t == 7 for t, k in zip(tokens, kind_of) if k == 3)
+    if temperature == 1.0:  # rows of one kind draw tokens of their own, not one token for the kind
+        assert len({t for t, k in zip(tokens, kind_of) if k == 0}) > 1
