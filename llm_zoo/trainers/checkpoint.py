@@ -142,7 +142,7 @@ def save_checkpoint(run_dir: Path, checkpoint: Checkpoint, keep: int) -> Path:
         # plain data only, so that weights_only=True reads it back
         torch.save({"optimizer": None,
                     "pool": [[int(s), {k: v.cpu() for k, v in sd.items()}] for s, sd in part.pool],
-                    "reference": None if part.reference is None else part.reference.state_dict(),
+                    "reference": None if part.reference is None else reference_state(part.reference),
                     "learner": None if part.learner is None else trained_state(part.learner),
                     "met": [[list(prompt), list(replies)] for prompt, replies in part.met.items()]},
                    tmp / f"{name}.trainer.pt")
@@ -162,6 +162,15 @@ def save_checkpoint(run_dir: Path, checkpoint: Checkpoint, keep: int) -> Path:
         if old.is_dir() and old != final:
             _drop_optimizer(old)
     return final
+
+
+def reference_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Return the KL reference's weights to keep: all of them, or of a peft model its adapters (its base weights are
+    the learner's, ``grpo.adapter_copy``)."""
+    state = model.state_dict()
+    if getattr(model, "peft_config", None) is None:
+        return state
+    return {k: v for k, v in state.items() if "lora_" in k}
 
 
 def trained_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:

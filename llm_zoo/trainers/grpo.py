@@ -141,8 +141,9 @@ class TrainConfig:
     activations shrink to one block's plus a hidden state per block, for about a third more compute."""
     lora_r: int = 0
     """0: every weight trains (full fine-tuning). Above 0: the model is frozen and LoRA adapters of this rank
-    train on it (peft); the KL reference is the model with its adapters disabled, and checkpoints hold only the
-    adapters, naming the base model. Needs a model directory (config.model)."""
+    train on it (peft); the KL reference is the model with its adapters disabled (with a magnet, adapters of its own
+    over the same base weights), and checkpoints hold only the adapters, naming the base model. Needs a model
+    directory (config.model)."""
     lora_alpha: float = 16.0
     """LoRA's scale numerator: an adapter's update is scaled by lora_alpha / lora_r."""
     lora_dropout: float = 0.0
@@ -569,7 +570,8 @@ class Learner:
 def make_learner(name: str, config: TrainConfig, device: torch.device, index: int,
                  spec: EnvSpec | None = None, init: Path | None = None) -> Learner:
     """Build a learner: model, sampling policy, optimiser (``config.optimizer``), a frozen reference when ``beta > 0``
-    (none with LoRA: :func:`reference_logprobs` disables the adapters instead of keeping a second model), and what
+    (with LoRA none, :func:`reference_logprobs` disabling the adapters instead, unless a magnet moves it: then a copy
+    of the adapters over the learner's base weights, :func:`adapter_copy`), and what
     the plug-ins keep on it (``setup``: the weights' average).
 
     ``init``: a policy directory to load the weights and tokenizer from (``config.init``); the
@@ -587,10 +589,34 @@ def make_learner(name: str, config: TrainConfig, device: torch.device, index: in
     reference = None
     if config.beta and not config.lora_r:  # with LoRA the reference is the same model, its adapters disabled
         reference = copy.deepcopy(policy.model).eval().requires_grad_(False)
+    elif config.lora_r and plugins.moving_reference(config):
+        reference = adapter_copy(policy.model)
     learner = Learner(name, policy, optimizer, reference, adapters=bool(config.lora_r))
     for plugin in plugins.enabled(config):
         plugin.setup(learner)
     return learner
+
+
+def adapter_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """Return a frozen copy of a peft ``model`` whose adapters are its own and whose other weights are ``model``'s.
+
+    A magnet with LoRA (``plugins.moving_reference``): the reference follows the learner's adapters while the base
+    weights, which neither trains, are held once; the copy costs the adapters' memory, not the model's."""
+    trained = {name for name, p in model.named_parameters() if p.requires_grad}
+    source = dict(model.named_parameters())
+    base = {name: p.data for name, p in source.items() if name not in trained}
+    for name, p in source.items():  # the copy below must not duplicate the base weights, even for a moment
+        if name in base:
+            p.data = torch.empty(0, dtype=p.dtype, device=p.device)
+    try:
+        reference = copy.deepcopy(model)
+    finally:
+        for name, data in base.items():
+            source[name].data = data
+    for name, p in reference.named_parameters():
+        if name in base:
+            p.data = base[name]
+    return reference.eval().requires_grad_(False)
 
 
 def policy_checkpoint(learner: Learner) -> PolicyCheckpoint:
@@ -621,7 +647,8 @@ def param_groups(model: torch.nn.Module, config: TrainConfig) -> list[dict[str, 
 def reference_logprobs(learner: Learner, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
                        **kwargs: Any) -> tuple:
     """Score completions under the KL reference (:func:`~llm_zoo.scoring.completion_logprobs`'s outputs): its own
-    frozen model, or with LoRA the learner's model with its adapters disabled (the base, no second copy)."""
+    frozen model (with LoRA and a magnet, adapters of its own over the learner's base weights), or with LoRA the
+    learner's model with its adapters disabled (the base, no second copy)."""
     if learner.reference is not None:
         return completion_logprobs(learner.reference, prompts, completions, **kwargs)
     with learner.model.disable_adapter():

@@ -25,7 +25,8 @@ activations, its attention scores, its chunk's KV cache) and an update's forward
 activations autograd saves, its attention, the completion logits with their log-softmax and entropy).
 It follows the model fields: ``dtype`` (2 bytes a weight and activation in bfloat16, 4 in float32),
 ``lora_r`` (only the adapters have gradients and optimiser state, in float32 as peft keeps them, and no
-reference copy: the reference is the model with its adapters disabled) and ``gradient_checkpointing``
+reference copy: the reference is the model with its adapters disabled, or with a magnet a copy of the adapters
+alone over the learner's base weights) and ``gradient_checkpointing``
 (a backward keeps one hidden state per block and token, plus one block's activations while it is recomputed).
 Its constants are upper bounds for transformers' Llama and Qwen2 blocks with sdpa attention on a CPU,
 checked against measured peaks in ``tests/trainers/test_memory.py``; the estimate errs high for each pass. A
@@ -196,10 +197,14 @@ def estimate(config: Any, model_config: Any, *, learners: int = 1) -> Estimate:
     budget = int(config.max_forward_tokens)
     longest = int(config.max_prompt_tokens) + int(config.max_new_tokens)
     width = _width(config)
-    # frozen copies of the whole model: the reference (none with LoRA), the weights' average, pool snapshots
+    # frozen copies of the whole model: the reference (with LoRA none, or a magnet's adapters: below), the weights'
+    # average, pool snapshots
     copies = bool(config.beta and not config.lora_r) + bool(config.average.ema) + (
         config.pool_size if config.pool_every else 0)
     resident = _resident(config, shape, learners, copies)
+    if config.lora_r and config.beta and (config.magnet.ema < 1.0 or config.magnet.average_from):
+        # a magnet with LoRA: a copy of the adapters over the learner's base weights (grpo.adapter_copy)
+        resident += learners * trainable_params(config, shape) * FLOAT
 
     # ROLLOUT: the largest prefill chunk (rows within the budget, a longer row in column chunks), no grad
     sampling = int(config.max_rollout_tokens) or budget

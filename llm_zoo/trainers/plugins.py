@@ -87,11 +87,6 @@ class MagnetConfig:
         if self.beta_final and not config.beta:
             raise ValueError(f"config.magnet.beta_final={self.beta_final!r} moves the KL weight, which needs beta > 0; "
                              f"got beta {config.beta!r}")
-        if config.lora_r and (self.ema < 1.0 or self.average_from):
-            raise ValueError(f"config.lora_r={config.lora_r}: the KL reference is the model with its adapters disabled "
-                             f"(the base model), which cannot follow the learner; set magnet.ema=1 and "
-                             f"magnet.average_from=0 (got {self.ema!r} and {self.average_from!r}), or lora_r=0 for "
-                             f"full fine-tuning")
 
 
 @dataclass(frozen=True)
@@ -359,6 +354,15 @@ class Average(Plugin):
         torch._foreach_lerp_(list(learner.average.model.parameters()), list(learner.model.parameters()), 1.0 - keep)
 
 
+def moving_reference(config: Any) -> bool:
+    """Whether ``config``'s KL reference moves during the run (a magnet: ``magnet.ema`` < 1 or ``magnet.average_from``).
+
+    A reference that stays is the initial policy; with LoRA that is the model with its adapters disabled. One that
+    moves needs weights of its own: with LoRA, a copy of the adapters over the learner's own base weights
+    (``grpo.make_learner``)."""
+    return bool(config.beta) and (config.magnet.ema < 1.0 or bool(config.magnet.average_from))
+
+
 class Magnet(Plugin):
     """Move the KL reference toward the learner (its EMA, from ``average_from`` on the weights' average) and
     schedule the KL weight; runs after :class:`Average`, whose update it may copy."""
@@ -379,11 +383,14 @@ class Magnet(Plugin):
         if learner.reference is None:
             return
         # from average_from on the magnet is the average (its update ran before this hook), not its own EMA
+        # with LoRA the reference holds the learner's own base weights (grpo.adapter_copy): only its adapters move
+        own = [p.data_ptr() != q.data_ptr() for p, q in zip(learner.reference.parameters(), learner.model.parameters())]
+        reference = [p for p, mine in zip(learner.reference.parameters(), own) if mine]
         if learner.average is not None and self.config.average_from and step >= self.average_start():
-            torch._foreach_copy_(list(learner.reference.parameters()), list(learner.average.model.parameters()))
+            torch._foreach_copy_(reference, [p for p, mine in zip(learner.average.model.parameters(), own) if mine])
         elif self.config.ema < 1.0:
             decay = loss_terms.magnet_decay(step, self.train.steps, self.config.ema, self.config.ema_final)
-            torch._foreach_lerp_(list(learner.reference.parameters()), list(learner.model.parameters()), 1.0 - decay)
+            torch._foreach_lerp_(reference, [p for p, mine in zip(learner.model.parameters(), own) if mine], 1.0 - decay)
 
 
 class Unmask(Plugin):
