@@ -472,14 +472,15 @@ MODEL_ENVS: dict[str, ModelRows] = {
         # the exact exploitability masked to legal moves (the preset's constrain_to_legal), the exploitability of the
         # unmasked strategy (every other reply a forfeit), and the unmasked mass of the legal replies
         figures=("exploitability", "unconstrained_exploitability", "valid_mass_mean"),
-        # self-play from the warm start's adapters (the preset) drifts away from it: 0.0425 -> 0.127 in 5 steps of 32
-        # episodes, 0.356 in 20, the KL reference (the adapters disabled) being the zero-shot model. Anchored: the
-        # warm start merged into the model, fresh adapters over it, and an exact KL term to it; after 5 steps (seed
-        # 0): 0.115 at beta 0.2 (k3), 0.077 at beta 1, 0.054 at beta 5; at beta 5 and lr 1e-5 0.0422, 0.0425, 0.0433,
-        # 0.0433 after 5, 10, 15, 20 steps (one model in both seats): it holds the warm start. The rows train a
-        # model per seat (KUHN_SEATS_RUN), each started from the one warm start
+        # self-play from the warm start's adapters with the preset (1024 hands a step, SGD, the magnet's own adapters),
+        # a model per seat (KUHN_SEATS_RUN), each started from the one warm start. The earlier preset (AdamW at 1e-4,
+        # 32 hands a step, the KL reference the adapters disabled) drifted away from its warm start (0.0425 -> 0.127
+        # in 5 steps, 0.356 in 20). Anchored: the warm start merged into the model, fresh adapters over it, AdamW at
+        # 1e-5 and an exact KL term (beta 5) to the adapters disabled, the warm start; at 32 hands a step it held the
+        # warm start (0.0422, 0.0425, 0.0433, 0.0433 after 5, 10, 15, 20 steps, seed 0) without improving on it
         rl={"self-play": KUHN_SEATS_RUN,
-            "anchored": {**KUHN_SEATS_RUN, "beta": 5.0, "kl_estimator": "exact", "lr": 1e-5}},
+            "anchored": {**KUHN_SEATS_RUN, "optimizer": "adamw", "lr": 1e-5, "beta": 5.0, "kl_estimator": "exact",
+                         "magnet.ema": 1.0}},
         merged=("anchored",),
         full={"eval_every": 5},  # the curve of the self-play run: 12 info sets read exactly, a few seconds each
         quick={"steps": 1, "episodes_per_step": 4, "rollout_batch_size": 4, "micro_batch_size": 4, "eval_every": 0},
