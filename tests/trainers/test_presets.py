@@ -25,8 +25,10 @@ def test_a_pretrained_model_starts_from_its_own_preset_with_nothing_of_the_tiny_
     for name, (refused, _) in presets.TINY_ONLY.items():
         assert not refused(*presets.value_and_default(config, name)), name
     for name, value in presets.PRETRAINED_PRESETS[env].items():
-        assert getattr(config, name) == value, name
-    assert config.lr <= 1e-4  # small steps: the pretrained weights are the asset
+        assert presets.value_and_default(config, name)[0] == value, name
+    # small steps: the pretrained weights are the asset (AdamW moves a weight by about lr a step; SGD by lr times its
+    # gradient, whose norm over all of a LoRA model's adapters is 0.01-0.11 in Kuhn's self-play)
+    assert config.lr <= (0.1 if config.optimizer == "sgd" else 1e-4)
     assert config.max_new_tokens > 1
 
 
