@@ -200,7 +200,9 @@ def test_quick_kuhn_rows_of_a_model_directory(capsys, tmp_path, tiny_model_dir):
     assert (sft_config["model"], sft_config["lora_r"], sft_config["episodes"]) == (model, 16, 8)
     train_config = json.loads((tmp_path / "kuhn_poker_v0-s0-self-play" / "config.json").read_text())
     assert train_config["init"].startswith(str(tmp_path / "kuhn_poker_v0-s0-sft"))
-    assert (train_config["model"], train_config["beta"]) == (model, 0.0)
+    # the preset's self-play: SGD, a KL term to a magnet that follows the learner (adapters of its own)
+    assert (train_config["model"], train_config["optimizer"], train_config["beta"], train_config["magnet"]["ema"]) == (
+        model, "sgd", 0.2, 0.9)
     from llm_zoo.trainers.checkpoint import latest_checkpoint
 
     for stage in ("self-play", "anchored"):  # a model per seat, each with adapters of its own
@@ -213,6 +215,7 @@ def test_quick_kuhn_rows_of_a_model_directory(capsys, tmp_path, tiny_model_dir):
     anchored = json.loads((tmp_path / "kuhn_poker_v0-s0-anchored" / "config.json").read_text())
     merged = tmp_path / "kuhn_poker_v0-s0-anchored-model"
     assert (anchored["model"], anchored["init"], anchored["lora_r"]) == (str(merged), "", 16) and anchored["beta"] > 0
+    assert (anchored["optimizer"], anchored["magnet"]["ema"]) == ("adamw", 1.0)  # the reference stays the warm start
     assert (merged / "config.json").is_file() and not (merged / "adapter_config.json").exists()
     line = next(i for i, text in enumerate(out) if text.startswith("stage"))
     assert [text.split()[0] for text in out[line + 1:line + 5]] == ["zero-shot", "warm", "self-play", "anchored"]
