@@ -212,12 +212,16 @@ def test_the_estimate_follows_lora_checkpointing_and_dtype(tmp_path):
 
     def parts(**overrides):
         config = make_config("kuhn_poker_v0", {"model": str(tmp_path), "beta": 0.1, "max_prompt_tokens": 1024,
-                                               "memory_limit_gb": 0.0, **overrides})
+                                               "optimizer": "adamw", "magnet.ema": 1.0, "memory_limit_gb": 0.0,
+                                               **overrides})
         return estimate(config, model_config).parts
 
     full, lora = parts(lora_r=0, gradient_checkpointing=False), parts(lora_r=8, gradient_checkpointing=False)
     # LoRA drops the gradients, AdamW's moments and the reference copy of every weight (4 float32 copies)
     assert full["resident"] - lora["resident"] > 3.9 * 4 * params
+    # a magnet with LoRA keeps adapters of its own, not a copy of the model
+    magnet = parts(lora_r=8, gradient_checkpointing=False, **{"magnet.ema": 0.9})
+    assert 0 < magnet["resident"] - lora["resident"] < 0.05 * params * 4
     checkpointed = parts(lora_r=8, gradient_checkpointing=True)
     assert checkpointed["update"] < lora["update"] / 2 and checkpointed["rollout"] == lora["rollout"]
     # adapters in the top half of the blocks: the frozen half below keeps no activations, sampling is unchanged
