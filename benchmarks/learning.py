@@ -57,13 +57,13 @@ strategy (every other reply a forfeit) and the unmasked mass of the legal replie
 no evaluation seeds to hold out and no intervals: the spread is over training seeds alone, and the zero-shot row,
 which trains nothing, is read once. The cost columns are RL episodes, generated tokens, training seconds, evaluation
 seconds and peak memory. The runs go one at a time (``--jobs 1``: a 135M model takes both cores). With
-SmolLM2-135M-Instruct on 2 CPU cores (the results page's ``pretrained_kuhn`` section) a seed took 52.5 min: the warm
-start 19.2 min (peak 3.8 GB), the 20 per-seat self-play steps of 32 episodes 13.7 min and the anchored run 17.9 min,
-each with 4 evaluations of about 25 s (``eval_every`` 5); so the full setting (3 seeds) takes about 2.6 hours on those
-cores, within the 60 minutes a seed it may take; ``--quick`` (1 seed, 8 trace episodes for 1 epoch, 1 step of 4
-episodes a row) took 5.7 min.
+SmolLM2-135M-Instruct on 2 CPU cores (the results page's ``pretrained_kuhn`` section) seed 0 took 36 min: the warm
+start 17.5 min beside other jobs (11.3 min in a run with less beside it; peak 3.8 GB), the 20 per-seat self-play steps of 1024 hands 9.3 min
+and the anchored run 9.2 min, each with 4 evaluations of about 10 s (``eval_every`` 5); so the full setting (3 seeds)
+takes about 1.5-2 hours on those cores, within the 60 minutes a seed it may take; ``--quick`` (1 seed, 8 trace
+episodes for 1 epoch, 1 step of 4 episodes a row) took 5.7 min.
 
-    python -m benchmarks.learning --envs kuhn_poker_v0 --model smollm2-135m    # 3 seeds: about 2.6 hours
+    python -m benchmarks.learning --envs kuhn_poker_v0 --model smollm2-135m    # 3 seeds: about 1.5-2 hours
     python -m benchmarks.learning --envs kuhn_poker_v0 --model smollm2-135m --quick
 
 user_sim_v0's rows for a pretrained model are its main job's stages: ``zero-shot``, ``warm start`` (the SFT stage of
