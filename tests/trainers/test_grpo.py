@@ -401,7 +401,8 @@ def test_lora_trains_the_adapters_only_against_the_disabled_adapters_and_checkpo
 
     base = _tiny_llama(tmp_path / "base")
     run = tmp_path / "run"
-    settings = {"model": str(base), "lora_r": 4, "lora_alpha": 8.0, "beta": 0.5, "steps": 2, "episodes_per_step": 8,
+    settings = {"model": str(base), "lora_r": 4, "lora_alpha": 8.0, "beta": 0.5, "magnet.ema": 1.0, "steps": 2,
+                "episodes_per_step": 8,
                 "rollout_batch_size": 8, "micro_batch_size": 8, "lr": 5e-2, "eval_every": 0, "progress": False,
                 "tensorboard": False, "threads": 1, "checkpoint_every": 1, "keep_checkpoints": 2, "run_dir": str(run),
                 "max_prompt_tokens": 2048, "max_forward_tokens": 16384}  # the byte tokenizer spells the rules long
