@@ -48,6 +48,7 @@ from typing import Any
 import torch
 
 from llm_zoo.scoring import dedupe_rows, nests, plan_nesting, row_chunks
+from llm_zoo.trainers import plugins
 
 __all__ = ["Estimate", "estimate", "micro_batches", "pass_bytes", "preflight", "sft_estimate", "sft_preflight",
            "trainable_params"]
@@ -202,7 +203,7 @@ def estimate(config: Any, model_config: Any, *, learners: int = 1) -> Estimate:
     copies = bool(config.beta and not config.lora_r) + bool(config.average.ema) + (
         config.pool_size if config.pool_every else 0)
     resident = _resident(config, shape, learners, copies)
-    if config.lora_r and config.beta and (config.magnet.ema < 1.0 or config.magnet.average_from):
+    if config.lora_r and plugins.moving_reference(config):
         # a magnet with LoRA: a copy of the adapters over the learner's base weights (grpo.adapter_copy)
         resident += learners * trainable_params(config, shape) * FLOAT
 
