@@ -7,10 +7,10 @@ The rows of ``python -m benchmarks.learning --envs kuhn_poker_v0 --model smollm2
 unmasked strategy and the unmasked mass of the legal replies, each read exactly at the 12 information sets (no
 episodes sampled); ``self-play`` from the warm start's adapters and ``anchored`` (the warm start merged into the
 weights, fresh adapters, an exact KL term to it); 3 training seeds, the cost of each stage beside it. One seed took
-36 minutes on 2 CPU cores, so ``llm-zoo bench`` runs it only when named: ``llm-zoo bench --only
-pretrained_kuhn``.
+30 minutes alone on 2 CPU cores (36 with other jobs beside its warm start), so ``llm-zoo bench`` runs it only when
+named: ``llm-zoo bench --only pretrained_kuhn``.
 """
-# bench-opt-in: 3 seeds of a 135M model take about 1.5-2 hours on 2 CPU cores (36 min a seed)
+# bench-opt-in: 3 seeds of a 135M model take about 1.5-2 hours on 2 CPU cores (30-36 min a seed)
 
 from __future__ import annotations
 
