@@ -536,9 +536,10 @@ MODEL_ENVS: dict[str, ModelRows] = {
         eval_options={"episodes": 32, "solver_episodes": 0, "batch_size": 16},
         reads="learnability of its tasks on the held-out topics (evaluation episodes)",
         quick_eval_options={"episodes": 2, "solver_episodes": 0, "batch_size": 2},
+        # --quick adapts every block (lora_layers 0), as user_sim's
         quick={"steps": 1, "episodes_per_step": 2, "group_size": 2, "rollout_batch_size": 2, "micro_batch_size": 2,
-               "max_new_tokens": 48},
-        quick_sft={"episodes": 4, "epochs": 1, "batch_size": 4, "val_fraction": 0.0},
+               "max_new_tokens": 48, "lora_layers": 0},
+        quick_sft={"episodes": 4, "epochs": 1, "batch_size": 4, "val_fraction": 0.0, "lora_layers": 0},
     ),
 }
 """Env name -> how its rows for a pretrained model are made (``--model``)."""

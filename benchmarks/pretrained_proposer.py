@@ -4,7 +4,8 @@ and after RL (hgrpo), against the proposers of fixed difficulty, scored by learn
 The rows of ``python -m benchmarks.learning --envs proposer_solver_v0 --model smollm2-135m``
 (:data:`benchmarks.learning.MODEL_ENVS`): each policy's mean learnability 4p(1-p) of 32 tasks on the 10 held-out
 topics against the frozen panel of scripted solvers, with the share of invalid tasks and the panel's mean pass rate;
-3 training seeds, the cost of each stage beside it. One seed takes about 55 minutes on 2 CPU cores, so
+3 training seeds, the cost of each stage beside it. One seed took about 55 minutes on 2 CPU cores with the
+earlier preset (8 RL steps, adapters in every block, checkpointing), so
 ``llm-zoo bench`` runs it only when named: ``llm-zoo bench --only pretrained_proposer``.
 """
 # bench-opt-in: 3 seeds of a 135M model took 163 min on 2 CPU cores
