@@ -5,7 +5,8 @@ The rows of ``python -m benchmarks.learning --envs proposer_solver_v0 --model sm
 (:data:`benchmarks.learning.MODEL_ENVS`): each policy's mean learnability 4p(1-p) of 32 tasks on the 10 held-out
 topics against the frozen panel of scripted solvers, with the share of invalid tasks and the panel's mean pass rate;
 3 training seeds, the cost of each stage beside it. One seed took about 55 minutes on 2 CPU cores with the
-earlier preset (8 RL steps, adapters in every block, checkpointing), so
+earlier preset (8 RL steps, adapters in every block, checkpointing); with the present one (16 steps, adapters in the
+top 15 blocks, no checkpointing) seed 0 took 30 minutes, the zero-shot and fixed-difficulty rows included, so
 ``llm-zoo bench`` runs it only when named: ``llm-zoo bench --only pretrained_proposer``.
 """
 # bench-opt-in: 3 seeds of a 135M model took 163 min on 2 CPU cores
