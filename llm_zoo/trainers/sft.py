@@ -255,9 +255,8 @@ SFT_PRETRAINED_PRESETS: dict[str, dict[str, Any]] = {
                          "batch_size": 1, "lr": 1e-3, "lr_schedule": "linear", "lr_min_ratio": 0.0,
                          "val_fraction": 0.0, "max_tokens_per_micro_batch": 2048},
     # tasks of every difficulty, as the tiny proposer's warm start; one task a step and the rate decayed linearly to 0,
-    # as user_sim's and the judge's: on seed 2, 0.375 of its tasks invalid after 16 steps of 8 at a
-    # constant rate, 0.125 after these 116 steps (8.1 min against 5.9 on one thread, side by side), and RL from
-    # it 0.516 against the benchmark's 0.375
+    # as user_sim's and the judge's: over the benchmark's 3 seeds, 0.06 of the tasks invalid after it against 0.27
+    # after 16 steps of 8 at a constant rate, and RL from it 0.5417 ± 0.0430 against 0.5339 ± 0.1376 (docs/training.md)
     "proposer_solver_v0": {"teachers": {"proposer": "proposer_mixed"}, "episodes": 64, "epochs": 2, "batch_size": 1,
                            "lr": 1e-3, "lr_schedule": "linear", "lr_min_ratio": 0.0, "val_fraction": 0.1,
                            "max_tokens_per_micro_batch": 1024},
