@@ -204,6 +204,10 @@ PRESETS: dict[str, dict[str, Any]] = {
 # the prompts' measured lengths, and nothing of TINY_ONLY. Which values learn in what time is
 # benchmarks/learning.py's to measure: these are starting points, safe rather than tuned.
 
+SFT_ONE_A_STEP: dict[str, Any] = {"batch_size": 1, "lr": 1e-3, "lr_schedule": "linear", "lr_min_ratio": 0.0}
+"""The pretrained warm starts' fit (user_sim's, the judge's, the proposer's): one conversation a step at lr 1e-3,
+decayed linearly to 0 (docs/warm_start.md)."""
+
 _PRETRAINED_COMMON: dict[str, Any] = {
     "lora_r": 16,  # with checkpointing a game's estimated peak is 2.0-2.6 GiB (full fine-tuning's state: 3.2)
     "lora_alpha": 32.0,
@@ -337,7 +341,7 @@ USER_SIM_V0_PRETRAINED: dict[str, Any] = {
     # block adapted, which never acted on an action template (docs/warm_start.md)
     "sft": {"options": [{"scenario": s} for s in WARM_START_SCENARIOS], "episodes": 64, "epochs": 1,
             "teachers": {"user": "scripted", "assistant": "scripted_notes"},
-            "batch_size": 1, "lr": 1e-3, "lr_schedule": "linear", "lr_min_ratio": 0.0,
+            **SFT_ONE_A_STEP,
             # one trace a step (at most 1308 tokens): without checkpointing the activations fit
             "gradient_checkpointing": False,
             "val_fraction": 0.0, "max_tokens_per_micro_batch": 1300},

@@ -252,14 +252,12 @@ SFT_PRETRAINED_PRESETS: dict[str, dict[str, Any]] = {
     # evaluation episodes (two runs of seed 0), against 2 after the same tokens in 12 steps of 4 at a constant rate
     "agentic_judge_v0": {"teachers": {"solver": ["reference", "alternative", "wrong"], "judge": "rule_judge"},
                          "options": [{"task": t} for t in LEARNING_TASKS], "episodes": 24, "epochs": 2,
-                         "batch_size": 1, "lr": 1e-3, "lr_schedule": "linear", "lr_min_ratio": 0.0,
-                         "val_fraction": 0.0, "max_tokens_per_micro_batch": 2048},
+                         **presets.SFT_ONE_A_STEP, "val_fraction": 0.0, "max_tokens_per_micro_batch": 2048},
     # tasks of every difficulty, as the tiny proposer's warm start; one task a step and the rate decayed linearly to 0,
     # as user_sim's and the judge's: over the benchmark's 3 seeds, 0.06 of the tasks invalid after it against 0.27
     # after 16 steps of 8 at a constant rate, and RL from it 0.5417 ± 0.0430 against 0.5339 ± 0.1376 (docs/training.md)
-    "proposer_solver_v0": {"teachers": {"proposer": "proposer_mixed"}, "episodes": 64, "epochs": 2, "batch_size": 1,
-                           "lr": 1e-3, "lr_schedule": "linear", "lr_min_ratio": 0.0, "val_fraction": 0.1,
-                           "max_tokens_per_micro_batch": 1024},
+    "proposer_solver_v0": {"teachers": {"proposer": "proposer_mixed"}, "episodes": 64, "epochs": 2,
+                           **presets.SFT_ONE_A_STEP, "val_fraction": 0.1, "max_tokens_per_micro_batch": 1024},
 }
 """Env name -> SFT fields for a pretrained model (:func:`llm_zoo.catalogue.is_pretrained`), over :data:`SFT_PRESETS`;
 the model fields (LoRA, gradient checkpointing) come from the env's pretrained training preset."""
