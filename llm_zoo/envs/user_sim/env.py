@@ -8,7 +8,7 @@
 | Turn order | the user opens; then they alternate; tool calls keep the assistant's turn |
 | Action | a reply (`str`); the assistant may write `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` |
 | Observation | `messages` (chat transcript) |
-| Reward | assistant: 1 if the final world equals the goal world, else 0 (minus `turn_penalty` per turn); user: the same success, or 0 |
+| Reward | assistant: 1 if the final world equals the goal world, else 0, or with `reward="partial"` the share of the goal's changes made less the wrong ones (minus `turn_penalty` per turn); user: the same success, or 0 |
 | Max turns | `max_turns` messages between the two (default 40), plus the assistant's tool calls |
 
 A customer (`user`) chats with the support assistant (`assistant`) of an online shop, Brightcart.
@@ -50,11 +50,19 @@ and one yes allows one change: the call that makes it spends the yes (a refused 
 At the end (the user's stop marker, `max_turns`, or a forfeit) the final world is compared, field
 by field, with the goal world: the initial world after the scenario's correct action calls. The
 assistant gets 1 if they are equal (every change the goal needs, and nothing else), else 0, minus
-`turn_penalty` times its number of turns (messages to the user). The user gets the same success
-with `user_reward="success"` (the default: a cooperative user), or 0 with `"zero"`. `infos[agent]`
-carries `success`, `diff` (one sentence per differing field, e.g. `orders[#W1234567].status:
-expected 'cancelled', got 'pending' (unchanged)`), `scenario`, `turns` and `ended_by`
-(`"stop"`, `"max_turns"` or `"forfeit"`).
+`turn_penalty` times its number of turns (messages to the user). With `reward="partial"` a
+failure still earns the share of the goal's changes the final world holds, less the changes it
+made wrongly: `max(0, right - wrong) / required` over fields (and whole rows where a world lacks
+the row; `world.progress`), where `required` counts what the goal changes, `right` those the
+final world holds as the goal does, and `wrong` every field it changed to anything else (another
+value for a required field, or a field the goal leaves alone). A cancellation with the wrong
+reason earns 2 of 4 on `cancel_mistake` (status and two stock counts right, the reason wrong);
+any change where nothing must change, and any failure where the goal changes nothing, earns 0;
+only success earns 1. The user gets the same success with `user_reward="success"` (the default: a
+cooperative user), or 0 with `"zero"`. `infos[agent]` carries `success`, `progress` (the partial
+score, whichever reward is paid), `diff` (one sentence per differing field, e.g.
+`orders[#W1234567].status: expected 'cancelled', got 'pending' (unchanged)`), `scenario`, `turns`
+and `ended_by` (`"stop"`, `"max_turns"` or `"forfeit"`).
 
 ## Invalid moves
 An empty reply (or, for the user, nothing before the stop marker on its first turn) is answered
@@ -81,7 +89,8 @@ templates of the shortest conversations, which the default training uses).
   Issue 16: the `prompt` and `scenarios` arguments (new options; the defaults keep the observations
   of before byte for byte). Issue 40: the env's own messages open with its mark `⚙`; tool calls are
   read by `llm_zoo.toolcalls` (the Llama 3 JSON form as well; a call without `"arguments"`, or with
-  a key beside `name` and `arguments`, is an `error: ...` result).
+  a key beside `name` and `arguments`, is an `error: ...` result). Issue 39: the `reward` argument
+  (`"partial"`) and `infos[agent]["progress"]` (new; the default reward is unchanged).
 """
 
 from __future__ import annotations
@@ -98,6 +107,7 @@ AGENTS = ("user", "assistant")
 REWARD_RANGE = (0.0, 1.0)  # before turn penalties and forfeits
 SCENARIOS = tuple(scenarios.TEMPLATES)
 USER_REWARDS = ("success", "zero")
+REWARDS = ("success", "partial")
 PROMPTS = ("full", "compact")
 LEARNING_SCENARIOS = ("cancel_mistake", "cancel_no_longer_needed_name_zip", "cancel_shipped_refused",
                       "cancel_delivered_insists", "cancel_among_two_pending", "order_address_pending",
@@ -118,6 +128,9 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
         max_turns: messages between user and assistant (tool calls not counted) after which the
             episode is truncated and judged.
         turn_penalty: subtracted from the assistant's reward per turn (message to the user).
+        reward: the assistant's reward before the turn penalty: ``"success"`` (1 or 0) or
+            ``"partial"`` (1 on success, else the share of the goal's changes made less the wrong ones;
+            module docstring, "Rewards").
         user_reward: ``"success"`` (the user shares the assistant's success) or ``"zero"``.
         forfeit_penalty: reward lost by an agent who forfeits after too many empty replies.
         world_customers: background customers in each generated world.
@@ -133,14 +146,16 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
     possible_agents = list(AGENTS)
     marks_env_messages = True  # each agent's free text reaches the other as a user message
 
-    def __init__(self, *, max_turns: int = 40, turn_penalty: float = 0.0, user_reward: str = "success",
-                 forfeit_penalty: float = 0.0, world_customers: int = 8, prompt: str = "full",
+    def __init__(self, *, max_turns: int = 40, turn_penalty: float = 0.0, reward: str = "success",
+                 user_reward: str = "success", forfeit_penalty: float = 0.0, world_customers: int = 8, prompt: str = "full",
                  scenarios: Sequence[str] | None = None, **kwargs: Any) -> None:
         if not isinstance(max_turns, int) or isinstance(max_turns, bool) or max_turns < 1:
             raise ValueError(f"max_turns must be an integer >= 1; got {max_turns!r}")
         for name, value in (("turn_penalty", turn_penalty), ("forfeit_penalty", forfeit_penalty)):
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be a number >= 0; got {value!r}")
+        if reward not in REWARDS:
+            raise ValueError(f"reward must be one of {REWARDS}; got {reward!r}")
         if user_reward not in USER_REWARDS:
             raise ValueError(f"user_reward must be one of {USER_REWARDS}; got {user_reward!r}")
         if not isinstance(world_customers, int) or isinstance(world_customers, bool) or world_customers < 0:
@@ -155,6 +170,7 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
         self.scenarios = SCENARIOS if scenarios is None else tuple(scenarios)
         self.max_turns = max_turns
         self.turn_penalty = float(turn_penalty)
+        self.reward_kind = reward
         self.user_reward = user_reward
         self.forfeit_penalty = float(forfeit_penalty)
         self.world_customers = world_customers
@@ -247,14 +263,21 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
     def _judge(self, ended_by: str) -> dict[str, float]:
         """Compare the world with the goal; record the facts in infos; return both agents' rewards."""
         assert self._shop is not None
-        diff = world.diff(self._goal, self._shop.dump(), self._initial)
+        final = self._shop.dump()
+        diff = world.diff(self._goal, final, self._initial)
         success = float(not diff)
-        facts = {"success": bool(success), "diff": diff, "turns": dict(self._turns), "ended_by": ended_by}
+        right, wrong, required = world.progress(self._goal, final, self._initial)
+        partial = 1.0 if success else max(0, right - wrong) / required if required else 0.0
+        if not success and partial >= 1.0:  # progress counts every differing field: only equal worlds reach 1
+            raise AssertionError(f"user_sim: a failed episode scored {partial} ({right}, {wrong}, {required})")
+        facts = {"success": bool(success), "progress": partial, "diff": diff, "turns": dict(self._turns),
+                 "ended_by": ended_by}
         for agent in AGENTS:
             self.infos[agent].update(facts)
         self.narrate(f"-- ended by {ended_by}: {'success' if success else 'failure'}"
                      + "".join(f"\n   {line}" for line in diff))
-        return {"assistant": success - self.turn_penalty * self._turns["assistant"],
+        paid = success if self.reward_kind == "success" else partial
+        return {"assistant": paid - self.turn_penalty * self._turns["assistant"],
                 "user": success if self.user_reward == "success" else 0.0}
 
     def _finish(self, ended_by: str) -> None:

@@ -650,3 +650,36 @@ def diff(goal: Mapping[str, Mapping[str, Mapping[str, Any]]], final: Mapping[str
                         note = " (unchanged)" if was == actual else f" (was {was!r})"
                     out.append(f"{table}[{key}].{column}: expected {expected!r}, got {actual!r}{note}")
     return out
+
+
+_ABSENT = object()
+"""A row that one of the worlds does not hold (:func:`progress` compares it as one value)."""
+
+
+def progress(goal: Mapping[str, Mapping[str, Mapping[str, Any]]], final: Mapping[str, Mapping[str, Mapping[str, Any]]],
+             initial: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> tuple[int, int, int]:
+    """Count how far ``final`` went from ``initial`` toward ``goal``: ``(right, wrong, required)``.
+
+    The units are the fields of rows all three worlds hold, and whole rows where one of them lacks
+    the row. ``required``: units where the goal differs from the initial world; ``right``: those
+    of them that ``final`` holds as the goal does; ``wrong``: units ``final`` changed to anything
+    but the goal's value (a required field set to another value, a field or row the goal leaves
+    alone). ``right == required`` and ``wrong == 0`` exactly when :func:`diff` is empty.
+    """
+    right = wrong = required = 0
+    for table in set(goal) | set(final) | set(initial):
+        want, got, before = goal.get(table, {}), final.get(table, {}), initial.get(table, {})
+        for key in set(want) | set(got) | set(before):
+            if key in want and key in got and key in before:
+                units = [(want[key].get(c, _ABSENT), got[key].get(c, _ABSENT), before[key].get(c, _ABSENT))
+                         for c in set(want[key]) | set(got[key]) | set(before[key])]
+            else:
+                units = [(want.get(key, _ABSENT), got.get(key, _ABSENT), before.get(key, _ABSENT))]
+            for g, f, i in units:
+                if g != i:
+                    required += 1
+                    right += f == g
+                    wrong += f != g and f != i
+                else:
+                    wrong += f != g
+    return right, wrong, required

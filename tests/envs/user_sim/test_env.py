@@ -353,3 +353,81 @@ def test_is_consent_reads_an_explicit_yes_only(message, consent):
     from llm_zoo.envs.user_sim import text
 
     assert text.is_consent(message) is consent
+
+
+def cancel_with(env, reason):
+    """Play cancel_mistake's cancellation with the customer's yes, giving ``reason``; end the episode."""
+    scenario = env.unwrapped.scenario
+    (name, arguments), = scenario.actions
+    env.step("I'd like to cancel an order.")
+    env.step(call("find_customer_by_email", email=dict(scenario.identity)["email"]))
+    env.step("Shall I cancel it?")
+    env.step("Yes, please go ahead.")
+    env.step(call(name, **{**arguments, "reason": reason}))
+    env.step("Done.")
+    env.step("Thanks. ###STOP###")
+
+
+def test_partial_reward_pays_the_goals_changes_made_less_the_wrong_ones_and_one_only_for_success():
+    # cancel_mistake changes 4 fields: the order's status and cancel reason, and the stock of its 2 variants
+    env = fresh("cancel_mistake", reward="partial")
+    cancel_with(env, "no longer needed")  # the status and both stocks right, the reason wrong: (3 - 1) / 4
+    assert env.rewards["assistant"] == pytest.approx(0.5) and env.infos["assistant"]["progress"] == pytest.approx(0.5)
+    assert not env.infos["assistant"]["success"] and env.rewards["user"] == 0.0  # the user's reward is success's
+    env = fresh("cancel_mistake", reward="partial")
+    cancel_with(env, "ordered by mistake")
+    assert env.rewards["assistant"] == 1.0 and env.infos["assistant"]["success"]
+    env = fresh("cancel_mistake", reward="partial")
+    env.step("Please cancel my order. ###STOP###")  # nothing done
+    assert env.rewards["assistant"] == 0.0
+    # where the goal changes nothing, any change earns 0, as under the default reward
+    env = fresh("cancel_shipped_refused", reward="partial")
+    scenario = env.unwrapped.scenario
+    env.step("Hello.")
+    env.step(call("find_customer_by_email", email=dict(scenario.identity)["email"]))
+    env.step("Shall I update your address to 1 Oak Street, Salem, MA 01970?")
+    env.step("Yes, please go ahead.")
+    env.step(call("update_customer_address", customer_id=scenario.customer_id, address="1 Oak Street, Salem, MA 01970"))
+    assert '"address"' in last_tool_result(env)
+    env.step("Done.")
+    env.step("Bye. ###STOP###")
+    assert env.rewards["assistant"] == 0.0 and env.infos["assistant"]["progress"] == 0.0
+
+
+def test_the_default_reward_is_success_and_reports_progress_beside_it():
+    env = fresh("cancel_mistake", turn_penalty=0.1)
+    cancel_with(env, "no longer needed")
+    assert env.rewards["assistant"] == pytest.approx(-0.2)  # 0 less 2 turns' penalty
+    assert env.infos["assistant"]["progress"] == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="reward must be one of"):
+        user_sim_v0.env(reward="half")
+
+
+def test_progress_reaches_the_whole_goal_exactly_when_the_worlds_are_equal():
+    # worlds mixed field by field from the initial world, the goal and other values: the counts are whole only where
+    # diff finds nothing, so a partial reward below success is never 1
+    rng = random.Random(0)
+    checked = equal = 0
+    for name in user_sim_v0.LEARNING_SCENARIOS:
+        for seed in range(4):
+            env = fresh(name, seed=seed)
+            initial, goal = env.unwrapped._initial, env.unwrapped._goal
+            changed = [(table, key, column) for table, rows in goal.items() for key, row in rows.items()
+                       for column, value in row.items() if initial[table][key][column] != value]
+            for _ in range(30):
+                final = {table: {key: dict(row) for key, row in rows.items()} for table, rows in initial.items()}
+                for table, key, column in changed:  # each field the goal changes: made, left, or made wrong
+                    final[table][key][column] = rng.choices([goal[table][key][column], initial[table][key][column],
+                                                             "other"], [6, 3, 1])[0]
+                if rng.random() < 0.1:  # a field the goal leaves alone, changed
+                    table = rng.choice(sorted(final))
+                    key = rng.choice(sorted(final[table]))
+                    final[table][key][rng.choice(sorted(final[table][key]))] = "other"
+                if rng.random() < 0.05:  # a row removed
+                    final["customers"].pop(next(iter(final["customers"])))
+                right, wrong, required = world.progress(goal, final, initial)
+                whole = right == required and wrong == 0
+                assert whole == (world.diff(goal, final, initial) == []), (name, seed, right, wrong, required)
+                checked += 1
+                equal += whole
+    assert checked == 12 * 4 * 30 and 0 < equal < checked  # both sides of the equivalence were reached
