@@ -28,9 +28,11 @@ Both tokenizers share the special tokens and a ChatML-style chat template::
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
-from collections.abc import Iterable
+import warnings
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -515,8 +517,18 @@ def load_pretrained(path: str | os.PathLike[str], dtype: torch.dtype = torch.flo
     from peft import PeftModel
 
     base = AutoModelForCausalLM.from_pretrained(adapter_base(path), dtype=dtype)
-    model = PeftModel.from_pretrained(base, path, is_trainable=trainable)
+    with _peft_wrapping():
+        model = PeftModel.from_pretrained(base, path, is_trainable=trainable)
     return tokenizer, (model if trainable else model.merge_and_unload())
+
+
+@contextlib.contextmanager
+def _peft_wrapping() -> Iterator[None]:
+    """Wrap a model in peft without transformers' FutureWarning on the ``is_gradient_checkpointing`` that peft reads
+    (peft's to change, and printed on every run that adds or loads adapters); other warnings pass."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
 
 
 def add_lora(model: PreTrainedModel, base: str | os.PathLike[str], *, r: int, alpha: float, dropout: float,
@@ -550,7 +562,8 @@ def add_lora(model: PreTrainedModel, base: str | os.PathLike[str], *, r: int, al
              if isinstance(module, torch.nn.Linear) and ".layers." in f".{name}"})
     config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, task_type="CAUSAL_LM", target_modules=targets,
                         **placed)
-    peft_model = get_peft_model(model, config)
+    with _peft_wrapping():
+        peft_model = get_peft_model(model, config)
     peft_model.peft_config["default"].base_model_name_or_path = named
     return peft_model
 

@@ -390,3 +390,23 @@ def test_the_default_tokenizer_of_an_env_with_tools_writes_a_call_back_byte_for_
     assert back == call and [c.name for c in toolcalls.parse(back).calls] == ["find_order"]
     words = env_tokenizer(shop, "words")  # what the default was: the spaces it decodes with break the call
     assert words.decode(words(call, add_special_tokens=False)["input_ids"]) != call
+
+
+def test_adding_and_loading_adapters_leaves_out_transformers_deprecation_that_peft_triggers(tmp_path, offline):
+    # peft reads model.is_gradient_checkpointing, which transformers 5 warns about on every run; other warnings pass
+    import warnings
+
+    from llm_zoo.models import add_lora, load_pretrained
+
+    path = make_tiny_model(tmp_path / "tiny", seed=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = add_lora(AutoModelForCausalLM.from_pretrained(path), path, r=2, alpha=4.0, dropout=0.0)
+        model.save_pretrained(tmp_path / "adapters")
+        AutoTokenizer.from_pretrained(path).save_pretrained(tmp_path / "adapters")
+        _, loaded = load_pretrained(tmp_path / "adapters", trainable=True)
+        warnings.warn("a warning of llm_zoo's own", FutureWarning, stacklevel=1)
+    assert type(loaded).__name__ == "PeftModelForCausalLM"
+    messages = [str(w.message) for w in caught]
+    assert not any("is_gradient_checkpointing" in m for m in messages), messages
+    assert "a warning of llm_zoo's own" in messages
