@@ -431,3 +431,23 @@ def test_progress_reaches_the_whole_goal_exactly_when_the_worlds_are_equal():
                 checked += 1
                 equal += whole
     assert checked == 12 * 4 * 30 and 0 < equal < checked  # both sides of the equivalence were reached
+
+
+def test_partial_reward_pays_nothing_for_the_goals_change_made_on_another_order():
+    # a policy paid for progress might cancel whichever order it can: the goal's own fields stay as they were, and
+    # another order's status, reason and stock changed count against it
+    env = fresh("cancel_among_two_pending", reward="partial")
+    scenario = env.unwrapped.scenario
+    (name, arguments), = scenario.actions
+    other = next(k for k, row in env.unwrapped._initial["orders"].items() if row["customer_id"] == scenario.customer_id
+                 and row["status"] == "pending" and k != arguments["order_id"])
+    env.step("I'd like to cancel an order.")
+    env.step(call("find_customer_by_email", email=dict(scenario.identity)["email"]))
+    env.step("Shall I cancel it?")
+    env.step("Yes, please go ahead.")
+    env.step(call(name, **{**arguments, "order_id": other}))
+    assert '"status": "cancelled"' in last_tool_result(env)
+    env.step("Done.")
+    env.step("Thanks. ###STOP###")
+    assert env.rewards["assistant"] == 0.0 and env.infos["assistant"]["progress"] == 0.0
+    assert not env.infos["assistant"]["success"]
