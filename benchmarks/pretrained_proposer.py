@@ -4,10 +4,10 @@ and after RL (hgrpo), against the proposers of fixed difficulty, scored by learn
 The rows of ``python -m benchmarks.learning --envs proposer_solver_v0 --model smollm2-135m``
 (:data:`benchmarks.learning.MODEL_ENVS`): each policy's mean learnability 4p(1-p) of 32 tasks on the 10 held-out
 topics against the frozen panel of scripted solvers, with the share of invalid tasks and the panel's mean pass rate;
-3 training seeds, the cost of each stage beside it. With the present presets (16 RL steps, adapters in the top 15
-blocks, no checkpointing; a warm start of one task a step) a seed takes 20-27 minutes on 2 CPU cores, its warm start,
-RL and their evaluations (69 minutes for 3 seeds), and the zero-shot and fixed-difficulty rows, read once, about 10
-more, so ``llm-zoo bench`` runs it only when named: ``llm-zoo bench --only pretrained_proposer``.
+3 training seeds, the cost of each stage beside it. With the present presets (32 RL steps, adapters in the top 15
+blocks, no checkpointing; a warm start of one task a step) a seed takes 27-29 minutes on 2 CPU cores, its warm start,
+RL (18-19.5 minutes) and their evaluations (83.5 minutes for 3 seeds), and the zero-shot and fixed-difficulty rows,
+read once, about 10 more, so ``llm-zoo bench`` runs it only when named: ``llm-zoo bench --only pretrained_proposer``.
 """
 # bench-opt-in: 3 seeds of a 135M model take over an hour on 2 CPU cores
 

@@ -255,7 +255,8 @@ SFT_PRETRAINED_PRESETS: dict[str, dict[str, Any]] = {
                          **presets.SFT_ONE_A_STEP, "val_fraction": 0.0, "max_tokens_per_micro_batch": 2048},
     # tasks of every difficulty, as the tiny proposer's warm start; one task a step and the rate decayed linearly to 0,
     # as user_sim's and the judge's: over the benchmark's 3 seeds, 0.06 of the tasks invalid after it against 0.27
-    # after 16 steps of 8 at a constant rate, and RL from it 0.5417 ± 0.0430 against 0.5339 ± 0.1376 (docs/training.md)
+    # after 16 steps of 8 at a constant rate, and 16 RL steps from it 0.5417 ± 0.0430 against 0.5339 ± 0.1376
+    # (docs/training.md)
     "proposer_solver_v0": {"teachers": {"proposer": "proposer_mixed"}, "episodes": 64, "epochs": 2,
                            **presets.SFT_ONE_A_STEP, "val_fraction": 0.1, "max_tokens_per_micro_batch": 1024},
 }
