@@ -67,7 +67,7 @@ episodes for 1 epoch, 1 step of 4 episodes a row) took 5.7 min.
     python -m benchmarks.learning --envs kuhn_poker_v0 --model smollm2-135m --quick
 
 user_sim_v0's rows for a pretrained model are its main job's stages: ``zero-shot``, ``warm start`` (the SFT stage of
-user_sim's preset: 64 traces of the held-in templates, one a step) and ``rl`` (the preset's RL from that warm start,
+user_sim's preset: 192 traces of the held-in templates, one a step) and ``rl`` (the preset's RL from that warm start,
 the scripted user frozen), each evaluated on 2 evaluation seeds of every template of the subset (24 episodes)
 against the scripted user and against the paraphrasing one (``scripted_paraphrase``, whose words no trace holds):
 the success rate with its pooled Wilson interval, the held-in and held-out templates apart, tool calls and turns.
@@ -76,9 +76,10 @@ cores (the results page's ``pretrained_user_sim`` section, seed 0, with the earl
 epochs) a seed took 130 min: the warm start 27.8 min (16 steps of about 100 s), the RL 45.9 min (4 steps of 8
 episodes; the first three 519-602 s each, rollout 298-405 s and update 114-296 s; peak 3.6 GiB with its
 evaluation), and each stage's evaluation (24 episodes with each user) 25-31 min, 46 min zero-shot; over the 60
-minutes a seed. With the present warm start (64 traces, one a step) seed 0 took 42.7 min: the warm start 5.2 min,
-the RL 12.4 min, each evaluation 12.2-12.7 min (the zero-shot row is read from its record); the main job alone
-(``benchmarks/defaults.py``) 18.6 min; the RL was RAE's then, GRPO's now (the main job: 15.3 min).
+minutes a seed. With a warm start of 64 traces, one a step, seed 0 took 42.7 min (the results page's section): the
+warm start 5.2 min, the RL 12.4 min, each evaluation 12.2-12.7 min (the zero-shot row is read from its record); the
+RL was RAE's then, GRPO's now. The present warm start fits 192 traces (14.3 min; its evaluation with the scripted
+user alone 5.5 min), so a seed takes about 55 minutes.
 
     python -m benchmarks.learning --envs user_sim_v0 --model smollm2-135m      # 3 seeds
 
