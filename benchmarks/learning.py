@@ -304,9 +304,13 @@ class Isolated:
         self.queue: list[tuple[Any, Any, tuple[Any, ...]]] = []
         self.running: dict[Any, tuple[Any, Any]] = {}
 
-    def submit(self, key: Any, fn: Any, *args: Any) -> None:
-        """Queue ``fn(*args)``; :meth:`finished` yields it under ``key``."""
-        self.queue.append((key, fn, args))
+    def submit(self, key: Any, fn: Any, *args: Any, first: bool = False) -> None:
+        """Queue ``fn(*args)`` (with ``first``, ahead of every job queued before it); :meth:`finished` yields it under
+        ``key``."""
+        if first:
+            self.queue.insert(0, (key, fn, args))
+        else:
+            self.queue.append((key, fn, args))
 
     def finished(self):
         """Yield ``(key, result, error)`` as jobs end (``error`` a string, or None); jobs queued meanwhile run too."""
@@ -757,10 +761,10 @@ def run_model(env: str, model: str, seeds: Sequence[int], *, quick: bool, jobs: 
             done[group].append(result)
             if records is not None and len(done[group]) == expected[group]:
                 write_record(records, group, settings[group], done[group])
-        if stage == "warm start":
-            for rl_stage in rows_of.rl:
+        if stage == "warm start":  # a seed's RL runs before the next seed's warm start: its record comes first
+            for rl_stage in reversed(list(rows_of.rl)):
                 queue.submit((rl_stage, seed), model_rl_job, env, model, seed, rl_stage, result["init"], overrides,
-                             str(out), options)
+                             str(out), options, first=True)
     return results, failed
 
 

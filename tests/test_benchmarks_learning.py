@@ -82,6 +82,23 @@ def test_each_job_runs_in_a_fresh_process_and_one_that_dies_fails_alone():
     assert done["big"] == (bytes(1 << 20), None)
 
 
+def test_a_job_queued_first_runs_before_those_queued_earlier():
+    import multiprocessing
+
+    jobs = learning.Isolated(multiprocessing.get_context("fork"), 1)
+    for seed in (0, 1):
+        jobs.submit(("warm start", seed), int, str(seed))
+    order = []
+    for key, result, error in jobs.finished():
+        assert error is None and result == key[1]
+        order.append(key)
+        if key[0] == "warm start":  # a seed's stages go ahead of the next seed's warm start, as run_model queues them
+            for stage in reversed(("judge", "visible")):
+                jobs.submit((stage, key[1]), int, str(key[1]), first=True)
+    assert order == [("warm start", 0), ("judge", 0), ("visible", 0), ("warm start", 1), ("judge", 1),
+                     ("visible", 1)]
+
+
 _REAL_RL_JOB = None
 
 
