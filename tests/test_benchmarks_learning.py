@@ -82,21 +82,28 @@ def test_each_job_runs_in_a_fresh_process_and_one_that_dies_fails_alone():
     assert done["big"] == (bytes(1 << 20), None)
 
 
-def test_a_job_queued_first_runs_before_those_queued_earlier():
-    import multiprocessing
+def _stage(stage, seed, **more):
+    return {"seed": seed, "stage": stage, "seconds": 0.0, "episodes": 0, "tokens": 0, "peak_rss_mb": 0.0,
+            "figures": {}, "curve": [], **more}
 
-    jobs = learning.Isolated(multiprocessing.get_context("fork"), 1)
-    for seed in (0, 1):
-        jobs.submit(("warm start", seed), int, str(seed))
-    order = []
-    for key, result, error in jobs.finished():
-        assert error is None and result == key[1]
-        order.append(key)
-        if key[0] == "warm start":  # a seed's stages go ahead of the next seed's warm start, as run_model queues them
-            for stage in reversed(("judge", "visible")):
-                jobs.submit((stage, key[1]), int, str(key[1]), first=True)
-    assert order == [("warm start", 0), ("judge", 0), ("visible", 0), ("warm start", 1), ("judge", 1),
-                     ("visible", 1)]
+
+def test_a_pretrained_run_ends_each_seed_before_the_next_seeds_warm_start(tmp_path, monkeypatch):
+    """With one job at a time, a seed's RL stages run right after its warm start, so its record is written before the
+    next seed's warm start begins (a run cut short keeps the seeds it finished)."""
+    records = tmp_path / "records"
+    monkeypatch.setattr(learning, "zero_shot_job", lambda env, model, *a: _stage("zero-shot", 0))
+    monkeypatch.setattr(learning, "scripted_job", lambda env, model, stage, *a: _stage(stage, 0))
+    monkeypatch.setattr(learning, "model_warm_start_job", lambda env, model, seed, *a: _stage(
+        "warm start", seed, init="unused", records_then=sorted(p.name for p in records.glob("*.json"))))
+    monkeypatch.setattr(learning, "model_rl_job", lambda env, model, seed, stage, *a: _stage(stage, seed))
+    results, failed = learning.run_model("agentic_judge_v0", "stand-in", [0, 1, 2], quick=True, jobs=1, out=tmp_path,
+                                         records=records)
+    assert failed == []
+    assert [(r["stage"], r["seed"]) for r in results] == [
+        ("zero-shot", 0), ("floor", 0), *((stage, s) for s in (0, 1, 2) for stage in ("warm start", "judge", "visible"))]
+    started = {r["seed"]: r["records_then"] for r in results if r["stage"] == "warm start"}
+    assert started == {0: ["shared.json"], 1: ["seed-0.json", "shared.json"],
+                       2: ["seed-0.json", "seed-1.json", "shared.json"]}
 
 
 _REAL_RL_JOB = None
