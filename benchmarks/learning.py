@@ -78,8 +78,9 @@ episodes; the first three 519-602 s each, rollout 298-405 s and update 114-296 s
 evaluation), and each stage's evaluation (24 episodes with each user) 25-31 min, 46 min zero-shot; over the 60
 minutes a seed. With a warm start of 64 traces, one a step, seed 0 took 42.7 min (the results page's section): the
 warm start 5.2 min, the RL 12.4 min, each evaluation 12.2-12.7 min (the zero-shot row is read from its record); the
-RL was RAE's then, GRPO's now. The present warm start fits 192 traces (14.3 min; its evaluation with the scripted
-user alone 5.5 min), so a seed takes about 55 minutes.
+RL was RAE's then, GRPO's now. With the present warm start of 192 traces, the 3 seeds took 112 min (the results page's
+section): a seed 35-40 min, the warm start 12.4-15.2 min, the RL 5.8-6.5 min, each evaluation (both users) 8.2-9.4
+min.
 
     python -m benchmarks.learning --envs user_sim_v0 --model smollm2-135m      # 3 seeds
 

@@ -5,8 +5,8 @@ The rows of ``python -m benchmarks.learning --envs user_sim_v0 --model smollm2-1
 (:data:`benchmarks.learning.MODEL_ENVS`): the success rate on 2 evaluation seeds of every template (24 episodes) with
 its pooled Wilson interval, the held-in and held-out templates apart, against the scripted user and against the
 paraphrasing one, whose words no trace holds; 3 training seeds, the cost of each stage beside it. A seed (the main
-job and its evaluations) took 42.7 minutes on 2 CPU cores (130 with the earlier warm start), so ``llm-zoo bench``
-runs it only when named:
+job and its evaluations) took 35-40 minutes on 2 CPU cores, 3 seeds 112 minutes, so ``llm-zoo bench`` runs it only
+when named:
 ``llm-zoo bench --only pretrained_user_sim``.
 """
 # bench-opt-in: 3 seeds of a 135M model's main job and its evaluations take hours on 2 CPU cores
