@@ -72,11 +72,11 @@ the scripted user frozen), each evaluated on 2 evaluation seeds of every templat
 against the scripted user and against the paraphrasing one (``scripted_paraphrase``, whose words no trace holds):
 the success rate with its pooled Wilson interval, the held-in and held-out templates apart, tool calls and turns.
 The floor (the do-nothing assistant, 0.417) is the tiny model's rows' (above). With SmolLM2-135M-Instruct on 2 CPU
-cores (the results page's ``pretrained_user_sim`` section, seed 0, with the earlier warm start of 32 traces x 2
+cores (seed 0, with the earlier warm start of 32 traces x 2
 epochs) a seed took 130 min: the warm start 27.8 min (16 steps of about 100 s), the RL 45.9 min (4 steps of 8
 episodes; the first three 519-602 s each, rollout 298-405 s and update 114-296 s; peak 3.6 GiB with its
 evaluation), and each stage's evaluation (24 episodes with each user) 25-31 min, 46 min zero-shot; over the 60
-minutes a seed. With a warm start of 64 traces, one a step, seed 0 took 42.7 min (the results page's section): the
+minutes a seed. With a warm start of 64 traces, one a step, seed 0 took 42.7 min (commit e0683ef): the
 warm start 5.2 min, the RL 12.4 min, each evaluation 12.2-12.7 min (the zero-shot row is read from its record); the
 RL was RAE's then, GRPO's now. With the present warm start of 192 traces, the 3 seeds took 112 min (the results page's
 section): a seed 35-40 min, the warm start 12.4-15.2 min, the RL 5.8-6.5 min, each evaluation (both users) 8.2-9.4
