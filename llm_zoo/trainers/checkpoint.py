@@ -51,6 +51,7 @@ from typing import Any
 import torch
 
 from llm_zoo.trainers.advantages import RAEState
+from llm_zoo.trainers.curriculum import CurriculumState
 
 __all__ = ["RUN_ENTRIES", "Checkpoint", "CheckpointError", "PolicyCheckpoint", "init_checkpoint", "latest_checkpoint",
            "latest_run", "load_checkpoint", "own_run_dir", "read_json", "resume_dir", "save_checkpoint",
@@ -118,6 +119,8 @@ class Checkpoint:
     """Policy name -> its record (``policies/NAME``)."""
     rae: RAEState = field(default_factory=RAEState)
     """The RAE baselines (``algorithm: rae``)."""
+    curriculum: CurriculumState = field(default_factory=CurriculumState)
+    """The curriculum's estimates (``curriculum.options``); a checkpoint from before it has none."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -148,7 +151,8 @@ def save_checkpoint(run_dir: Path, checkpoint: Checkpoint, keep: int) -> Path:
                    tmp / f"{name}.trainer.pt")
         if part.optimizer is not None:
             torch.save(part.optimizer.state_dict(), tmp / f"{name}{OPTIMIZER}")
-    state = {"step": step, "rae": checkpoint.rae.to_dict(), "policies": sorted(checkpoint.policies),
+    state = {"step": step, "rae": checkpoint.rae.to_dict(), "curriculum": checkpoint.curriculum.to_dict(),
+             "policies": sorted(checkpoint.policies),
              "torch_rng": torch.get_rng_state().tolist()}
     (tmp / "state.json").write_text(json.dumps(state))
     (tmp / MANIFEST).write_text(json.dumps(_manifest(tmp), indent=1))
@@ -430,8 +434,11 @@ def _read_state(path: Path) -> dict[str, Any]:
     if len(rng) != size or not all(type(b) is int and 0 <= b <= 255 for b in rng):
         raise CheckpointError(f"{file}: torch_rng must be {size} bytes (ints 0-255), as torch.get_rng_state() "
                               f"gives; got {len(rng)} values")
-    if not all(isinstance(k, str) and type(v) in (int, float) and math.isfinite(v) for k, v in state["rae"].items()):
-        raise CheckpointError(f"{file}: rae must map keys to finite numbers; got {state['rae']!r:.120}")
+    state.setdefault("curriculum", {})  # a checkpoint written before the curriculum
+    for name in ("rae", "curriculum"):
+        if not isinstance(state[name], dict) or not all(
+                isinstance(k, str) and type(v) in (int, float) and math.isfinite(v) for k, v in state[name].items()):
+            raise CheckpointError(f"{file}: {name} must map keys to finite numbers; got {state[name]!r:.120}")
     if not all(isinstance(p, str) for p in state["policies"]):
         raise CheckpointError(f"{file}: policies must be a list of names; got {state['policies']!r:.120}")
     return state
@@ -507,7 +514,8 @@ def load_checkpoint(path: Path, policies: Mapping[str, PolicyCheckpoint]) -> Che
             part, pool=[(s, sd) for s, sd in trainer_state["pool"]],
             met={tuple(prompt): tuple(replies) for prompt, replies in trainer_state["met"]})
     torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
-    return Checkpoint(state["step"], restored, RAEState.from_dict(state["rae"]))
+    return Checkpoint(state["step"], restored, RAEState.from_dict(state["rae"]),
+                      CurriculumState.from_dict(state["curriculum"]))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -60,6 +60,7 @@ from llm_zoo.trainers.checkpoint import (
     resume_dir,
     save_checkpoint,
 )
+from llm_zoo.trainers.curriculum import CurriculumConfig, CurriculumState, group_spreads
 from llm_zoo.trainers.evaluation import headline_evaluator
 from llm_zoo.trainers.executors import EXECUTORS, make_executor
 from llm_zoo.trainers.memory import micro_batches, preflight
@@ -246,6 +247,9 @@ class TrainConfig:
     """Start the tiny model with an induction circuit (enabled)."""
     turn_baseline: TurnBaselineConfig = field(default_factory=TurnBaselineConfig)
     """Centre each trained turn's advantage on the step's turns with the same prompt (mode)."""
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    """Reset options the step's groups play, each group's drawn where rewards are least settled (options,
+    weighting): :mod:`~llm_zoo.trainers.curriculum`. Off by default (each group's env draws from its seed)."""
 
     pool_every: int = 0
     """Snapshot each learner into the self-play pool every this many steps (0: no pool)."""
@@ -287,6 +291,8 @@ class TrainConfig:
         for name, plugin in plugins.PLUGINS.items():  # TrainConfig(magnet={"ema": 0.9}) as a section would be built
             if isinstance(getattr(self, name), Mapping):
                 setattr(self, name, plugin.config_class(**getattr(self, name)))
+        if isinstance(self.curriculum, Mapping):
+            self.curriculum = CurriculumConfig(**self.curriculum)
         # first: a tiny-model setting on a pretrained model is the cause of whatever else would not fit with it
         presets.check_model_settings(self)
         choices = {"algorithm": tuple(adv.ESTIMATORS), "schedule": tuple(SCHEDULES),
@@ -323,6 +329,7 @@ class TrainConfig:
         check_model_fields(self)
         for name in plugins.PLUGINS:  # each plug-in checks its own section against the rest
             getattr(self, name).check(self)
+        self.curriculum.check(self)
         if self.init == "none":  # the word a preset's comment and the docs use for fresh weights
             self.init = ""
 
@@ -626,12 +633,13 @@ def policy_checkpoint(learner: Learner) -> PolicyCheckpoint:
                             reference=learner.reference, pool=learner.pool, met=learner.met)
 
 
-def resume_learners(path: Path, learners: Mapping[str, Learner]) -> tuple[int, adv.RAEState]:
-    """Load a checkpoint into the learners (weights and optimisers in place, pool and met set); return (step, RAE)."""
+def resume_learners(path: Path, learners: Mapping[str, Learner]) -> Checkpoint:
+    """Load a checkpoint into the learners (weights and optimisers in place, pool and met set); return it (its step,
+    RAE baselines and curriculum are the run's state)."""
     loaded = load_checkpoint(path, {name: policy_checkpoint(learner) for name, learner in learners.items()})
     for name, part in loaded.policies.items():
         learners[name].pool, learners[name].met = part.pool, part.met
-    return loaded.step, loaded.rae
+    return loaded
 
 
 def param_groups(model: torch.nn.Module, config: TrainConfig) -> list[dict[str, Any]]:
@@ -742,9 +750,10 @@ def _train(config: TrainConfig, resume: bool, device: torch.device, run_dir: Pat
     learners = {name: make_learner(name, config, device, i, spec, init.get(name)) for i, name in enumerate(names)}
     if learners:  # a setting that cannot fit is refused here, before the first step
         preflight(config, next(iter(learners.values())).model.config, learners=len(learners))
-    rae_state, start = adv.RAEState(), 0
+    rae_state, curriculum, start = adv.RAEState(), CurriculumState(), 0
     if resume and (ckpt := latest_checkpoint(run_dir)) is not None:
-        start, rae_state = resume_learners(ckpt, learners)
+        loaded = resume_learners(ckpt, learners)
+        start, rae_state, curriculum = loaded.step, loaded.rae, loaded.curriculum
     # Who samples each learner's turns: the learner's own policy, or a vLLM engine fed its weights.
     acting = {name: learner.policy for name, learner in learners.items()}
     if config.generation == "vllm":  # VLLMPolicy says what is missing (vLLM, or a GPU for its CUDA build)
@@ -778,6 +787,10 @@ def _train(config: TrainConfig, resume: bool, device: torch.device, run_dir: Pat
         rng = step_rng(config.seed, step, "rollout")
         n_groups = config.episodes_per_step // config.group_size
         seeds = [s for s in (rng.randrange(2**31) for _ in range(n_groups)) for _ in range(config.group_size)]
+        options = None  # a curriculum draws each group's reset options from its own generator: the seeds stay
+        if config.curriculum.options:
+            drawn = curriculum.draw(config.curriculum, n_groups, step_rng(config.seed, step, "curriculum"))
+            options = [o for o in drawn for _ in range(config.group_size)]
         assignments, trained_agents = [], []
         every_seat = {a: acting[policy_of[a]] for a in agents}
         trained = {a for a in agents if (roles[a] in learn or a in learn) and policy_of[a] in active}
@@ -790,6 +803,7 @@ def _train(config: TrainConfig, resume: bool, device: torch.device, run_dir: Pat
             trained_agents.append(trainable)
         mine = distributed.episode_slice(len(seeds), config.group_size)  # every episode in one process
         episodes = distributed.gather(collect(config.env, assignments[mine], seeds[mine],
+                                              options=None if options is None else options[mine],
                                               batch_size=config.rollout_batch_size, env_kwargs=config.env_kwargs,
                                               seed=distributed.rollout_seed(rng.randrange(2**31)), executor=executor))
         t_rollout = time.perf_counter() - t0
@@ -799,6 +813,12 @@ def _train(config: TrainConfig, resume: bool, device: torch.device, run_dir: Pat
 
         # REWARDS: one outcome per (episode, trained agent): its return, spread over its turns' tokens
         outcomes = _outcomes(episodes, trained_agents, roles, config)
+
+        spreads = (group_spreads([o.reward for o in outcomes], [o.group for o in outcomes],
+                                 [o.episode for o in outcomes], config.group_size, n_groups)
+                   if config.group_size > 1 else [])
+        if options is not None:
+            curriculum.observe(config.curriculum, drawn, spreads)
 
         # ADVANTAGES, by the estimator config.algorithm names
         advantages = adv.ESTIMATORS[config.algorithm]([o.reward for o in outcomes], [o.key for o in outcomes],
@@ -828,6 +848,11 @@ def _train(config: TrainConfig, resume: bool, device: torch.device, run_dir: Pat
         # LOG, EVALUATE, CHECKPOINT
         totals["episodes"] += len(episodes)
         metrics.update(_rollout_metrics(episodes, roles, config))
+        if any(s is not None for s in spreads):  # groups whose rewards differ: the ones GRPO learns from
+            measured = [s for s in spreads if s is not None]
+            metrics["charts/split_groups"] = sum(s > 0.0 for s in measured) / len(measured)
+        if options is not None:
+            metrics.update(curriculum.metrics(config.curriculum))
         metrics.update({"charts/episodes": totals["episodes"], "charts/lr": config.lr * learning_rate_factor(step, config),
                         "perf/rollout_s": t_rollout, "perf/update_s": t_update,
                         "perf/step_s": time.perf_counter() - t0, "perf/sandbox_runs": _sandbox_runs() - sandbox_before})
@@ -844,7 +869,7 @@ def _train(config: TrainConfig, resume: bool, device: torch.device, run_dir: Pat
         if (config.checkpoint_every and done % config.checkpoint_every == 0) or done == config.steps:
             if main:
                 parts = {n: policy_checkpoint(learner) for n, learner in learners.items()}
-                save_checkpoint(run_dir, Checkpoint(done, parts, rae_state), config.keep_checkpoints)
+                save_checkpoint(run_dir, Checkpoint(done, parts, rae_state, curriculum), config.keep_checkpoints)
             distributed.barrier()  # no rank runs ahead of a checkpoint it might resume from
         if bar is not None:
             bar.update(1)

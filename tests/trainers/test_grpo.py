@@ -233,7 +233,9 @@ def _run_cli(run_dir: Path, steps: int, extra=()):
     # constrained sampling are state a resume must restore
     sets = {**TINY, "steps": steps, "checkpoint_every": 1, "keep_checkpoints": 10, "eval_every": 2, "beta": 0.5,
             "magnet.ema": 0.9, "kl_estimator": "exact", "constrain_to_legal": True, "pool_every": 2,
-            "average.ema": 0.8, "unmask.steps": 25}  # the fit's prompts, met before the kill, come from the checkpoint
+            "average.ema": 0.8, "unmask.steps": 25,  # the fit's prompts, met before the kill, come from the checkpoint
+            # the curriculum's estimates, which decide the next step's deals, too
+            "group_size": 2, "curriculum.options": [{"deal": [[a, b]]} for a, b in ("KQ", "QJ", "JK", "QK")]}
     args = [sys.executable, "-m", "llm_zoo.cli", "train", "kuhn_poker_v0", "--run-dir", str(run_dir)]
     for k, v in sets.items():
         args += ["--set", f"{k}={json.dumps(v) if not isinstance(v, str) else v}"]

@@ -297,7 +297,7 @@ def test_the_run_directory_has_trains_layout(kuhn_run):
     # the trainer's loader reads it (into a learner built as train builds one)
     tconfig = grpo.make_config("kuhn_poker_v0", {"policies": {}})
     learner = grpo.make_learner("main", tconfig, torch.device("cpu"), 0)
-    step, _ = grpo.resume_learners(ckpt, {"main": learner})
+    step = grpo.resume_learners(ckpt, {"main": learner}).step
     assert step == summary["steps"]
     from safetensors.torch import load_file
 
