@@ -26,6 +26,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from llm_zoo.trainers.advantages import RAEState  # noqa: E402
+from llm_zoo.trainers.curriculum import CurriculumState  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = {"steps": 2, "episodes_per_step": 8, "rollout_batch_size": 8, "model_hidden_size": 32, "eval_every": 0,
@@ -59,7 +60,8 @@ def _same(a: torch.nn.Module, b: torch.nn.Module) -> bool:
 
 def test_a_checkpoint_record_round_trips_into_fresh_modules(tmp_path):
     saved = _policy(1)
-    path = save_checkpoint(tmp_path, Checkpoint(5, {"main": saved}, RAEState({"k": 0.25})), keep=2)
+    path = save_checkpoint(tmp_path, Checkpoint(5, {"main": saved}, RAEState({"k": 0.25}),
+                                                CurriculumState({'{"scenario": "a"}': 0.125})), keep=2)
     assert path == tmp_path / "checkpoints" / "step_000005"
     for name in ("policies/main/model.safetensors", "policies/main/tokenizer.json", "main.trainer.pt",
                  "main.optimizer.pt", "state.json", "manifest.json"):
@@ -69,6 +71,7 @@ def test_a_checkpoint_record_round_trips_into_fresh_modules(tmp_path):
     assert not _same(fresh.model, saved.model) and not _same(fresh.learner, saved.learner)
     loaded = load_checkpoint(path, {"main": fresh})
     assert loaded.step == 5 and loaded.rae.baselines == {"k": 0.25}
+    assert loaded.curriculum.spread == {'{"scenario": "a"}': 0.125}
     part = loaded.policies["main"]
     assert part.model is fresh.model  # filled in place, as the run built it
     for module in ("model", "learner", "reference"):
@@ -95,9 +98,12 @@ def test_a_record_without_a_learner_or_optimizer_saves_the_policy_alone(tmp_path
 
 
 def test_a_checkpoint_in_the_older_layout_still_loads(tmp_path):
-    """Older checkpoints kept the optimiser's state in NAME.trainer.pt and had no manifest."""
+    """Older checkpoints kept the optimiser's state in NAME.trainer.pt, had no manifest and no curriculum state."""
     saved = _policy(1)
     path = save_checkpoint(tmp_path, Checkpoint(2, {"main": saved}), keep=1)
+    state = json.loads((path / "state.json").read_text())
+    del state["curriculum"]
+    (path / "state.json").write_text(json.dumps(state))
     trainer = torch.load(path / "main.trainer.pt", weights_only=True)
     trainer["optimizer"] = torch.load(path / "main.optimizer.pt", weights_only=True)
     torch.save(trainer, path / "main.trainer.pt")
@@ -105,7 +111,7 @@ def test_a_checkpoint_in_the_older_layout_still_loads(tmp_path):
     (path / "manifest.json").unlink()
     fresh = _policy(10)
     loaded = load_checkpoint(path, {"main": fresh})
-    assert loaded.step == 2 and _same(fresh.learner, saved.learner)
+    assert loaded.step == 2 and _same(fresh.learner, saved.learner) and loaded.curriculum.spread == {}
     assert fresh.optimizer.state_dict()["param_groups"] == saved.optimizer.state_dict()["param_groups"]
 
 
