@@ -23,7 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["WEIGHTINGS", "CurriculumConfig", "CurriculumState", "group_spreads", "option_key", "option_label"]
+__all__ = ["WEIGHTINGS", "CurriculumConfig", "CurriculumState", "check_options", "group_spreads", "option_key",
+           "option_labels"]
 
 WEIGHTINGS = ("spread", "uniform")
 """The values of ``curriculum.weighting``."""
@@ -82,11 +83,30 @@ def option_key(option: Mapping[str, Any]) -> str:
     return json.dumps(dict(option), sort_keys=True, default=str)
 
 
-def option_label(option: Mapping[str, Any]) -> str:
-    """Return a short name for metrics: ``k=v`` pairs, or the value alone when the option has one key."""
-    if len(option) == 1:
-        return str(next(iter(option.values())))
-    return ",".join(f"{k}={v}" for k, v in sorted(option.items()))
+def option_labels(options: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Return a short name per option for metrics: the value alone where every option has one key and the values
+    differ, else ``k=v`` pairs, else (two options alike in that form) the option's key."""
+    short = [str(next(iter(o.values()))) if len(o) == 1 else ",".join(f"{k}={v}" for k, v in sorted(o.items()))
+             for o in options]
+    if len(set(short)) == len(short):
+        return short
+    return [option_key(o) for o in options]
+
+
+def check_options(env: str, config: CurriculumConfig, env_kwargs: Mapping[str, Any] | None = None) -> None:
+    """Reset the env once with each option; refuse, before the first step, one it does not take (rather than fail
+    every episode drawn on it), naming the option and the env's reason."""
+    import llm_zoo
+
+    for option in config.options:
+        env_instance = llm_zoo.make_env(env, **dict(env_kwargs or {}))
+        try:
+            env_instance.reset(seed=0, options=dict(option))
+        except Exception as exc:  # noqa: BLE001 - whatever the env raises, the option is what the user must fix
+            raise ValueError(f"config.curriculum.options: {env} does not reset with {dict(option)!r:.200} "
+                             f"({type(exc).__name__}: {exc}); every option must be reset options the env takes") from None
+        finally:
+            env_instance.close()
 
 
 @dataclass
@@ -129,7 +149,7 @@ class CurriculumState:
         """Return each option's share of the draw, as ``curriculum/share/LABEL``."""
         weights = self.weights(config)
         total = sum(weights)
-        return {f"curriculum/share/{option_label(o)}": w / total for o, w in zip(config.options, weights)}
+        return {f"curriculum/share/{label}": w / total for label, w in zip(option_labels(config.options), weights)}
 
 
 def group_spreads(rewards: Sequence[float], groups: Sequence[str], episodes: Sequence[int], group_size: int,

@@ -60,7 +60,7 @@ from llm_zoo.trainers.checkpoint import (
     resume_dir,
     save_checkpoint,
 )
-from llm_zoo.trainers.curriculum import CurriculumConfig, CurriculumState, group_spreads
+from llm_zoo.trainers.curriculum import CurriculumConfig, CurriculumState, check_options, group_spreads
 from llm_zoo.trainers.evaluation import headline_evaluator
 from llm_zoo.trainers.executors import EXECUTORS, make_executor
 from llm_zoo.trainers.memory import micro_batches, preflight
@@ -764,6 +764,7 @@ def _train(config: TrainConfig, resume: bool, device: torch.device, run_dir: Pat
     logger = (MetricsLogger(run_dir, resume_from=start, tensorboard=config.tensorboard) if main
               else distributed.NullLogger())
     evaluate = headline_evaluator(spec)
+    check_options(config.env, config.curriculum, config.env_kwargs)  # an option the env refuses, before any step
     snapshots: dict[tuple[str, int], TransformersPolicy] = {}
     pool_of = {a: (learners[policy_of[a]].pool if policy_of[a] in learners else []) for a in agents}.__getitem__
 

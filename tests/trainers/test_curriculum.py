@@ -7,7 +7,14 @@ import random
 
 import pytest
 
-from llm_zoo.trainers.curriculum import CurriculumConfig, CurriculumState, group_spreads, option_key
+from llm_zoo.trainers.curriculum import (
+    CurriculumConfig,
+    CurriculumState,
+    check_options,
+    group_spreads,
+    option_key,
+    option_labels,
+)
 
 OPTIONS = [{"deal": [["K", "Q"]]}, {"deal": [["Q", "K"]]}, {"deal": [["J", "K"]]}]
 
@@ -44,6 +51,15 @@ def test_the_draw_follows_the_estimates_and_settled_options_keep_the_floor():
     assert set(metrics) == {"curriculum/share/[['K', 'Q']]", "curriculum/share/[['Q', 'K']]",
                             "curriculum/share/[['J', 'K']]"}
     assert sum(metrics.values()) == pytest.approx(1.0)
+    # labels that would collide fall back to the options' keys
+    assert option_labels([{"scenario": "a"}, {"task": "a"}]) == ['{"scenario": "a"}', '{"task": "a"}']
+    assert option_labels([{"scenario": "a"}, {"scenario": "b"}]) == ["a", "b"]
+
+
+def test_an_option_the_env_does_not_take_is_refused_naming_it():
+    check_options("kuhn_poker_v0", CurriculumConfig(options=OPTIONS))  # each resets
+    with pytest.raises(ValueError, match=r"does not reset with \{'deal': \[\['K', 'K'\]\]\}.*options\['deal'\]"):
+        check_options("kuhn_poker_v0", CurriculumConfig(options=[*OPTIONS, {"deal": [["K", "K"]]}]))
 
 
 @pytest.mark.parametrize(("fields", "named"), [
