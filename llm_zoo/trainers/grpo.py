@@ -818,7 +818,7 @@ def _train(config: TrainConfig, resume: bool, device: torch.device, run_dir: Pat
         spreads = (group_spreads([o.reward for o in outcomes], [o.group for o in outcomes],
                                  [o.episode for o in outcomes], config.group_size, n_groups)
                    if config.group_size > 1 else [])
-        if options is not None:
+        if options is not None and spreads:  # groups of one (weighting uniform) measure no spread
             curriculum.observe(config.curriculum, drawn, spreads)
 
         # ADVANTAGES, by the estimator config.algorithm names

@@ -85,17 +85,25 @@ def test_a_run_plays_its_groups_on_the_drawn_options_and_logs_the_draw(tmp_path)
             "policies": {}, "unmask.steps": 0}
     with pytest.raises(ValueError, match="group_size"):
         make_config("kuhn_poker_v0", {**sets, "group_size": 1, "curriculum.options": OPTIONS})
-    config = make_config("kuhn_poker_v0", {**sets, "run_dir": str(tmp_path), "curriculum": {"options": OPTIONS}})
+    # groups of one with a uniform draw: each episode plays a listed deal, and no spread is measured or logged
+    single = tmp_path / "single"
+    train(make_config("kuhn_poker_v0", {**sets, "steps": 1, "group_size": 1, "run_dir": str(single),
+                                        "curriculum": {"options": OPTIONS, "weighting": "uniform"}}))
+    row = json.loads((single / "metrics.jsonl").read_text())
+    assert "charts/split_groups" not in row and row["curriculum/share/[['K', 'Q']]"] == pytest.approx(1 / 3)
+    played = [json.loads(line)["options"] for line in (single / "samples" / "step_000001.jsonl").read_text().splitlines()]
+    assert played and all(o in OPTIONS for o in played)
+    config = make_config("kuhn_poker_v0", {**sets, "run_dir": str(tmp_path / "run"), "curriculum": {"options": OPTIONS}})
     train(config)
-    rows = [json.loads(r) for r in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(r) for r in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     for row in rows:
         shares = {k: v for k, v in row.items() if k.startswith("curriculum/share/")}
         assert len(shares) == 3 and sum(shares.values()) == pytest.approx(1.0)
         assert 0.0 <= row["charts/split_groups"] <= 1.0
     assert len({round(v, 9) for v in (rows[-1][k] for k in rows[-1] if k.startswith("curriculum/share/"))}) > 1
     keys = {option_key(o) for o in OPTIONS}
-    samples = [json.loads(line) for line in (tmp_path / "samples" / "step_000002.jsonl").read_text().splitlines()]
+    samples = [json.loads(line) for line in (tmp_path / "run" / "samples" / "step_000002.jsonl").read_text().splitlines()]
     assert samples and all(option_key(s["options"]) in keys for s in samples)
     assert samples[0]["options"] == samples[1]["options"] and samples[0]["seed"] == samples[1]["seed"]  # one group
-    state = json.loads((tmp_path / "checkpoints" / "step_000002" / "state.json").read_text())
+    state = json.loads((tmp_path / "run" / "checkpoints" / "step_000002" / "state.json").read_text())
     assert set(state["curriculum"]) <= keys and state["curriculum"]
