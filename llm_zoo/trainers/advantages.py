@@ -27,7 +27,7 @@ def _check_lengths(rewards: Sequence[float], keys: Sequence[Hashable], what: str
         raise ValueError(f"need one {what} per reward: got {len(rewards)} rewards and {len(keys)} {what}s")
 
 
-def _group_stats(rewards: Sequence[float], groups: Sequence[Hashable]) -> dict[Hashable, tuple[float, float, int]]:
+def group_stats(rewards: Sequence[float], groups: Sequence[Hashable]) -> dict[Hashable, tuple[float, float, int]]:
     """Return group -> (mean, population std, size)."""
     members: dict[Hashable, list[float]] = {}
     for r, g in zip(rewards, groups):
@@ -50,8 +50,8 @@ def grpo(rewards: Sequence[float], groups: Sequence[Hashable],
     _check_lengths(rewards, groups, "group")
     if scale not in ("group", "batch", "none"):
         raise ValueError(f"scale must be 'group', 'batch' or 'none'; got {scale!r}")
-    stats = _group_stats(rewards, groups)
-    batch_std = _group_stats(rewards, [0] * len(rewards))[0][1] if scale == "batch" and rewards else 0.0
+    stats = group_stats(rewards, groups)
+    batch_std = group_stats(rewards, [0] * len(rewards))[0][1] if scale == "batch" and rewards else 0.0
     out = []
     for r, g in zip(rewards, groups):
         mean, std, size = stats[g]
@@ -92,7 +92,7 @@ def rae(rewards: Sequence[float], keys: Sequence[Hashable], state: RAEState, dec
     names = [str(k) for k in keys]
     before = {k: state.baselines.get(k, 0.0) for k in names}
     advantages = [float(r) - before[k] for r, k in zip(rewards, names)]
-    for key, (mean, _, _) in _group_stats(rewards, names).items():
+    for key, (mean, _, _) in group_stats(rewards, names).items():
         state.baselines[key] = decay * before[key] + (1.0 - decay) * mean
     return advantages
 

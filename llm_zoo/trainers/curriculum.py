@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from llm_zoo.trainers.advantages import group_stats
+
 __all__ = ["WEIGHTINGS", "CurriculumConfig", "CurriculumState", "check_options", "group_spreads", "option_key",
            "option_labels"]
 
@@ -98,15 +100,19 @@ def check_options(env: str, config: CurriculumConfig, env_kwargs: Mapping[str, A
     every episode drawn on it), naming the option and the env's reason."""
     import llm_zoo
 
-    for option in config.options:
-        env_instance = llm_zoo.make_env(env, **dict(env_kwargs or {}))
-        try:
-            env_instance.reset(seed=0, options=dict(option))
-        except Exception as exc:  # noqa: BLE001 - whatever the env raises, the option is what the user must fix
-            raise ValueError(f"config.curriculum.options: {env} does not reset with {dict(option)!r:.200} "
-                             f"({type(exc).__name__}: {exc}); every option must be reset options the env takes") from None
-        finally:
-            env_instance.close()
+    if not config.options:
+        return
+    env_instance = llm_zoo.make_env(env, **dict(env_kwargs or {}))
+    try:
+        for option in config.options:
+            try:
+                env_instance.reset(seed=0, options=dict(option))
+            except Exception as exc:  # noqa: BLE001 - whatever the env raises, the option is what the user must fix
+                raise ValueError(f"config.curriculum.options: {env} does not reset with {dict(option)!r:.200} "
+                                 f"({type(exc).__name__}: {exc}); every option must be reset options the env takes"
+                                 ) from None
+    finally:
+        env_instance.close()
 
 
 @dataclass
@@ -160,14 +166,9 @@ def group_spreads(rewards: Sequence[float], groups: Sequence[str], episodes: Seq
     ``rewards``, ``groups`` and ``episodes`` are the outcomes' (an episode index ``i`` belongs to step group
     ``i // group_size``). A step group none of whose groups holds two rewards is None (not measured).
     """
-    by_group: dict[str, list[float]] = {}
-    step_group_of: dict[str, int] = {}
-    for reward, group, episode in zip(rewards, groups, episodes, strict=True):
-        by_group.setdefault(group, []).append(float(reward))
-        step_group_of[group] = episode // group_size
+    step_group_of = {group: episode // group_size for group, episode in zip(groups, episodes, strict=True)}
     measured: list[list[float]] = [[] for _ in range(n_groups)]
-    for group, values in by_group.items():
-        if len(values) >= 2:
-            mean = sum(values) / len(values)
-            measured[step_group_of[group]].append(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    for group, (_, std, size) in group_stats(rewards, groups).items():
+        if size >= 2:  # the sample variance, from the population std
+            measured[step_group_of[group]].append(std * std * size / (size - 1))
     return [sum(v) / len(v) if v else None for v in measured]
