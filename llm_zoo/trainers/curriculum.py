@@ -134,7 +134,9 @@ class CurriculumState:
         """Return each option's drawing weight, in ``config.options``'s order."""
         if config.weighting == "uniform":
             return [1.0] * len(config.options)
-        return [self.spread.get(option_key(o), config.prior) + config.floor for o in config.options]
+        weights = [self.spread.get(option_key(o), config.prior) + config.floor for o in config.options]
+        # floor 0 and every option settled: nothing to prefer, so each alike (a draw needs some weight)
+        return weights if any(weights) else [1.0] * len(weights)
 
     def draw(self, config: CurriculumConfig, n_groups: int, rng: random.Random) -> list[dict[str, Any]]:
         """Return the options of ``n_groups`` groups, each drawn by :meth:`weights` (with replacement)."""

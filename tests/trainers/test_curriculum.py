@@ -39,6 +39,12 @@ def test_the_draw_follows_the_estimates_and_settled_options_keep_the_floor():
     drawn = state.draw(config, 5000, random.Random(0))
     share = [sum(option_key(d) == option_key(o) for d in drawn) / len(drawn) for o in OPTIONS]
     assert share[0] == pytest.approx(0.01 / 0.53, abs=0.01) and share[1] == pytest.approx(0.26 / 0.53, abs=0.03)
+    # no floor, and every option's groups ended alike: each alike, never a draw without weight
+    bare = CurriculumConfig(options=OPTIONS, prior=0.25, decay=0.0, floor=0.0)
+    settled = CurriculumState()
+    settled.observe(bare, OPTIONS, [0.0, 0.0, 0.0])
+    assert settled.weights(bare) == [1.0, 1.0, 1.0] and len(settled.draw(bare, 4, random.Random(0))) == 4
+    assert sum(settled.metrics(bare).values()) == pytest.approx(1.0)
     uniform = CurriculumConfig(options=OPTIONS, weighting="uniform")
     assert state.weights(uniform) == [1.0, 1.0, 1.0]
     # the estimate moves by decay toward each group's spread, in order
