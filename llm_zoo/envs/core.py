@@ -30,7 +30,7 @@ import json
 import random
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +63,7 @@ __all__ = [
     "Tool",
     "ToolCall",
     "ToolError",
+    "check_option_keys",
     "message_space",
     "parse_tool_calls",
     "sanitize",
@@ -347,6 +348,12 @@ class TextEnv(AECEnv):
     subclass tells with ``mark=True``) open with :data:`ENV_MARK`. An env in which one agent's free
     text reaches another as a user message sets it, so that no agent can write a byte-identical
     imitation of the env's feedback; the poker envs, whose agents see only parsed moves, do not."""
+
+    reset_options: tuple[str, ...] | None = None
+    """The keys of ``reset(options=...)`` the env reads, or None where it does not say. ``reset`` ignores any other
+    key (PettingZoo's api_test resets with one no env reads); where an env names its keys, the options a run lists
+    (a curriculum's, a warm start's, an evaluation's) are checked against them by :func:`check_option_keys`, so that
+    a misspelt key is refused instead of silently playing the seed's draw."""
 
     zero_sum: bool = False
     """Whether the agents' rewards sum to 0 in every episode; the default :meth:`forfeit_rewards` then keeps
@@ -781,3 +788,22 @@ class _FastIterator(AECOrderEnforcingIterator):
         assert wrapper._has_updated, "need to call step() or reset() in a loop over `agent_iter`"
         wrapper._has_updated = False
         return wrapper.env.agent_selection
+
+
+def check_option_keys(env: Any, options: Iterable[Mapping[str, Any] | None], where: str) -> None:
+    """Refuse reset options with a key ``env`` does not read (``ValueError`` naming ``where``, the key and the keys
+    the env reads); an env whose :attr:`TextEnv.reset_options` is None (or that is not a ``TextEnv``) is not checked."""
+    unwrapped = getattr(env, "unwrapped", env)
+    declared = getattr(unwrapped, "reset_options", None)
+    if declared is None:
+        return
+    seen: set[int] = set()
+    for option in options:
+        if option is None or id(option) in seen:
+            continue
+        seen.add(id(option))
+        unknown = sorted(str(k) for k in option if k not in declared)
+        if unknown:
+            name = unwrapped.metadata.get("name", type(unwrapped).__name__)
+            raise ValueError(f"{where}: {name} reads the reset options {list(declared)}, and {dict(option)!r:.200} "
+                             f"also has {unknown}, which it would ignore; fix or drop them")

@@ -36,6 +36,7 @@ class PokerMatch(TextEnv):
     """
 
     title: str = "poker"
+    reset_options: tuple[str, ...] | None = ("deal",)
     card_names: tuple[str, ...] = ()
     hand_class: Callable[[tuple[int, ...]], Any]
     text: ModuleType

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from llm_zoo.envs.core import check_option_keys
 from llm_zoo.trainers.advantages import group_stats
 
 __all__ = ["WEIGHTINGS", "CurriculumConfig", "CurriculumState", "check_options", "group_spreads", "option_key",
@@ -104,6 +105,7 @@ def check_options(env: str, config: CurriculumConfig, env_kwargs: Mapping[str, A
         return
     env_instance = llm_zoo.make_env(env, **dict(env_kwargs or {}))
     try:
+        check_option_keys(env_instance, config.options, "config.curriculum.options")
         for option in config.options:
             try:
                 env_instance.reset(seed=0, options=dict(option))

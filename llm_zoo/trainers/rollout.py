@@ -38,6 +38,7 @@ from typing import Any, Protocol
 import numpy as np
 from pettingzoo import AECEnv
 
+from llm_zoo.envs.core import check_option_keys
 from llm_zoo.episode import Episode, Turn, jsonable
 from llm_zoo.policy import Observation, Policy, PromptTooLong, Reply
 
@@ -116,6 +117,7 @@ def collect(
     try:
         env_id = env_id or probe.unwrapped.metadata.get("name", type(probe.unwrapped).__name__)
         _check_policies(maps, probe)
+        check_option_keys(probe, option_list, "collect: options")
         possible = [(a, _role(probe, a)) for a in probe.possible_agents]
     except BaseException:
         _close(probe)

@@ -34,6 +34,19 @@ def test_random_replies_play_to_the_end(name):
         assert episode.turns, "an episode with no turn"
 
 
+@pytest.mark.parametrize("name", ENV_NAMES)
+def test_reset_options_are_named_and_a_key_the_env_would_ignore_is_refused(name):
+    env = llm_zoo.make_env(name)
+    declared = env.unwrapped.reset_options
+    assert declared and all(isinstance(k, str) for k in declared)
+    env.reset(seed=0, options={"options": 1})  # reset itself ignores other keys (PettingZoo's api_test sends one)
+    misspelt = {declared[0] + "s": 1}
+    with pytest.raises(ValueError, match=rf"collect: options: {name} reads the reset options .*'{declared[0]}s'"):
+        collect(name, {env.unwrapped.role_of(a): RandomPolicy(seed=0) for a in env.possible_agents}, 2,
+                options=[None, misspelt])
+    env.close()
+
+
 def test_registry_names_match_modules():
     import pettingzoo
 

@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from llm_zoo.envs.core import check_option_keys
 from llm_zoo.trainers.curriculum import (
     CurriculumConfig,
     CurriculumState,
@@ -66,6 +67,23 @@ def test_an_option_the_env_does_not_take_is_refused_naming_it():
     check_options("kuhn_poker_v0", CurriculumConfig(options=OPTIONS))  # each resets
     with pytest.raises(ValueError, match=r"does not reset with \{'deal': \[\['K', 'K'\]\]\}.*options\['deal'\]"):
         check_options("kuhn_poker_v0", CurriculumConfig(options=[*OPTIONS, {"deal": [["K", "K"]]}]))
+
+
+def test_a_misspelt_option_key_is_refused_before_any_reset():
+    with pytest.raises(ValueError, match=r"config.curriculum.options: user_sim_v0 reads the reset options \['scenario'\]"
+                                         r".*\['scenaro'\]"):
+        check_options("user_sim_v0", CurriculumConfig(options=[{"scenario": "cancel_mistake"},
+                                                               {"scenaro": "cancel_shipped_refused"}]))
+
+
+def test_an_env_that_names_no_option_keys_is_not_checked():
+    class Plain:
+        metadata: dict = {"name": "plain"}
+
+    check_option_keys(Plain(), [{"anything": 1}], "here")  # no reset_options: nothing to check against
+    Plain.reset_options = ("deal",)
+    with pytest.raises(ValueError, match=r"here: plain reads the reset options \['deal'\].*\['anything'\]"):
+        check_option_keys(Plain(), [None, {"deal": 1}, {"anything": 1}], "here")
 
 
 @pytest.mark.parametrize(("fields", "named"), [

@@ -158,6 +158,7 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
     """
 
     metadata = {"render_modes": ["human", "ansi"], "name": ENV_ID, "is_parallelizable": False}
+    reset_options = ("task", "solution")
     possible_agents = list(AGENTS)
 
     def __init__(self, *, tasks: Sequence[str] | None = None, visible_weight: float = 0.0,

@@ -160,6 +160,7 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
     """
 
     metadata = {"render_modes": ["human", "ansi"], "name": ENV_ID, "is_parallelizable": False}
+    reset_options = ("mode", "topic")
 
     def __init__(self, *, num_solvers: int = 4, modes: Sequence[str] = MODES, topics: Sequence[str] | str | None = None,
                  proposer_reward: str | Callable[[float], float] = "learnability", invalid_penalty: float = 1.0,

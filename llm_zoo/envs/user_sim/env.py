@@ -143,6 +143,7 @@ class raw_env(TextEnv):  # noqa: N801 - PettingZoo's module pattern names the cl
     """
 
     metadata = {"render_modes": ["human", "ansi"], "name": ENV_ID, "is_parallelizable": False}
+    reset_options = ("scenario",)
     possible_agents = list(AGENTS)
     marks_env_messages = True  # each agent's free text reaches the other as a user message
 
